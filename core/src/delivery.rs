@@ -1,0 +1,91 @@
+//! What the runtime knows about one delivery before its handler runs.
+
+use std::fmt;
+use std::num::NonZeroU64;
+
+use crate::header::{RetryCount, RetryCountReading};
+use crate::reply::AckReply;
+
+/// A 1-based attempt number: the first delivery of a message is attempt 1 (rule 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Attempt(NonZeroU64);
+
+impl Attempt {
+    /// The first attempt.
+    pub const FIRST: Self = Self(NonZeroU64::MIN);
+
+    /// Attempt `n`, or `None` for 0.
+    pub fn new(n: u64) -> Option<Self> {
+        NonZeroU64::new(n).map(Self)
+    }
+
+    /// The attempt after `count` earlier ones: `count + 1`, saturating at `u64::MAX`.
+    pub fn after(count: RetryCount) -> Self {
+        Self(NonZeroU64::MIN.saturating_add(count.0))
+    }
+
+    /// The attempt number, at least 1.
+    pub fn get(self) -> u64 {
+        self.0.get()
+    }
+
+    /// The retry count a copy published after this attempt carries: the attempt number
+    /// itself (rule 4).
+    pub fn as_retry_count(self) -> RetryCount {
+        RetryCount(self.0.get())
+    }
+}
+
+impl fmt::Display for Attempt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+/// Which NATS model a delivery came through, with what that model says about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Model<'a> {
+    /// Core NATS: the runtime's own retry-count header is the only record of earlier attempts.
+    Core(RetryCountReading),
+    /// JetStream: the ack reply subject's metadata; `delivered` is the attempt.
+    JetStream(AckReply<'a>),
+}
+
+/// The metadata of one delivery: its subject and its model. Borrows from the message; building
+/// one allocates nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivery<'a> {
+    /// The subject the message was delivered on.
+    pub subject: &'a str,
+    /// The model and its metadata.
+    pub model: Model<'a>,
+}
+
+impl<'a> Delivery<'a> {
+    /// A Core NATS delivery on `subject` whose headers gave `retry_count`
+    /// (see [`RetryCountReading::read`]).
+    pub fn core(subject: &'a str, retry_count: RetryCountReading) -> Self {
+        Self {
+            subject,
+            model: Model::Core(retry_count),
+        }
+    }
+
+    /// A JetStream delivery on `subject` with the metadata of its ack reply subject
+    /// (see [`AckReply::parse`]).
+    pub fn jetstream(subject: &'a str, reply: AckReply<'a>) -> Self {
+        Self {
+            subject,
+            model: Model::JetStream(reply),
+        }
+    }
+
+    /// The attempt number (rule 1): `delivered` on JetStream (a parsed reply never has 0; a
+    /// hand-built 0 counts as 1), retry count + 1 on Core.
+    pub fn attempt(&self) -> Attempt {
+        match self.model {
+            Model::Core(reading) => Attempt::after(reading.count_or_zero()),
+            Model::JetStream(reply) => Attempt::new(reply.delivered).unwrap_or(Attempt::FIRST),
+        }
+    }
+}

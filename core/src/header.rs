@@ -1,0 +1,351 @@
+//! Headers: the retry-count header on Core copies, and what copies and dead letters keep.
+//!
+//! On Core NATS the runtime counts attempts itself, in the header
+//! [`RETRY_COUNT_HEADER`] (`x-ruststream-retry-count`) of each copy it publishes
+//! (SETTLEMENT.md Part A, "Reprocessing"). This module owns that header's wire format:
+//!
+//! - **Writing** (rule 4): a copy published after attempt `n` carries the value `n` in decimal
+//!   ASCII. Every earlier value of the header, under any letter case, is replaced; every other
+//!   header is kept byte for byte, in order, with its letter case and repeated values.
+//! - **Reading** (rule 5): see [`RetryCountReading::read`].
+//! - **Forwarding** (rule 9): copies and dead letters drop the JetStream publish directives
+//!   listed in [`DROPPED_DIRECTIVES`], and keep everything else (`Nats-Msg-Id` included).
+//!
+//! Header names and values are bytes here: NATS headers are an HTTP-like block (NATS ADR-4,
+//! "NATS Message Headers"), and a publisher may put anything in them.
+
+use bytes::Bytes;
+
+/// The header in which Core copies carry their retry count: `x-ruststream-retry-count`.
+///
+/// Written in this letter case; read in any (rule 5).
+pub const RETRY_COUNT_HEADER: &str = "x-ruststream-retry-count";
+
+/// JetStream publish directives that copies and dead letters never carry (rule 9): they would
+/// make the target stream refuse or rewrite the message. Compared without regard to case.
+pub const DROPPED_DIRECTIVES: [&str; 5] = [
+    "Nats-Expected-Stream",
+    "Nats-Expected-Last-Sequence",
+    "Nats-Expected-Last-Subject-Sequence",
+    "Nats-Expected-Last-Msg-Id",
+    "Nats-Rollup",
+];
+
+/// How many copies of a Core message the runtime has published before this one: the value of
+/// [`RETRY_COUNT_HEADER`]. The delivery's attempt is `count + 1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct RetryCount(pub u64);
+
+impl RetryCount {
+    /// Renders the count as the header value: decimal ASCII digits, no sign, no padding.
+    pub fn to_header_value(self) -> Bytes {
+        Bytes::copy_from_slice(itoa::Buffer::new().format(self.0).as_bytes())
+    }
+}
+
+/// What a Core delivery's headers say about its retry count (rule 5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RetryCountReading {
+    /// The largest valid value of the header; `None` when the header is absent or no value of
+    /// it is valid (the delivery then counts as a first delivery).
+    pub count: Option<RetryCount>,
+    /// How many values of the header were ignored because they are not digits. The runtime
+    /// logs a warning when this is not zero.
+    pub ignored: u32,
+}
+
+/// Whether `name` is the retry-count header, in any letter case.
+pub fn is_retry_count(name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(RETRY_COUNT_HEADER.as_bytes())
+}
+
+/// Whether `name` is a JetStream publish directive that copies and dead letters drop (rule 9).
+pub fn is_dropped_directive(name: &[u8]) -> bool {
+    DROPPED_DIRECTIVES
+        .iter()
+        .any(|d| name.eq_ignore_ascii_case(d.as_bytes()))
+}
+
+/// Parses one value of the retry-count header: ASCII digits with optional surrounding ASCII
+/// whitespace; overflow saturates at `u64::MAX`. `None` for anything else (empty, signs,
+/// inner spaces, other bytes).
+pub fn parse_retry_count(value: &[u8]) -> Option<RetryCount> {
+    let digits = value.trim_ascii();
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n = digits.iter().fold(0u64, |n, &d| {
+        n.saturating_mul(10).saturating_add(u64::from(d - b'0'))
+    });
+    Some(RetryCount(n))
+}
+
+impl RetryCountReading {
+    /// Reads the retry count from a delivery's headers, given as `(name, value)` pairs, one
+    /// pair per value (a repeated header is several pairs).
+    ///
+    /// Rule 5: the name matches in any letter case; a value is ASCII digits, surrounding ASCII
+    /// whitespace ignored; digits that overflow saturate to `u64::MAX`; where the header
+    /// repeats, the largest valid value wins; a value that is not digits is counted in
+    /// [`ignored`](Self::ignored) and otherwise ignored. Never fails, never allocates.
+    pub fn read<'h, I>(headers: I) -> Self
+    where
+        I: IntoIterator<Item = (&'h [u8], &'h [u8])>,
+    {
+        let mut reading = Self::default();
+        for (_, value) in headers.into_iter().filter(|(name, _)| is_retry_count(name)) {
+            match parse_retry_count(value) {
+                Some(n) => reading.count = reading.count.max(Some(n)),
+                None => reading.ignored = reading.ignored.saturating_add(1),
+            }
+        }
+        reading
+    }
+
+    /// The count this reading stands for: the valid count, or 0 when there is none.
+    pub fn count_or_zero(self) -> RetryCount {
+        self.count.unwrap_or_default()
+    }
+}
+
+/// An ordered list of message headers: names and values as bytes, letter case, order and
+/// repeated names kept exactly as given.
+///
+/// This is what a delayed copy carries in the [`DelayQueue`](crate::DelayQueue); adapters
+/// convert to and from their client's header type at the edges.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Headers(Vec<(Bytes, Bytes)>);
+
+impl Headers {
+    /// No headers.
+    pub fn new() -> Self {
+        Self(Vec::new())
+    }
+
+    /// Appends one `(name, value)` pair after the existing ones.
+    pub fn append(&mut self, name: impl Into<Bytes>, value: impl Into<Bytes>) {
+        self.0.push((name.into(), value.into()));
+    }
+
+    /// The pairs in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
+        self.0.iter().map(|(n, v)| (&n[..], &v[..]))
+    }
+
+    /// How many pairs there are.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there are no pairs.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The headers a copy published after attempt `after_attempt` carries (rules 4 and 9):
+    /// every pair except the retry-count header (any case) and the dropped directives, in
+    /// order, then `x-ruststream-retry-count: <after_attempt>` last.
+    pub fn for_copy(&self, after_attempt: RetryCount) -> Self {
+        let mut out: Vec<_> = self
+            .0
+            .iter()
+            .filter(|(n, _)| !is_retry_count(n) && !is_dropped_directive(n))
+            .cloned()
+            .collect();
+        out.push((
+            Bytes::from_static(RETRY_COUNT_HEADER.as_bytes()),
+            after_attempt.to_header_value(),
+        ));
+        Self(out)
+    }
+
+    /// The headers a dead letter carries (rule 9): every pair except the dropped directives,
+    /// in order, byte for byte. The retry-count header is kept as it arrived.
+    pub fn for_dead_letter(&self) -> Self {
+        Self(
+            self.0
+                .iter()
+                .filter(|(n, _)| !is_dropped_directive(n))
+                .cloned()
+                .collect(),
+        )
+    }
+}
+
+impl<N: Into<Bytes>, V: Into<Bytes>> FromIterator<(N, V)> for Headers {
+    fn from_iter<I: IntoIterator<Item = (N, V)>>(iter: I) -> Self {
+        Self(
+            iter.into_iter()
+                .map(|(n, v)| (n.into(), v.into()))
+                .collect(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(pairs: &[(&[u8], &[u8])]) -> RetryCountReading {
+        RetryCountReading::read(pairs.iter().copied())
+    }
+
+    const H: &[u8] = b"x-ruststream-retry-count";
+
+    #[test]
+    fn absent_header_counts_as_zero() {
+        let r = read(&[]);
+        assert_eq!(
+            r,
+            RetryCountReading {
+                count: None,
+                ignored: 0
+            }
+        );
+        assert_eq!(r.count_or_zero(), RetryCount(0));
+        let r = read(&[(b"other", b"5")]);
+        assert_eq!(r.count, None);
+    }
+
+    #[test]
+    fn plain_digits_and_whitespace() {
+        assert_eq!(read(&[(H, b"3")]).count, Some(RetryCount(3)));
+        assert_eq!(read(&[(H, b"  3\t")]).count, Some(RetryCount(3)));
+        assert_eq!(read(&[(H, b"007")]).count, Some(RetryCount(7)));
+        assert_eq!(read(&[(H, b"0")]).count, Some(RetryCount(0)));
+    }
+
+    #[test]
+    fn hostile_values_are_ignored() {
+        for bad in [
+            &b""[..],
+            b" ",
+            b"+1",
+            b"-1",
+            b"1 2",
+            b"1.0",
+            b"0x10",
+            b"\xff\xfe",
+            b"\xd9\xa3", // Arabic-Indic digit three, not ASCII
+            b"1e3",
+            b"\x001",
+        ] {
+            let r = read(&[(H, bad)]);
+            assert_eq!(
+                r,
+                RetryCountReading {
+                    count: None,
+                    ignored: 1
+                },
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn overflow_saturates() {
+        let r = read(&[(H, b"99999999999999999999999999999")]);
+        assert_eq!(r.count, Some(RetryCount(u64::MAX)));
+        let r = read(&[(H, b"18446744073709551615")]);
+        assert_eq!(r.count, Some(RetryCount(u64::MAX)));
+        let r = read(&[(H, b"18446744073709551616")]);
+        assert_eq!(r.count, Some(RetryCount(u64::MAX)));
+    }
+
+    #[test]
+    fn repeated_and_mixed_case_largest_valid_wins() {
+        let r = read(&[
+            (b"X-RustStream-Retry-Count", b"2"),
+            (b"x-ruststream-retry-count", b"junk"),
+            (b"X-RUSTSTREAM-RETRY-COUNT", b"5"),
+            (b"x-ruststream-retry-count", b"4"),
+        ]);
+        assert_eq!(
+            r,
+            RetryCountReading {
+                count: Some(RetryCount(5)),
+                ignored: 1
+            }
+        );
+        // Only invalid values: counts as absent, but says how many were ignored.
+        let r = read(&[(H, b"a"), (b"X-Ruststream-Retry-Count", b"-2")]);
+        assert_eq!(
+            r,
+            RetryCountReading {
+                count: None,
+                ignored: 2
+            }
+        );
+        // A name that only looks alike does not match.
+        let r = read(&[
+            (b"x-ruststream-retry-count ", b"9"),
+            (b"x-ruststream-retry-coun", b"9"),
+        ]);
+        assert_eq!(r.count, None);
+        // Non-UTF-8 name bytes never match and never panic.
+        let r = read(&[(b"\xff-ruststream-retry-count", b"9")]);
+        assert_eq!(r.count, None);
+    }
+
+    #[test]
+    fn header_value_is_decimal() {
+        assert_eq!(RetryCount(0).to_header_value(), Bytes::from_static(b"0"));
+        assert_eq!(
+            RetryCount(u64::MAX).to_header_value(),
+            Bytes::from_static(b"18446744073709551615")
+        );
+    }
+
+    #[test]
+    fn copy_headers_replace_count_and_keep_the_rest() {
+        let h: Headers = [
+            (&b"Trace-Id"[..], &b"abc"[..]),
+            (b"X-RUSTSTREAM-RETRY-COUNT", b"1"),
+            (b"x-ruststream-retry-count", b"junk"),
+            (b"tag", b"a"),
+            (b"Nats-Expected-Stream", b"S"),
+            (b"tag", b"b"),
+            (b"nats-rollup", b"sub"),
+            (b"Nats-Msg-Id", b"m-1"),
+        ]
+        .into_iter()
+        .map(|(n, v)| (Bytes::copy_from_slice(n), Bytes::copy_from_slice(v)))
+        .collect();
+        let copy = h.for_copy(RetryCount(2));
+        let got: Vec<_> = copy.iter().collect();
+        assert_eq!(
+            got,
+            vec![
+                (&b"Trace-Id"[..], &b"abc"[..]),
+                (b"tag", b"a"),
+                (b"tag", b"b"),
+                (b"Nats-Msg-Id", b"m-1"),
+                (b"x-ruststream-retry-count", b"2"),
+            ]
+        );
+        let dl = h.for_dead_letter();
+        let got: Vec<_> = dl.iter().collect();
+        assert_eq!(
+            got,
+            vec![
+                (&b"Trace-Id"[..], &b"abc"[..]),
+                (b"X-RUSTSTREAM-RETRY-COUNT", b"1"),
+                (b"x-ruststream-retry-count", b"junk"),
+                (b"tag", b"a"),
+                (b"tag", b"b"),
+                (b"Nats-Msg-Id", b"m-1"),
+            ]
+        );
+    }
+
+    #[test]
+    fn every_directive_is_dropped_in_any_case() {
+        for d in DROPPED_DIRECTIVES {
+            assert!(is_dropped_directive(d.as_bytes()));
+            assert!(is_dropped_directive(d.to_ascii_lowercase().as_bytes()));
+            assert!(is_dropped_directive(d.to_ascii_uppercase().as_bytes()));
+        }
+        assert!(!is_dropped_directive(b"Nats-Msg-Id"));
+        assert!(!is_dropped_directive(b"Nats-Expected-Stream2"));
+    }
+}

@@ -1,0 +1,61 @@
+//! # ruststream-core
+//!
+//! Every delivery a NATS handler gets is settled by exactly one plan: this crate decides it.
+//! Given a delivery's metadata, what its handler returned, the mount's policy and the current
+//! instant, [`plan`] returns the ordered wire actions (ack payloads, Core copies with their
+//! retry-count header, dead letters, timers, logs) that SETTLEMENT.md prescribes.
+//!
+//! The crate is sans-io: no async, no NATS client, no runtime, no clock. Adapters
+//! (`ruststream-tokio`, `ruststream-smol`) do the I/O.
+//!
+//! # How to drive it
+//! 1. At start-up, build each mount's [`MountDeclaration`] and [`validate`](MountDeclaration::validate)
+//!    it into a [`MountPolicy`]; check what the server says with
+//!    [`MountPolicy::check_consumer`] and [`MountPolicy::check_dead_letter_storage`]. Any
+//!    error names the mount and stops start-up.
+//! 2. For each message, build a [`Delivery`]: on JetStream from [`AckReply::parse`] of the
+//!    reply subject, on Core from [`RetryCountReading::read`] of the headers.
+//! 3. Plan [`Event::Arrived`]; run the handler only if [`Plan::runs_handler`] (rule 3).
+//! 4. Plan [`Event::Handled`] with the handler's [`Outcome`] (or [`Outcome::None`] after a
+//!    panic), reading the clock once for `now`, and execute the [`Action`]s in order with one
+//!    exhaustive `match`.
+//! 5. If a publish fails, stop, and plan [`Event::PublishFailed`].
+//! 6. Keep delayed Core copies in one [`DelayQueue`], driven by one timer through
+//!    [`DelayQueue::poll_timeout`] and [`DelayQueue::handle_timeout`].
+//!
+//! # Invariants
+//! - A plan has at most [`MAX_ACTIONS`] actions, at most one settlement, and the settlement
+//!   is last; every publish comes before it.
+//! - A Core copy published after attempt `n` carries `x-ruststream-retry-count: n`; a Core
+//!   message retried forever runs its handler at most `max_attempts` times.
+//! - Planning never panics, never allocates, and is deterministic.
+//! - The core never copies a payload: actions refer to "the delivered message".
+//!
+//! The contract is `SETTLEMENT.md` (shared spec); rule numbers in these docs are its Part B.
+
+#![warn(missing_docs)]
+
+mod ack;
+mod delivery;
+mod header;
+mod plan;
+mod policy;
+mod queue;
+mod reply;
+mod subject;
+
+pub use ack::{AckError, AckPayload, MAX_NAK_DELAY, Settlement};
+pub use delivery::{Attempt, Delivery, Model};
+pub use header::{
+    DROPPED_DIRECTIVES, Headers, RETRY_COUNT_HEADER, RetryCount, RetryCountReading,
+    is_dropped_directive, is_retry_count, parse_retry_count,
+};
+pub use plan::{Action, Disposition, Event, Log, MAX_ACTIONS, Outcome, Plan, plan};
+pub use policy::{
+    AckPolicy, ConsumerFacts, DEFAULT_DEAD_LETTER_RETRY_DELAY, DeclarationError,
+    DeclarationErrorKind, DeclarationWarning, DeclarationWarningKind, Descriptor, MountDeclaration,
+    MountPolicy, NameRole, SubjectRole,
+};
+pub use queue::{DelayQueue, Due, PendingCopy};
+pub use reply::{ACK_PREFIX, AckReply, AckReplyError};
+pub use subject::{Subject, SubjectError, Wildcard};

@@ -1,0 +1,393 @@
+//! The planner: one decision per event, as an ordered list of actions.
+//!
+//! [`plan`] takes a delivery's metadata, what just happened to it ([`Event`]), the mount's
+//! policy and the current instant, and returns a [`Plan`]: at most [`MAX_ACTIONS`] actions,
+//! which the adapter executes in order. It reads no clock, performs no I/O, cannot fail, and
+//! allocates nothing.
+//!
+//! # Invariants of every plan
+//! Checked by property tests (`core/tests/properties.rs`):
+//! - at most one [`Action::Settle`], and when there is one it is the last action;
+//! - every publish ([`Action::PublishCopy`], [`Action::PublishDeadLetter`]) comes before the
+//!   settlement;
+//! - a copy published after attempt `n` carries retry count `n`;
+//! - a scheduled copy's deadline is never before `now`.
+//!
+//! # Adapter obligations
+//! - An adapter MUST execute the actions in order, and MUST stop at the first publish that
+//!   fails, send nothing after it, and ask for a new plan with [`Event::PublishFailed`].
+//! - A dead-letter publish MUST be confirmed (a JetStream publish acknowledgement, or a flush
+//!   for a plain publish) before the next action runs.
+//! - Before running a handler, an adapter MUST plan [`Event::Arrived`] and run the handler
+//!   only when [`Plan::runs_handler`] says so (rule 3).
+
+use std::time::{Duration, Instant};
+
+use arrayvec::ArrayVec;
+
+use crate::ack::{AckError, Settlement};
+use crate::delivery::{Attempt, Delivery, Model};
+use crate::header::RetryCount;
+use crate::policy::MountPolicy;
+use crate::subject::Subject;
+
+/// The most actions a plan holds.
+pub const MAX_ACTIONS: usize = 3;
+
+/// What a handler returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Done: JetStream `+ACK`; unsupported on Core.
+    Ack,
+    /// Process it again now: JetStream `-NAK`; on Core a copy at once when a limit is declared.
+    Retry,
+    /// Process it again after the delay: JetStream `-NAK {"delay": ns}`; on Core a copy after
+    /// the delay.
+    RetryAfter(Duration),
+    /// Never again: JetStream `+TERM`; unsupported on Core.
+    Drop,
+    /// No outcome: nothing is sent. JetStream redelivers after `ack_wait`; a Core delivery is
+    /// gone. A handler that panicked counts as this (rule 13).
+    None,
+}
+
+/// What just happened to a delivery: the input of [`plan`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Event {
+    /// The delivery arrived and its handler has not run. The plan says whether to run it
+    /// ([`Plan::runs_handler`]); a delivery past the limit is not run (rule 3).
+    Arrived,
+    /// The handler returned this outcome.
+    Handled(Outcome),
+    /// The payload could not be decoded for a typed handler: the delivery takes the at-limit
+    /// path at once (dead-lettered if a dead-letter subject is declared, otherwise terminated
+    /// on JetStream and let go on Core), whatever the attempt.
+    Undecodable,
+    /// A publish of the previous plan for this delivery failed, so that plan's settlement was
+    /// not sent (rule 8).
+    PublishFailed,
+}
+
+impl From<Outcome> for Event {
+    fn from(outcome: Outcome) -> Self {
+        Self::Handled(outcome)
+    }
+}
+
+/// Something to log, at the level the variant gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Log {
+    /// A Core delivery was asked to settle: log the error. A healthy Core service produces one
+    /// per `ack`, so adapters SHOULD log it at a low level (debug).
+    Unsupported(AckError),
+    /// Some values of the retry-count header were not digits and were ignored (rule 5).
+    /// Warning.
+    RetryCountIgnored {
+        /// How many values were ignored.
+        values: u32,
+    },
+    /// A Core delivery reached the limit with no dead-letter subject and is let go. Warning,
+    /// naming the mount.
+    LetGo,
+    /// A Core delivery could not be published (its copy or dead letter failed) and is lost.
+    /// Error, with its subject and size (rule 8).
+    Lost,
+}
+
+/// One thing an adapter does. Adapters match on this exhaustively, so a new variant breaks
+/// them at compile time, on purpose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action<'p> {
+    /// Publish [`Settlement::payload`] to the delivery's ack reply subject.
+    Settle(Settlement),
+    /// Publish the delivered message now to `subject`, with its headers rewritten by
+    /// [`Headers::for_copy`](crate::Headers::for_copy) with `retry_count`, payload and reply
+    /// subject unchanged.
+    PublishCopy {
+        /// Where the copy goes: the mount's `CoreSubject`, or its `CoreWildcard`'s copy subject.
+        subject: &'p Subject,
+        /// The value of `x-ruststream-retry-count` on the copy: the attempt just made.
+        retry_count: RetryCount,
+    },
+    /// Arm a timer: publish the copy described as in [`Action::PublishCopy`] at `at`, through
+    /// the [`DelayQueue`](crate::DelayQueue).
+    ScheduleCopy {
+        /// Where the copy goes.
+        subject: &'p Subject,
+        /// The value of `x-ruststream-retry-count` on the copy.
+        retry_count: RetryCount,
+        /// When to publish it; never before the `now` the plan was made with.
+        at: Instant,
+    },
+    /// Publish the delivered message unchanged (headers filtered by
+    /// [`Headers::for_dead_letter`](crate::Headers::for_dead_letter) only) to the dead-letter
+    /// subject, and wait for the publish to be confirmed.
+    PublishDeadLetter {
+        /// The dead-letter subject.
+        subject: &'p Subject,
+    },
+    /// Log this.
+    Log(Log),
+}
+
+/// What a plan amounts to, for traces and summaries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Disposition {
+    /// Run the handler (the plan of [`Event::Arrived`] below the limit).
+    RunHandler,
+    /// JetStream `+ACK`.
+    Acked,
+    /// JetStream `+TERM` for a `drop` outcome.
+    Dropped,
+    /// Asked to be processed again now: `-NAK`, or a Core copy now.
+    Retried,
+    /// Asked to be processed again after a delay: `-NAK` with a delay, or a Core copy armed.
+    Delayed,
+    /// At the limit (or undecodable) with a dead-letter subject: dead-lettered.
+    DeadLettered,
+    /// At the limit (or undecodable) without a dead-letter subject, on JetStream: `+TERM`.
+    Terminated,
+    /// At the limit (or undecodable) without a dead-letter subject, on Core: let go.
+    LetGo,
+    /// A Core delivery was asked to settle, or to `retry` without a limit: only logged.
+    Unsupported,
+    /// No outcome: nothing sent.
+    NoOutcome,
+    /// A JetStream dead-letter publish failed: `-NAK` with a delay, to try again.
+    DeadLetterRetry,
+    /// A Core delivery's publish failed: it is lost.
+    Lost,
+}
+
+/// An ordered list of at most [`MAX_ACTIONS`] actions, and what they amount to.
+///
+/// Borrows subjects from the [`MountPolicy`] it was planned with. See the module docs for the
+/// invariants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "a plan does nothing until an adapter executes its actions"]
+pub struct Plan<'p> {
+    actions: ArrayVec<Action<'p>, MAX_ACTIONS>,
+    disposition: Disposition,
+}
+
+impl<'p> Plan<'p> {
+    fn new(disposition: Disposition) -> Self {
+        Self {
+            actions: ArrayVec::new(),
+            disposition,
+        }
+    }
+
+    fn with(mut self, action: Action<'p>) -> Self {
+        // At most MAX_ACTIONS by construction: no plan below pushes more than three.
+        self.actions.push(action);
+        self
+    }
+
+    /// The actions, in the order they must run.
+    pub fn actions(&self) -> &[Action<'p>] {
+        &self.actions
+    }
+
+    /// What the plan amounts to.
+    pub fn disposition(&self) -> Disposition {
+        self.disposition
+    }
+
+    /// Whether the handler should run: true only for the plan of [`Event::Arrived`] below or
+    /// at the limit.
+    pub fn runs_handler(&self) -> bool {
+        self.disposition == Disposition::RunHandler
+    }
+
+    /// The settlement, if the plan has one (it is the last action).
+    pub fn settlement(&self) -> Option<Settlement> {
+        match self.actions.last() {
+            Some(Action::Settle(s)) => Some(*s),
+            _ => None,
+        }
+    }
+}
+
+impl<'a, 'p> IntoIterator for &'a Plan<'p> {
+    type Item = &'a Action<'p>;
+    type IntoIter = std::slice::Iter<'a, Action<'p>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.actions.iter()
+    }
+}
+
+/// The instant `delay` after `now`, or the farthest instant after `now` that the platform can
+/// represent when `now + delay` overflows (never before `now`).
+fn deadline(now: Instant, delay: Duration) -> Instant {
+    let mut delay = delay;
+    loop {
+        if let Some(at) = now.checked_add(delay) {
+            return at;
+        }
+        delay /= 2;
+    }
+}
+
+/// Where the delivery stands against the limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Limit {
+    /// No limit declared, or `attempt < max_attempts`.
+    Below,
+    /// `attempt >= max_attempts` (rule 2).
+    AtOrPast,
+}
+
+fn limit(attempt: Attempt, policy: &MountPolicy) -> Limit {
+    match policy.max_attempts() {
+        Some(max) if attempt.get() >= u64::from(max.get()) => Limit::AtOrPast,
+        _ => Limit::Below,
+    }
+}
+
+/// The at-limit path: dead letter if declared, then `+TERM` on JetStream; on Core the dead
+/// letter alone, or a warning and nothing.
+fn at_limit<'p>(jetstream: bool, policy: &'p MountPolicy, plan: Plan<'p>) -> Plan<'p> {
+    match (policy.dead_letter(), jetstream) {
+        (Some(subject), true) => {
+            let plan = Plan {
+                disposition: Disposition::DeadLettered,
+                ..plan
+            };
+            plan.with(Action::PublishDeadLetter { subject })
+                .with(Action::Settle(Settlement::Term))
+        }
+        (Some(subject), false) => Plan {
+            disposition: Disposition::DeadLettered,
+            ..plan
+        }
+        .with(Action::PublishDeadLetter { subject }),
+        (None, true) => Plan {
+            disposition: Disposition::Terminated,
+            ..plan
+        }
+        .with(Action::Settle(Settlement::Term)),
+        (None, false) => Plan {
+            disposition: Disposition::LetGo,
+            ..plan
+        }
+        .with(Action::Log(Log::LetGo)),
+    }
+}
+
+/// Decides what to do about `event` for `delivery` on the mount `policy`, at `now`.
+///
+/// Follows SETTLEMENT.md Part C row by row; `core/tests/decision_table.rs` has one test per
+/// row. In short:
+///
+/// - [`Event::Arrived`]: run the handler, unless the attempt is past `max_attempts` (rule 3),
+///   in which case the at-limit plan. On Core, ignored retry-count values are logged first.
+/// - [`Event::Handled`] on JetStream: `ack` → `+ACK`, `drop` → `+TERM`, none → nothing;
+///   `retry`/`retry_after` below the limit → `-NAK` (with the delay), at the limit → dead
+///   letter then `+TERM`, or `+TERM` alone.
+/// - [`Event::Handled`] on Core: `ack`/`drop` → log `AckError::Unsupported`; `retry` without
+///   a limit → the same; `retry` below the limit → that log, then a copy now; `retry_after(d)`
+///   without a limit or below it → a copy armed for `now + d` (a copy now when `d` is zero);
+///   at the limit → the dead letter, or a warning and nothing.
+/// - [`Event::Undecodable`]: the at-limit plan.
+/// - [`Event::PublishFailed`]: JetStream `-NAK` with the policy's dead-letter retry delay, so
+///   the delivery comes back past the limit and the dead letter is tried again; on Core, a
+///   `Lost` log.
+///
+/// A Core delivery on a JetStream mount (an adapter bug: there is no subject to copy to) takes
+/// the at-limit path where it would have been copied.
+pub fn plan<'p>(
+    delivery: &Delivery<'_>,
+    event: Event,
+    policy: &'p MountPolicy,
+    now: Instant,
+) -> Plan<'p> {
+    let attempt = delivery.attempt();
+    let limit = limit(attempt, policy);
+    let jetstream = matches!(delivery.model, Model::JetStream(_));
+    match event {
+        Event::Arrived => {
+            let mut plan = Plan::new(Disposition::RunHandler);
+            if let Model::Core(reading) = delivery.model {
+                if reading.ignored > 0 {
+                    plan = plan.with(Action::Log(Log::RetryCountIgnored {
+                        values: reading.ignored,
+                    }));
+                }
+            }
+            let past = policy
+                .max_attempts()
+                .is_some_and(|max| attempt.get() > u64::from(max.get()));
+            if past {
+                at_limit(jetstream, policy, plan)
+            } else {
+                plan
+            }
+        }
+        Event::Undecodable => at_limit(jetstream, policy, Plan::new(Disposition::LetGo)),
+        Event::PublishFailed if jetstream => Plan::new(Disposition::DeadLetterRetry).with(
+            Action::Settle(Settlement::nak(policy.dead_letter_retry_delay())),
+        ),
+        Event::PublishFailed => Plan::new(Disposition::Lost).with(Action::Log(Log::Lost)),
+        Event::Handled(outcome) if jetstream => match (outcome, limit) {
+            (Outcome::Ack, _) => {
+                Plan::new(Disposition::Acked).with(Action::Settle(Settlement::Ack))
+            }
+            (Outcome::Drop, _) => {
+                Plan::new(Disposition::Dropped).with(Action::Settle(Settlement::Term))
+            }
+            (Outcome::None, _) => Plan::new(Disposition::NoOutcome),
+            (Outcome::Retry | Outcome::RetryAfter(_), Limit::AtOrPast) => {
+                at_limit(true, policy, Plan::new(Disposition::Terminated))
+            }
+            (Outcome::Retry, Limit::Below) => {
+                Plan::new(Disposition::Retried).with(Action::Settle(Settlement::Nak))
+            }
+            (Outcome::RetryAfter(delay), Limit::Below) => {
+                let settlement = Settlement::nak(delay);
+                let disposition = match settlement {
+                    Settlement::Nak => Disposition::Retried,
+                    _ => Disposition::Delayed,
+                };
+                Plan::new(disposition).with(Action::Settle(settlement))
+            }
+        },
+        Event::Handled(outcome) => {
+            let unsupported = Action::Log(Log::Unsupported(AckError::Unsupported));
+            let retry_count = attempt.as_retry_count();
+            match (outcome, limit, policy.copy_subject()) {
+                (Outcome::Ack | Outcome::Drop, _, _) => {
+                    Plan::new(Disposition::Unsupported).with(unsupported)
+                }
+                (Outcome::None, _, _) => Plan::new(Disposition::NoOutcome),
+                (Outcome::Retry, _, _) if policy.max_attempts().is_none() => {
+                    Plan::new(Disposition::Unsupported).with(unsupported)
+                }
+                (Outcome::Retry | Outcome::RetryAfter(_), Limit::AtOrPast, _)
+                | (Outcome::Retry | Outcome::RetryAfter(_), Limit::Below, None) => {
+                    at_limit(false, policy, Plan::new(Disposition::LetGo))
+                }
+                (Outcome::Retry, Limit::Below, Some(subject)) => Plan::new(Disposition::Retried)
+                    .with(unsupported)
+                    .with(Action::PublishCopy {
+                        subject,
+                        retry_count,
+                    }),
+                (Outcome::RetryAfter(delay), Limit::Below, Some(subject)) if delay.is_zero() => {
+                    Plan::new(Disposition::Retried).with(Action::PublishCopy {
+                        subject,
+                        retry_count,
+                    })
+                }
+                (Outcome::RetryAfter(delay), Limit::Below, Some(subject)) => {
+                    Plan::new(Disposition::Delayed).with(Action::ScheduleCopy {
+                        subject,
+                        retry_count,
+                        at: deadline(now, delay),
+                    })
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! The sans-io queue of delayed Core copies.
+//!
+//! A Core `retry_after(d)` arms a timer ([`Action::ScheduleCopy`](crate::Action::ScheduleCopy)):
+//! the copy waits in the process until its deadline. The adapter keeps one [`DelayQueue`] and
+//! one timer, driven quinn-style:
+//!
+//! 1. [`DelayQueue::handle_copy`] adds a copy with its deadline;
+//! 2. [`DelayQueue::poll_timeout`] gives the earliest deadline, for the adapter's one timer;
+//! 3. when the timer fires, [`DelayQueue::handle_timeout`] with the current instant yields
+//!    every copy that is due, in deadline order, and the adapter publishes them.
+//!
+//! Insert and pop are O(log n) (a binary heap); copies with the same deadline come out in the
+//! order they went in. A copy still queued when the process stops is lost, as SETTLEMENT.md
+//! says; [`DelayQueue::drain`] lets the adapter count and report them.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::header::Headers;
+use crate::subject::Subject;
+
+/// A copy of a Core delivery waiting to be published: everything the publish needs, with the
+/// payload held as [`Bytes`] (shared with the delivered message, never copied).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingCopy {
+    /// The index of the mount the copy belongs to, as the adapter numbers its mounts; used to
+    /// report copies lost at shutdown per mount.
+    pub mount: usize,
+    /// Where the copy is published.
+    pub subject: Subject,
+    /// The delivered message's reply subject, kept (rule 4).
+    pub reply: Option<Bytes>,
+    /// The copy's headers, already rewritten by [`Headers::for_copy`].
+    pub headers: Headers,
+    /// The payload, shared with the delivered message.
+    pub payload: Bytes,
+}
+
+struct Entry<T> {
+    at: Instant,
+    seq: u64,
+    item: T,
+}
+
+impl<T> PartialEq for Entry<T> {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+
+impl<T> Eq for Entry<T> {}
+
+impl<T> PartialOrd for Entry<T> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl<T> Ord for Entry<T> {
+    /// Reversed, so that the max-heap pops the earliest `(at, seq)` first.
+    fn cmp(&self, other: &Self) -> Ordering {
+        (other.at, other.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+/// Items waiting for their deadlines; by default [`PendingCopy`]s.
+///
+/// Generic so that adapters and tests may queue their own item type; the queue never looks
+/// inside an item.
+pub struct DelayQueue<T = PendingCopy> {
+    heap: BinaryHeap<Entry<T>>,
+    next_seq: u64,
+}
+
+impl<T> Default for DelayQueue<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> std::fmt::Debug for DelayQueue<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DelayQueue")
+            .field("len", &self.heap.len())
+            .field("next", &self.poll_timeout())
+            .finish()
+    }
+}
+
+impl<T> DelayQueue<T> {
+    /// An empty queue.
+    pub fn new() -> Self {
+        Self {
+            heap: BinaryHeap::new(),
+            next_seq: 0,
+        }
+    }
+
+    /// An empty queue with room for `capacity` items before it reallocates.
+    pub fn with_capacity(capacity: usize) -> Self {
+        Self {
+            heap: BinaryHeap::with_capacity(capacity),
+            next_seq: 0,
+        }
+    }
+
+    /// Queues `item` to be released at `at` or later. O(log n).
+    pub fn handle_copy(&mut self, item: T, at: Instant) {
+        let seq = self.next_seq;
+        self.next_seq = self.next_seq.wrapping_add(1);
+        self.heap.push(Entry { at, seq, item });
+    }
+
+    /// The earliest deadline, for the adapter's timer; `None` when the queue is empty. O(1).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.heap.peek().map(|e| e.at)
+    }
+
+    /// Yields every item whose deadline is at or before `now`, earliest first (ties in the
+    /// order they were queued). O(log n) per item. Items not taken from the iterator stay
+    /// queued.
+    pub fn handle_timeout(&mut self, now: Instant) -> Due<'_, T> {
+        Due { queue: self, now }
+    }
+
+    /// How many items are queued.
+    pub fn len(&self) -> usize {
+        self.heap.len()
+    }
+
+    /// Whether nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.heap.is_empty()
+    }
+
+    /// Empties the queue, yielding every item in no particular order: what is lost at
+    /// shutdown.
+    pub fn drain(&mut self) -> impl Iterator<Item = T> + '_ {
+        self.heap.drain().map(|e| e.item)
+    }
+}
+
+/// The iterator of [`DelayQueue::handle_timeout`]: due items, earliest first.
+#[derive(Debug)]
+pub struct Due<'q, T> {
+    queue: &'q mut DelayQueue<T>,
+    now: Instant,
+}
+
+impl<T> Iterator for Due<'_, T> {
+    type Item = T;
+
+    fn next(&mut self) -> Option<T> {
+        if self.queue.heap.peek()?.at > self.now {
+            return None;
+        }
+        self.queue.heap.pop().map(|e| e.item)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn releases_due_items_in_order() {
+        #[allow(clippy::disallowed_methods)]
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut q = DelayQueue::new();
+        assert_eq!(q.poll_timeout(), None);
+        q.handle_copy("c", ms(30));
+        q.handle_copy("a", ms(10));
+        q.handle_copy("b", ms(10));
+        q.handle_copy("d", ms(40));
+        assert_eq!(q.poll_timeout(), Some(ms(10)));
+        assert_eq!(q.handle_timeout(ms(9)).count(), 0);
+        assert_eq!(q.handle_timeout(ms(10)).collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(q.poll_timeout(), Some(ms(30)));
+        assert_eq!(q.handle_timeout(ms(35)).collect::<Vec<_>>(), ["c"]);
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.drain().collect::<Vec<_>>(), ["d"]);
+        assert!(q.is_empty());
+    }
+}
