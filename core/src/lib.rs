@@ -38,6 +38,7 @@
 mod ack;
 mod delivery;
 mod header;
+mod message;
 mod plan;
 mod policy;
 mod queue;
@@ -50,6 +51,7 @@ pub use header::{
     DROPPED_DIRECTIVES, Headers, RETRY_COUNT_HEADER, RetryCount, RetryCountReading,
     is_dropped_directive, is_retry_count, parse_retry_count,
 };
+pub use message::{Message, Publication};
 pub use plan::{Action, Disposition, Event, Log, MAX_ACTIONS, Outcome, Plan, plan};
 pub use policy::{
     AckPolicy, ConsumerFacts, DEFAULT_DEAD_LETTER_RETRY_DELAY, DeclarationError,

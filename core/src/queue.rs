@@ -17,26 +17,17 @@ use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::time::Instant;
 
-use bytes::Bytes;
+use crate::message::Publication;
 
-use crate::header::Headers;
-use crate::subject::Subject;
-
-/// A copy of a Core delivery waiting to be published: everything the publish needs, with the
-/// payload held as [`Bytes`] (shared with the delivered message, never copied).
+/// A copy of a Core delivery waiting to be published, and the mount it belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingCopy {
     /// The index of the mount the copy belongs to, as the adapter numbers its mounts; used to
     /// report copies lost at shutdown per mount.
     pub mount: usize,
-    /// Where the copy is published.
-    pub subject: Subject,
-    /// The delivered message's reply subject, kept (rule 4).
-    pub reply: Option<Bytes>,
-    /// The copy's headers, already rewritten by [`Headers::for_copy`].
-    pub headers: Headers,
-    /// The payload, shared with the delivered message.
-    pub payload: Bytes,
+    /// The copy, built by [`Message::copy`](crate::Message::copy); its payload is shared
+    /// with the delivered message, never copied.
+    pub publication: Publication,
 }
 
 struct Entry<T> {

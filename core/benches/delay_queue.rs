@@ -1,0 +1,132 @@
+//! Criterion benchmarks of the delay queue at 10^3, 10^5 and 10^6 pending copies, and a
+//! measurement of the memory each pending copy takes (payload excluded, since it is shared
+//! with the delivered message).
+//!
+//! Run: `cargo bench -p ruststream-core --bench delay_queue`. Results: BENCHMARKS.md.
+
+#![allow(
+    missing_docs,
+    clippy::disallowed_methods,
+    clippy::unwrap_used,
+    clippy::print_stdout
+)]
+
+use std::alloc::System;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use ruststream_core::{DelayQueue, Headers, Message, PendingCopy, RetryCount, Subject};
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+/// A typical delivered message: two headers and a 512-byte payload.
+fn delivered() -> Message {
+    let mut headers = Headers::new();
+    headers.append(
+        Bytes::from_static(b"Content-Type"),
+        Bytes::from_static(b"application/json"),
+    );
+    headers.append(
+        Bytes::from_static(b"Trace-Id"),
+        Bytes::from_static(b"4bf92f3577b34da6a3ce929d0e0e4736"),
+    );
+    Message {
+        reply: None,
+        headers,
+        payload: Bytes::from(vec![b'x'; 512]),
+    }
+}
+
+/// A small deterministic generator of deadline offsets (splitmix64), in 0..60_000 ms.
+fn offsets() -> impl FnMut() -> Duration {
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    move || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        Duration::from_millis((z ^ (z >> 31)) % 60_000)
+    }
+}
+
+fn filled(n: usize, base: Instant) -> DelayQueue {
+    let message = delivered();
+    let subject = Subject::new("orders.new").unwrap();
+    let mut next = offsets();
+    let mut q = DelayQueue::with_capacity(n);
+    for i in 0..n {
+        let publication = message.copy(&subject, RetryCount(1));
+        q.handle_copy(
+            PendingCopy {
+                mount: i % 4,
+                publication,
+            },
+            base + next(),
+        );
+    }
+    q
+}
+
+/// Prints the heap bytes each pending copy holds, payload excluded (it is shared).
+fn memory_per_copy() {
+    const N: usize = 100_000;
+    let message = delivered();
+    let subject = Subject::new("orders.new").unwrap();
+    let base = Instant::now();
+    let mut next = offsets();
+    let region = Region::new(GLOBAL);
+    let mut q = DelayQueue::with_capacity(N);
+    for i in 0..N {
+        let publication = message.copy(&subject, RetryCount(1));
+        q.handle_copy(
+            PendingCopy {
+                mount: i % 4,
+                publication,
+            },
+            base + next(),
+        );
+    }
+    let stats = region.change();
+    let net = stats.bytes_allocated as isize - stats.bytes_deallocated as isize;
+    println!(
+        "delay_queue memory: {N} pending copies (2 headers each, 512 B payload shared) hold {net} B of heap: {:.1} B per copy, {} allocations per copy; queue slot {} B of that",
+        net as f64 / N as f64,
+        stats.allocations as f64 / N as f64,
+        std::mem::size_of::<PendingCopy>()
+            + std::mem::size_of::<Instant>()
+            + std::mem::size_of::<u64>(),
+    );
+    black_box(&q);
+}
+
+fn queue(c: &mut Criterion) {
+    memory_per_copy();
+    let mut g = c.benchmark_group("delay_queue");
+    for n in [1_000usize, 100_000, 1_000_000] {
+        let base = Instant::now();
+        let far = base + Duration::from_secs(3_600);
+        let mut q = filled(n, base);
+        let mut next = offsets();
+        let mut clock = base;
+        // One pop of the earliest copy and one insert at a random deadline: the queue stays at n.
+        g.bench_function(BenchmarkId::new("pop_and_insert", n), |b| {
+            b.iter(|| {
+                let copy = q.handle_timeout(far).next().unwrap();
+                clock += Duration::from_micros(1);
+                q.handle_copy(black_box(copy), clock + next());
+            })
+        });
+        g.bench_function(BenchmarkId::new("poll_timeout", n), |b| {
+            b.iter(|| black_box(&q).poll_timeout())
+        });
+        drop(q);
+    }
+    g.finish();
+}
+
+criterion_group!(benches, queue);
+criterion_main!(benches);
