@@ -146,12 +146,13 @@ impl Headers {
     /// every pair except the retry-count header (any case) and the dropped directives, in
     /// order, then `x-ruststream-retry-count: <after_attempt>` last.
     pub fn for_copy(&self, after_attempt: RetryCount) -> Self {
-        let mut out: Vec<_> = self
-            .0
-            .iter()
-            .filter(|(n, _)| !is_retry_count(n) && !is_dropped_directive(n))
-            .cloned()
-            .collect();
+        let mut out = Vec::with_capacity(self.0.len() + 1);
+        out.extend(
+            self.0
+                .iter()
+                .filter(|(n, _)| !is_retry_count(n) && !is_dropped_directive(n))
+                .cloned(),
+        );
         out.push((
             Bytes::from_static(RETRY_COUNT_HEADER.as_bytes()),
             after_attempt.to_header_value(),

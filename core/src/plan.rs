@@ -100,9 +100,9 @@ pub enum Log {
 pub enum Action<'p> {
     /// Publish [`Settlement::payload`] to the delivery's ack reply subject.
     Settle(Settlement),
-    /// Publish the delivered message now to `subject`, with its headers rewritten by
-    /// [`Headers::for_copy`](crate::Headers::for_copy) with `retry_count`, payload and reply
-    /// subject unchanged.
+    /// Publish a copy of the delivered message now: [`Message::copy`](crate::Message::copy)
+    /// with this subject and retry count (headers rewritten per rules 4 and 9, payload and
+    /// reply subject unchanged).
     PublishCopy {
         /// Where the copy goes: the mount's `CoreSubject`, or its `CoreWildcard`'s copy subject.
         subject: &'p Subject,
@@ -119,9 +119,9 @@ pub enum Action<'p> {
         /// When to publish it; never before the `now` the plan was made with.
         at: Instant,
     },
-    /// Publish the delivered message unchanged (headers filtered by
-    /// [`Headers::for_dead_letter`](crate::Headers::for_dead_letter) only) to the dead-letter
-    /// subject, and wait for the publish to be confirmed.
+    /// Publish the delivered message as it arrived to the dead-letter subject:
+    /// [`Message::dead_letter`](crate::Message::dead_letter) (payload and headers byte for
+    /// byte, rule-9 directives aside), and wait for the publish to be confirmed (rule 8).
     PublishDeadLetter {
         /// The dead-letter subject.
         subject: &'p Subject,

@@ -17,6 +17,8 @@ use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::time::Instant;
 
+use slab::Slab;
+
 use crate::message::Publication;
 
 /// A copy of a Core delivery waiting to be published, and the mount it belongs to.
@@ -30,27 +32,22 @@ pub struct PendingCopy {
     pub publication: Publication,
 }
 
-struct Entry<T> {
+/// A heap key: the deadline, an insertion number that orders ties, and where the item waits.
+/// Kept small (32 bytes) so that sifting the heap moves keys, not copies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Key {
     at: Instant,
     seq: u64,
-    item: T,
+    slot: usize,
 }
 
-impl<T> PartialEq for Entry<T> {
-    fn eq(&self, other: &Self) -> bool {
-        (self.at, self.seq) == (other.at, other.seq)
-    }
-}
-
-impl<T> Eq for Entry<T> {}
-
-impl<T> PartialOrd for Entry<T> {
+impl PartialOrd for Key {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
 }
 
-impl<T> Ord for Entry<T> {
+impl Ord for Key {
     /// Reversed, so that the max-heap pops the earliest `(at, seq)` first.
     fn cmp(&self, other: &Self) -> Ordering {
         (other.at, other.seq).cmp(&(self.at, self.seq))
@@ -60,9 +57,11 @@ impl<T> Ord for Entry<T> {
 /// Items waiting for their deadlines; by default [`PendingCopy`]s.
 ///
 /// Generic so that adapters and tests may queue their own item type; the queue never looks
-/// inside an item.
+/// inside an item. Keys live in a binary heap, items in a slab: insert and pop are O(log n)
+/// and move only 32-byte keys.
 pub struct DelayQueue<T = PendingCopy> {
-    heap: BinaryHeap<Entry<T>>,
+    heap: BinaryHeap<Key>,
+    items: Slab<T>,
     next_seq: u64,
 }
 
@@ -84,16 +83,14 @@ impl<T> std::fmt::Debug for DelayQueue<T> {
 impl<T> DelayQueue<T> {
     /// An empty queue.
     pub fn new() -> Self {
-        Self {
-            heap: BinaryHeap::new(),
-            next_seq: 0,
-        }
+        Self::with_capacity(0)
     }
 
     /// An empty queue with room for `capacity` items before it reallocates.
     pub fn with_capacity(capacity: usize) -> Self {
         Self {
             heap: BinaryHeap::with_capacity(capacity),
+            items: Slab::with_capacity(capacity),
             next_seq: 0,
         }
     }
@@ -102,12 +99,13 @@ impl<T> DelayQueue<T> {
     pub fn handle_copy(&mut self, item: T, at: Instant) {
         let seq = self.next_seq;
         self.next_seq = self.next_seq.wrapping_add(1);
-        self.heap.push(Entry { at, seq, item });
+        let slot = self.items.insert(item);
+        self.heap.push(Key { at, seq, slot });
     }
 
     /// The earliest deadline, for the adapter's timer; `None` when the queue is empty. O(1).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.heap.peek().map(|e| e.at)
+        self.heap.peek().map(|k| k.at)
     }
 
     /// Yields every item whose deadline is at or before `now`, earliest first (ties in the
@@ -130,7 +128,8 @@ impl<T> DelayQueue<T> {
     /// Empties the queue, yielding every item in no particular order: what is lost at
     /// shutdown.
     pub fn drain(&mut self) -> impl Iterator<Item = T> + '_ {
-        self.heap.drain().map(|e| e.item)
+        self.heap.clear();
+        self.items.drain()
     }
 }
 
@@ -148,7 +147,9 @@ impl<T> Iterator for Due<'_, T> {
         if self.queue.heap.peek()?.at > self.now {
             return None;
         }
-        self.queue.heap.pop().map(|e| e.item)
+        let key = self.queue.heap.pop()?;
+        // Every key names an occupied slot: both are added together and removed together.
+        Some(self.queue.items.remove(key.slot))
     }
 }
 

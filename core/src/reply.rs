@@ -74,8 +74,7 @@ pub struct AckReply<'a> {
 }
 
 /// Parses one numeric field: ASCII digits only, no sign, no whitespace, fits in `u64`.
-fn number(token: &str, field: &'static str) -> Result<u64, AckReplyError> {
-    let bytes = token.as_bytes();
+fn number(bytes: &[u8], field: &'static str) -> Result<u64, AckReplyError> {
     if bytes.is_empty() || !bytes.iter().all(u8::is_ascii_digit) {
         return Err(AckReplyError::Number(field));
     }
@@ -96,38 +95,42 @@ impl<'a> AckReply<'a> {
     /// first numeric field that is not plain digits or overflows `u64`, and
     /// [`AckReplyError::ZeroDelivered`].
     pub fn parse(subject: &'a [u8]) -> Result<Self, AckReplyError> {
-        if !subject.starts_with(ACK_PREFIX.as_bytes()) {
-            return Err(AckReplyError::NotAckSubject);
+        let rest = subject
+            .strip_prefix(ACK_PREFIX.as_bytes())
+            .ok_or(AckReplyError::NotAckSubject)?;
+        // At most 10 pieces: in the long form the 10th is the trailer, every token after the
+        // 11th, verbatim.
+        let mut pieces: [&'a [u8]; 10] = [&[]; 10];
+        let mut n = 0;
+        for piece in rest.splitn(10, |&b| b == b'.') {
+            pieces[n] = piece;
+            n += 1;
         }
-        let subject = std::str::from_utf8(subject).map_err(|_| AckReplyError::NotUtf8)?;
-        let rest = &subject[ACK_PREFIX.len()..];
-        let count = rest.split('.').count() + 2;
-        // In the long form the 10th piece is the trailer: every token after the 11th, verbatim.
-        let mut tokens = rest.splitn(10, '.');
-        let (domain, account_hash) = match count {
-            9 => (None, None),
-            n if n >= 11 => {
-                let domain = tokens.next().unwrap_or_default();
-                let hash = tokens.next().unwrap_or_default();
-                if domain.is_empty() || hash.is_empty() {
-                    return Err(AckReplyError::EmptyToken);
-                }
-                ((domain != "_").then_some(domain), Some(hash))
+        let (domain, account_hash, fields, trailer) = match n {
+            7 => (None, None, &pieces[..7], None),
+            9 | 10 => {
+                let domain = text(pieces[0])?;
+                let hash = text(pieces[1])?;
+                let trailer = match n {
+                    10 => Some(text(pieces[9])?),
+                    _ => None,
+                };
+                (
+                    (domain != "_").then_some(domain),
+                    Some(hash),
+                    &pieces[2..9],
+                    trailer,
+                )
             }
-            n => return Err(AckReplyError::TokenCount(n)),
+            n => return Err(AckReplyError::TokenCount(n + 2)),
         };
-        let mut next = || tokens.next().unwrap_or_default();
-        let stream = next();
-        let consumer = next();
-        if stream.is_empty() || consumer.is_empty() {
-            return Err(AckReplyError::EmptyToken);
-        }
-        let delivered = number(next(), "delivered")?;
-        let stream_sequence = number(next(), "stream sequence")?;
-        let consumer_sequence = number(next(), "consumer sequence")?;
-        let timestamp = number(next(), "timestamp")?;
-        let pending = number(next(), "pending")?;
-        let trailer = tokens.next();
+        let stream = text(fields[0])?;
+        let consumer = text(fields[1])?;
+        let delivered = number(fields[2], "delivered")?;
+        let stream_sequence = number(fields[3], "stream sequence")?;
+        let consumer_sequence = number(fields[4], "consumer sequence")?;
+        let timestamp = number(fields[5], "timestamp")?;
+        let pending = number(fields[6], "pending")?;
         if trailer.is_some_and(|t| t.split('.').any(str::is_empty)) {
             return Err(AckReplyError::EmptyToken);
         }
@@ -147,6 +150,14 @@ impl<'a> AckReply<'a> {
             trailer,
         })
     }
+}
+
+/// A name token (domain, account hash, stream, consumer, trailer): non-empty UTF-8.
+fn text(token: &[u8]) -> Result<&str, AckReplyError> {
+    if token.is_empty() {
+        return Err(AckReplyError::EmptyToken);
+    }
+    std::str::from_utf8(token).map_err(|_| AckReplyError::NotUtf8)
 }
 
 impl fmt::Display for AckReply<'_> {
