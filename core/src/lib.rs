@@ -23,6 +23,33 @@
 //! 6. Keep delayed Core copies in one [`DelayQueue`], driven by one timer through
 //!    [`DelayQueue::poll_timeout`] and [`DelayQueue::handle_timeout`].
 //!
+//! ```
+//! use std::time::{Duration, Instant};
+//! use ruststream_core::{
+//!     Action, AckReply, Delivery, Event, MountDeclaration, Outcome, Settlement, plan,
+//! };
+//!
+//! let policy = MountDeclaration::jetstream("orders", "ORDERS", "worker")
+//!     .max_attempts(3)
+//!     .dead_letter("dlq.orders")
+//!     .validate()?;
+//! let reply = b"$JS.ACK.ORDERS.worker.1.42.42.1700000000000000000.0";
+//! let delivery = Delivery::jetstream("orders.new", AckReply::parse(reply)?);
+//! # #[allow(clippy::disallowed_methods)]
+//! let now = Instant::now(); // the adapter's one clock read
+//!
+//! assert!(plan(&delivery, Event::Arrived, &policy, now).runs_handler());
+//! let outcome = Outcome::RetryAfter(Duration::from_millis(200)); // what the handler said
+//! let decided = plan(&delivery, Event::Handled(outcome), &policy, now);
+//! for action in &decided {
+//!     match action {
+//!         Action::Settle(s) => assert_eq!(s.payload().as_bytes(), br#"-NAK {"delay": 200000000}"#),
+//!         other => unreachable!("{other:?}"),
+//!     }
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # Invariants
 //! - A plan has at most [`MAX_ACTIONS`] actions, at most one settlement, and the settlement
 //!   is last; every publish comes before it.
