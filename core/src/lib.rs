@@ -26,7 +26,7 @@
 //! ```
 //! use std::time::{Duration, Instant};
 //! use ruststream_core::{
-//!     Action, AckReply, Delivery, Event, MountDeclaration, Outcome, Settlement, plan,
+//!     Action, AckReply, Delivery, Event, MountDeclaration, Outcome, plan,
 //! };
 //!
 //! let policy = MountDeclaration::jetstream("orders", "ORDERS", "worker")
