@@ -130,6 +130,61 @@ pub enum Action<'p> {
     Log(Log),
 }
 
+impl std::fmt::Display for Action<'_> {
+    /// A one-line description of what goes on the wire, for logs and traces: the ack payload
+    /// itself, or `copy to <subject> (x-ruststream-retry-count: <n>)` with ` armed` for a
+    /// delayed one, `dead letter to <subject>`, `log <what>`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Settle(s) => f.write_str(&String::from_utf8_lossy(s.payload().as_bytes())),
+            Self::PublishCopy {
+                subject,
+                retry_count,
+            } => {
+                write!(
+                    f,
+                    "copy to {subject} ({}: {})",
+                    crate::RETRY_COUNT_HEADER,
+                    retry_count.0
+                )
+            }
+            Self::ScheduleCopy {
+                subject,
+                retry_count,
+                ..
+            } => write!(
+                f,
+                "copy to {subject} ({}: {}) armed",
+                crate::RETRY_COUNT_HEADER,
+                retry_count.0
+            ),
+            Self::PublishDeadLetter { subject } => write!(f, "dead letter to {subject}"),
+            Self::Log(Log::Unsupported(e)) => write!(f, "log {e}"),
+            Self::Log(Log::RetryCountIgnored { values }) => {
+                write!(f, "log {values} retry-count value(s) ignored")
+            }
+            Self::Log(Log::LetGo) => f.write_str("log let go at the limit"),
+            Self::Log(Log::Lost) => f.write_str("log lost"),
+        }
+    }
+}
+
+impl std::fmt::Display for Plan<'_> {
+    /// The actions' descriptions joined by `, `, or `nothing`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.actions.is_empty() {
+            return f.write_str("nothing");
+        }
+        for (i, action) in self.actions.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{action}")?;
+        }
+        Ok(())
+    }
+}
+
 /// What a plan amounts to, for traces and summaries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Disposition {
@@ -157,6 +212,28 @@ pub enum Disposition {
     DeadLetterRetry,
     /// A Core delivery's publish failed: it is lost.
     Lost,
+}
+
+impl Disposition {
+    /// A short lower-case name: `run`, `acked`, `dropped`, `retried`, `delayed`,
+    /// `dead-lettered`, `terminated`, `let-go`, `unsupported`, `no-outcome`,
+    /// `dead-letter-retry`, `lost`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::RunHandler => "run",
+            Self::Acked => "acked",
+            Self::Dropped => "dropped",
+            Self::Retried => "retried",
+            Self::Delayed => "delayed",
+            Self::DeadLettered => "dead-lettered",
+            Self::Terminated => "terminated",
+            Self::LetGo => "let-go",
+            Self::Unsupported => "unsupported",
+            Self::NoOutcome => "no-outcome",
+            Self::DeadLetterRetry => "dead-letter-retry",
+            Self::Lost => "lost",
+        }
+    }
 }
 
 /// An ordered list of at most [`MAX_ACTIONS`] actions, and what they amount to.

@@ -524,3 +524,31 @@ fn core_delivery_on_a_jetstream_mount_has_nowhere_to_copy() {
     let pl = plan(&core(1), Outcome::Retry.into(), &p, now());
     assert_eq!(pl.actions(), [Action::Log(Log::LetGo)]);
 }
+
+#[test]
+fn plans_describe_their_wire_actions() {
+    let p = js_policy(Some(3), true);
+    assert_eq!(
+        plan(&js(3), Outcome::Retry.into(), &p, now()).to_string(),
+        "dead letter to dlq.orders, +TERM"
+    );
+    assert_eq!(
+        plan(
+            &js(1),
+            Outcome::RetryAfter(Duration::from_millis(5)).into(),
+            &p,
+            now()
+        )
+        .to_string(),
+        r#"-NAK {"delay": 5000000}"#
+    );
+    assert_eq!(
+        plan(&js(1), Outcome::None.into(), &p, now()).to_string(),
+        "nothing"
+    );
+    let c = core_subject(Some(3), false);
+    assert_eq!(
+        plan(&core(2), Outcome::Retry.into(), &c, now()).to_string(),
+        "log acknowledgement is not supported on a Core NATS delivery, copy to orders.new (x-ruststream-retry-count: 2)"
+    );
+}

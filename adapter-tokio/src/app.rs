@@ -1,0 +1,526 @@
+//! The app: connection, mounts, start-up validation, and shutdown.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::consumer::{AckPolicy as JsAckPolicy, pull};
+use async_nats::{Client, ConnectOptions};
+use ruststream_core::{AckPolicy, ConsumerFacts, DeclarationError, Descriptor, MountPolicy};
+use serde::de::DeserializeOwned;
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
+
+use crate::exec::{DeadLetterSink, MountContext, Observer, Settled};
+use crate::handler::{Handler, Json};
+use crate::mount::Mount;
+use crate::runtime;
+use crate::worker::{core_loop, delay_loop, jetstream_loop};
+use ruststream_core::Outcome;
+
+/// How long a graceful shutdown lets in-flight handlers finish, by default: 10 seconds.
+pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(10);
+
+/// Why the app did not start. Every error about a mount names it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// A declaration breaks a rule of SETTLEMENT.md (7, 10, 11, or the server-side ones).
+    #[error(transparent)]
+    Declaration(#[from] DeclarationError),
+    /// Two mounts have the same name.
+    #[error("two mounts are named `{0}`; mount names must be unique")]
+    DuplicateMount(String),
+    /// The connection could not be made. The message never holds the URL or credentials.
+    #[error("cannot connect to NATS: {0}")]
+    Connect(String),
+    /// The server refused or lacks what a mount needs (its stream, its consumer, a
+    /// subscription).
+    #[error("mount `{mount}`: {reason}")]
+    Server {
+        /// The mount's name.
+        mount: String,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+fn server_error(mount: &str, reason: impl std::fmt::Display) -> StartError {
+    StartError::Server {
+        mount: mount.to_owned(),
+        reason: reason.to_string(),
+    }
+}
+
+enum Connect {
+    Url {
+        url: String,
+        options: Box<ConnectOptions>,
+    },
+    Client(Client),
+}
+
+/// A set of mounts to run against one NATS connection.
+///
+/// ```no_run
+/// use ruststream_tokio::{App, Mount, Outcome};
+///
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// let report = App::new("nats://127.0.0.1:4222")
+///     .mount(Mount::core_subject("greetings", "greet.new").max_attempts(3), |d: ruststream_tokio::Delivery| async move {
+///         println!("attempt {}: {:?}", d.attempt, d.payload);
+///         Outcome::Ack
+///     })
+///     .run() // until SIGINT or SIGTERM
+///     .await?;
+/// # Ok(()) }
+/// ```
+pub struct App {
+    connect: Connect,
+    mounts: Vec<(Mount, Arc<dyn Handler>)>,
+    grace: Duration,
+    observer: Option<Observer>,
+}
+
+impl std::fmt::Debug for App {
+    /// Shows the mounts, never the connection options (they may hold credentials).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("App")
+            .field(
+                "mounts",
+                &self
+                    .mounts
+                    .iter()
+                    .map(|(m, _)| m.name())
+                    .collect::<Vec<_>>(),
+            )
+            .field("grace", &self.grace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl App {
+    fn with_connect(connect: Connect) -> Self {
+        Self {
+            connect,
+            mounts: Vec::new(),
+            grace: DEFAULT_GRACE_PERIOD,
+            observer: None,
+        }
+    }
+
+    /// An app that connects to `url` (e.g. `nats://127.0.0.1:4222`, or several separated by
+    /// commas) with default options.
+    pub fn new(url: &str) -> Self {
+        Self::with_options(url, ConnectOptions::new())
+    }
+
+    /// An app that connects to `url` with `options`: credentials, tokens, TLS and the rest
+    /// pass through to async-nats untouched, and never appear in a log line.
+    pub fn with_options(url: &str, options: ConnectOptions) -> Self {
+        Self::with_connect(Connect::Url {
+            url: url.to_owned(),
+            options: Box::new(options),
+        })
+    }
+
+    /// An app on an existing client. Shutdown flushes it but does not drain it: the
+    /// application owns it.
+    pub fn with_client(client: Client) -> Self {
+        Self::with_connect(Connect::Client(client))
+    }
+
+    /// Mounts `handler` on `mount`.
+    #[must_use]
+    pub fn mount(mut self, mount: Mount, handler: impl Handler) -> Self {
+        self.mounts.push((mount, Arc::new(handler)));
+        self
+    }
+
+    /// Mounts a typed handler: the payload is decoded as JSON into `T`. A payload that does
+    /// not decode goes straight to the at-limit path (dead-lettered if the mount has a
+    /// dead-letter subject, otherwise `+TERM` on JetStream and let go on Core); see [`Json`].
+    #[must_use]
+    pub fn mount_json<T, F, Fut>(self, mount: Mount, handler: F) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        F: Fn(T, crate::Delivery) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Outcome> + Send + 'static,
+    {
+        self.mount(mount, Json::new(handler))
+    }
+
+    /// How long a graceful shutdown lets in-flight handlers finish and delayed Core copies
+    /// fall due (default [`DEFAULT_GRACE_PERIOD`]).
+    #[must_use]
+    pub fn grace_period(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// Calls `observer` after every settlement, from the task that settled it. Keep it quick.
+    #[must_use]
+    pub fn on_settled(mut self, observer: impl Fn(&Settled) + Send + Sync + 'static) -> Self {
+        self.observer = Some(Arc::new(observer));
+        self
+    }
+
+    /// Validates every mount, connects, checks the server side, and starts consuming.
+    ///
+    /// Nothing is consumed until every mount has passed: the pure rules first (before
+    /// connecting), then the server-side ones (the stream and consumer, the consumer's ack
+    /// policy and `max_deliver`, whether a stream stores each dead-letter subject).
+    /// Warnings (a consumer `BackOff`, a Core dead-letter subject no stream stores) are logged.
+    ///
+    /// # Errors
+    /// [`StartError::Declaration`] or [`StartError::DuplicateMount`] for a bad declaration,
+    /// [`StartError::Connect`], and [`StartError::Server`] when the server lacks or refuses
+    /// what a mount needs.
+    pub async fn start(self) -> Result<Running, StartError> {
+        let mut names = HashSet::new();
+        let mut policies = Vec::with_capacity(self.mounts.len());
+        for (mount, _) in &self.mounts {
+            if !names.insert(mount.name().to_owned()) {
+                return Err(StartError::DuplicateMount(mount.name().to_owned()));
+            }
+            policies.push(mount.declaration.validate()?);
+        }
+
+        let (client, owns_client) = match self.connect {
+            Connect::Client(client) => (client, false),
+            Connect::Url { url, options } => {
+                let client = options.connect(url.as_str()).await.map_err(|e| {
+                    use async_nats::ConnectErrorKind as K;
+                    let detail = match e.kind() {
+                        // These sources name no address or credential.
+                        K::Io | K::TimedOut | K::Dns => std::error::Error::source(&e)
+                            .map(|s| format!("{}: {s}", e.kind()))
+                            .unwrap_or_else(|| e.kind().to_string()),
+                        other => other.to_string(),
+                    };
+                    StartError::Connect(detail)
+                })?;
+                (client, true)
+            }
+        };
+        let js = async_nats::jetstream::new(client.clone());
+
+        // Server-side checks, for every mount, before anything is consumed.
+        let mut prepared = Vec::with_capacity(self.mounts.len());
+        for ((mount, handler), policy) in self.mounts.into_iter().zip(policies) {
+            let name = mount.name().to_owned();
+            let consumer = match policy.descriptor() {
+                Descriptor::JetStream { stream, consumer } => {
+                    Some(bind_consumer(&js, &mount, &policy, stream, consumer).await?)
+                }
+                Descriptor::CoreSubject(_) | Descriptor::CoreWildcard { .. } => None,
+            };
+            let dead_letters = dead_letter_sink(&js, &policy).await?;
+            tracing::debug!(mount = %name, "mount checked");
+            prepared.push((mount, handler, policy, consumer, dead_letters));
+        }
+
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let (finish_tx, finish_rx) = watch::channel(None);
+        let (delay_tx, delay_rx) = mpsc::unbounded_channel();
+        let mut loops = Vec::new();
+        let mut slots = Vec::new();
+        let mount_count = prepared.len();
+
+        // Subscribe every Core mount before any loop starts, so that a refused subscription
+        // stops start-up with nothing consumed.
+        let mut subscriptions = Vec::with_capacity(prepared.len());
+        for (mount, _, policy, _, _) in &prepared {
+            subscriptions.push(subscribe(&client, mount, policy).await?);
+        }
+        // Once `start` returns, the server knows every subscription: a message published
+        // after that reaches the mounts.
+        client
+            .flush()
+            .await
+            .map_err(|e| StartError::Connect(format!("flush after subscribing: {}", e.kind())))?;
+
+        for (index, ((mount, handler, policy, consumer, dead_letters), subscribers)) in
+            prepared.into_iter().zip(subscriptions).enumerate()
+        {
+            let jetstream_names = match policy.descriptor() {
+                Descriptor::JetStream { stream, consumer } => {
+                    Some((Arc::from(stream.as_str()), Arc::from(consumer.as_str())))
+                }
+                _ => None,
+            };
+            let ctx = Arc::new(MountContext {
+                index,
+                name: Arc::from(mount.name()),
+                policy,
+                handler,
+                client: client.clone(),
+                dead_letters,
+                delayed: delay_tx.clone(),
+                jetstream_names,
+                observer: self.observer.clone(),
+            });
+            let semaphore = Arc::new(Semaphore::new(mount.concurrency.get()));
+            slots.push((ctx.name.clone(), semaphore.clone(), mount.concurrency.get()));
+            let task = match consumer {
+                Some(consumer) => runtime::spawn(jetstream_loop(
+                    ctx,
+                    consumer,
+                    semaphore,
+                    mount.concurrency,
+                    shutdown_rx.clone(),
+                )),
+                None => runtime::spawn(core_loop(ctx, subscribers, semaphore, shutdown_rx.clone())),
+            };
+            loops.push(task);
+        }
+        drop(delay_tx);
+
+        let (lost_tx, lost_rx) = oneshot::channel();
+        let delay_client = client.clone();
+        let delay_task = runtime::spawn(async move {
+            let lost = delay_loop(delay_client, delay_rx, finish_rx, mount_count).await;
+            let _ = lost_tx.send(lost);
+        });
+        tracing::info!(mounts = mount_count, "ruststream started");
+
+        Ok(Running {
+            client,
+            owns_client,
+            shutdown: Arc::new(shutdown_tx),
+            finish: finish_tx,
+            loops,
+            delay_task,
+            lost: lost_rx,
+            slots,
+            grace: self.grace,
+        })
+    }
+
+    /// Starts the app and runs it until SIGINT or SIGTERM, then shuts down gracefully.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start).
+    pub async fn run(self) -> Result<ShutdownReport, StartError> {
+        Ok(self.start().await?.until_signal().await)
+    }
+}
+
+/// Binds the mount's durable, or creates it (explicit ack, the mount's `ack_wait`, no
+/// `max_deliver`), and checks it against rule 11. The consumer is never changed.
+async fn bind_consumer(
+    js: &async_nats::jetstream::Context,
+    mount: &Mount,
+    policy: &MountPolicy,
+    stream: &str,
+    consumer: &str,
+) -> Result<async_nats::jetstream::consumer::PullConsumer, StartError> {
+    let name = mount.name();
+    let stream_handle = js
+        .get_stream(stream)
+        .await
+        .map_err(|e| server_error(name, format!("stream `{stream}`: {e}")))?;
+    let config = pull::Config {
+        durable_name: Some(consumer.to_owned()),
+        ack_policy: JsAckPolicy::Explicit,
+        ack_wait: mount.ack_wait,
+        max_deliver: -1,
+        filter_subject: mount.filter_subject.clone().unwrap_or_default(),
+        ..Default::default()
+    };
+    let bound = stream_handle
+        .get_or_create_consumer(consumer, config)
+        .await
+        .map_err(|e| {
+            server_error(
+                name,
+                format!("consumer `{consumer}` on stream `{stream}`: {e}"),
+            )
+        })?;
+    let info = &bound.cached_info().config;
+    let facts = ConsumerFacts {
+        ack_policy: match info.ack_policy {
+            JsAckPolicy::Explicit => AckPolicy::Explicit,
+            JsAckPolicy::All => AckPolicy::All,
+            JsAckPolicy::None => AckPolicy::None,
+        },
+        max_deliver: info.max_deliver,
+        backoff: !info.backoff.is_empty(),
+    };
+    for warning in policy.check_consumer(&facts)? {
+        tracing::warn!("{warning}");
+    }
+    Ok(bound)
+}
+
+/// Decides where the mount's dead letters go (rule 8): a JetStream publish where a stream
+/// stores the subject; otherwise a refusal for a JetStream mount, a plain publish with a
+/// warning for a Core mount.
+async fn dead_letter_sink(
+    js: &async_nats::jetstream::Context,
+    policy: &MountPolicy,
+) -> Result<DeadLetterSink, StartError> {
+    let Some(subject) = policy.dead_letter() else {
+        return Ok(DeadLetterSink::Plain);
+    };
+    let stored = match js.stream_by_subject(subject.as_str()).await {
+        Ok(stream) => {
+            tracing::debug!(mount = policy.name(), %subject, %stream, "dead letters stored by a stream");
+            true
+        }
+        Err(e) => {
+            tracing::debug!(mount = policy.name(), %subject, error = %e, "no stream found for the dead-letter subject");
+            false
+        }
+    };
+    if let Some(warning) = policy.check_dead_letter_storage(stored)? {
+        tracing::warn!("{warning}");
+    }
+    Ok(match stored {
+        true => DeadLetterSink::JetStream(Box::new(js.clone())),
+        false => DeadLetterSink::Plain,
+    })
+}
+
+/// The Core subscriptions of a mount: its subject or wildcard, in its queue group if any,
+/// and for a wildcard that does not match its copy subject, the copy subject too (rule 10).
+/// None for a JetStream mount.
+async fn subscribe(
+    client: &Client,
+    mount: &Mount,
+    policy: &MountPolicy,
+) -> Result<Vec<async_nats::Subscriber>, StartError> {
+    let subjects: Vec<String> = match policy.descriptor() {
+        Descriptor::CoreSubject(s) => vec![s.to_string()],
+        Descriptor::CoreWildcard { wildcard, .. } => std::iter::once(wildcard.to_string())
+            .chain(policy.extra_subscription().map(ToString::to_string))
+            .collect(),
+        Descriptor::JetStream { .. } => Vec::new(),
+    };
+    let mut subscribers = Vec::with_capacity(subjects.len());
+    for subject in subjects {
+        let subscriber = match &mount.queue_group {
+            Some(group) => client.queue_subscribe(subject.clone(), group.clone()).await,
+            None => client.subscribe(subject.clone()).await,
+        }
+        .map_err(|e| server_error(mount.name(), format!("subscribe to `{subject}`: {e}")))?;
+        subscribers.push(subscriber);
+    }
+    Ok(subscribers)
+}
+
+/// A handle that asks a running app to shut down gracefully. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct ShutdownHandle(Arc<watch::Sender<bool>>);
+
+impl ShutdownHandle {
+    /// Asks the app to stop: it stops consuming, and [`Running::until_signal`] returns after
+    /// the graceful shutdown.
+    pub fn shutdown(&self) {
+        self.0.send_replace(true);
+    }
+}
+
+/// What a graceful shutdown left behind.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Handlers still running at the end of the grace period, per mount: their JetStream
+    /// deliveries come back after `ack_wait`; their Core deliveries are gone.
+    pub abandoned: Vec<(String, usize)>,
+    /// Delayed Core copies still waiting at the end of the grace period, per mount: lost, as
+    /// SETTLEMENT.md says (rule 14).
+    pub lost_copies: Vec<(String, usize)>,
+}
+
+/// A started app.
+pub struct Running {
+    client: Client,
+    owns_client: bool,
+    shutdown: Arc<watch::Sender<bool>>,
+    finish: watch::Sender<Option<Instant>>,
+    loops: Vec<runtime::Task>,
+    delay_task: runtime::Task,
+    lost: oneshot::Receiver<Vec<usize>>,
+    slots: Vec<(Arc<str>, Arc<Semaphore>, usize)>,
+    grace: Duration,
+}
+
+impl std::fmt::Debug for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Running")
+            .field(
+                "mounts",
+                &self.slots.iter().map(|(n, _, _)| n).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl Running {
+    /// The NATS client the app runs on.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// A handle to ask for shutdown from elsewhere.
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        ShutdownHandle(self.shutdown.clone())
+    }
+
+    /// Waits for SIGINT, SIGTERM, or a [`ShutdownHandle::shutdown`], then shuts down
+    /// gracefully.
+    pub async fn until_signal(self) -> ShutdownReport {
+        let mut asked = self.shutdown.subscribe();
+        tokio::select! {
+            signal = runtime::termination_signal() => match signal {
+                Ok(name) => tracing::info!(signal = name, "shutting down"),
+                Err(e) => tracing::error!(error = %e, "cannot listen for signals; shutting down"),
+            },
+            _ = asked.wait_for(|stop| *stop) => tracing::info!("shutdown requested"),
+        }
+        self.shutdown().await
+    }
+
+    /// Shuts down gracefully (rule 14): stops consuming (no new pulls; Core subscriptions
+    /// end), lets in-flight handlers finish and settle within the grace period, publishes
+    /// delayed copies that fall due within it, flushes, and drains the connection if the app
+    /// opened it. Logs what was left behind, and returns it.
+    pub async fn shutdown(self) -> ShutdownReport {
+        let deadline = runtime::now() + self.grace;
+        self.shutdown.send_replace(true);
+        for task in self.loops {
+            runtime::join(task).await;
+        }
+        let mut report = ShutdownReport::default();
+        for (name, semaphore, total) in &self.slots {
+            let left = deadline.saturating_duration_since(runtime::now());
+            let all = u32::try_from(*total).unwrap_or(u32::MAX);
+            let done = runtime::timeout(left, semaphore.acquire_many(all)).await;
+            if done.is_none() {
+                let running = total - semaphore.available_permits();
+                tracing::warn!(mount = %name, handlers = running, "grace period over with handlers still running");
+                report.abandoned.push((name.to_string(), running));
+            }
+        }
+        self.finish.send_replace(Some(deadline));
+        runtime::join(self.delay_task).await;
+        if let Ok(lost) = self.lost.await {
+            for ((name, _, _), n) in self.slots.iter().zip(lost) {
+                if n > 0 {
+                    tracing::warn!(mount = %name, copies = n, "delayed Core copies lost at shutdown");
+                    report.lost_copies.push((name.to_string(), n));
+                }
+            }
+        }
+        if let Err(e) = self.client.flush().await {
+            tracing::warn!(error = %e, "flush at shutdown failed");
+        }
+        if self.owns_client {
+            if let Err(e) = self.client.drain().await {
+                tracing::warn!(error = %e, "drain at shutdown failed");
+            }
+        }
+        tracing::info!("ruststream stopped");
+        report
+    }
+}

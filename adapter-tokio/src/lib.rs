@@ -1,0 +1,48 @@
+//! # ruststream-tokio
+//!
+//! Runs message handlers over NATS on tokio and settles every delivery as SETTLEMENT.md says:
+//! on JetStream with `+ACK`, `-NAK`, `-NAK {"delay": ns}` or `+TERM` on the ack reply
+//! subject; on Core NATS with copies carrying `x-ruststream-retry-count`, bounded by
+//! `max_attempts`, and dead letters that are confirmed before anything is settled.
+//!
+//! # How to drive it
+//! 1. Declare mounts: [`Mount::core_subject`], [`Mount::core_wildcard`] (with the subject its
+//!    copies go to) or [`Mount::jetstream`] (a durable pull consumer), with
+//!    [`Mount::max_attempts`] and [`Mount::dead_letter`].
+//! 2. Put a handler on each: an `async fn(Delivery) -> Outcome` with [`App::mount`], or a
+//!    typed one with [`App::mount_json`].
+//! 3. [`App::start`] validates everything (errors name the mount) and starts consuming;
+//!    [`App::run`] also waits for SIGINT/SIGTERM and shuts down gracefully.
+//!
+//! The decisions are made by `ruststream-core`'s planner; this crate only executes its plans
+//! over async-nats, with one `match` per action ([`exec`](crate) module).
+//!
+//! # Behaviour worth knowing
+//! - `AckError::Unsupported` (a Core delivery asked to `ack`, `drop`, or `retry` without a
+//!   limit) is logged at **debug** level: a healthy Core service acks every message, and a
+//!   warning per message would flood its logs. The settlement trace is at debug level under
+//!   the target `ruststream::settlement`; dead letters and limits reached are warnings.
+//! - A handler that panics is logged at error level and counts as no outcome (rule 13).
+//! - A JetStream mount pulls only as many messages as it has free handler slots
+//!   ([`Mount::concurrency`]).
+//! - Delayed Core copies wait in one in-process queue driven by one timer; copies still
+//!   waiting when a shutdown's grace period ends are lost and reported.
+
+#![warn(missing_docs)]
+
+mod app;
+mod exec;
+mod handler;
+mod mount;
+mod runtime;
+mod worker;
+
+pub use app::{App, DEFAULT_GRACE_PERIOD, Running, ShutdownHandle, ShutdownReport, StartError};
+pub use exec::Settled;
+pub use handler::{DecodeError, Delivery, Handler, JetStreamInfo, Json, OutcomeFuture};
+pub use mount::{DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY, Mount};
+pub use ruststream_core::{Attempt, DeclarationError, Disposition, Outcome};
+
+/// Re-exported so applications can build [`App::with_options`] and read headers without
+/// naming async-nats themselves.
+pub use async_nats;

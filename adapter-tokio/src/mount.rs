@@ -1,0 +1,121 @@
+//! Mount declarations: a descriptor, its limits, and how the runtime consumes it.
+
+use std::num::NonZeroUsize;
+use std::time::Duration;
+
+use ruststream_core::MountDeclaration;
+
+/// The `ack_wait` given to a JetStream consumer the runtime creates: 30 seconds, the server's
+/// own default.
+pub const DEFAULT_ACK_WAIT: Duration = Duration::from_secs(30);
+
+/// How many deliveries of one mount are handled at once, by default.
+pub const DEFAULT_CONCURRENCY: usize = 64;
+
+/// A mount point as the application declares it: where a handler listens, `max_attempts`,
+/// the dead-letter subject, and how the runtime consumes it.
+///
+/// Nothing is checked until [`App::start`](crate::App::start), which refuses a bad declaration
+/// with an error naming the mount.
+#[derive(Debug, Clone)]
+pub struct Mount {
+    pub(crate) declaration: MountDeclaration,
+    pub(crate) queue_group: Option<String>,
+    pub(crate) concurrency: NonZeroUsize,
+    pub(crate) ack_wait: Duration,
+    pub(crate) filter_subject: Option<String>,
+}
+
+impl Mount {
+    fn new(declaration: MountDeclaration) -> Self {
+        Self {
+            declaration,
+            queue_group: None,
+            concurrency: NonZeroUsize::new(DEFAULT_CONCURRENCY).unwrap_or(NonZeroUsize::MIN),
+            ack_wait: DEFAULT_ACK_WAIT,
+            filter_subject: None,
+        }
+    }
+
+    /// A mount named `name` on the literal Core subject `subject`; copies go back to it.
+    pub fn core_subject(name: &str, subject: &str) -> Self {
+        Self::new(MountDeclaration::core_subject(name, subject))
+    }
+
+    /// A mount named `name` on the Core wildcard `wildcard`; copies go to the literal
+    /// `copy_subject`. When the wildcard does not match `copy_subject`, the mount subscribes
+    /// to it too, so each copy is handled once (rule 10).
+    pub fn core_wildcard(name: &str, wildcard: &str, copy_subject: &str) -> Self {
+        Self::new(MountDeclaration::core_wildcard(
+            name,
+            wildcard,
+            Some(copy_subject),
+        ))
+    }
+
+    /// A mount named `name` on the JetStream pull consumer `consumer` (a durable) of stream
+    /// `stream`. If the durable exists it is bound as it is, never changed; otherwise it is
+    /// created with explicit ack, [`ack_wait`](Self::ack_wait), and no `max_deliver`.
+    pub fn jetstream(name: &str, stream: &str, consumer: &str) -> Self {
+        Self::new(MountDeclaration::jetstream(name, stream, consumer))
+    }
+
+    /// Bounds the attempts (the first delivery is attempt 1). Must be at least 1.
+    #[must_use]
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.declaration = self.declaration.max_attempts(n);
+        self
+    }
+
+    /// Where deliveries at the limit go, unchanged. Needs `max_attempts`. On a JetStream mount
+    /// a stream must store this subject.
+    #[must_use]
+    pub fn dead_letter(mut self, subject: &str) -> Self {
+        self.declaration = self.declaration.dead_letter(subject);
+        self
+    }
+
+    /// The delay of the `-NAK` sent when a JetStream dead-letter publish fails (default 5 s).
+    #[must_use]
+    pub fn dead_letter_retry_delay(mut self, delay: Duration) -> Self {
+        self.declaration = self.declaration.dead_letter_retry_delay(delay);
+        self
+    }
+
+    /// How many deliveries of this mount run at once (default [`DEFAULT_CONCURRENCY`]). A
+    /// JetStream mount fetches only as many messages as it has free slots.
+    #[must_use]
+    pub fn concurrency(mut self, n: NonZeroUsize) -> Self {
+        self.concurrency = n;
+        self
+    }
+
+    /// Subscribes a Core mount in this queue group, so that each message goes to one member.
+    /// Ignored by JetStream mounts.
+    #[must_use]
+    pub fn queue_group(mut self, group: &str) -> Self {
+        self.queue_group = Some(group.to_owned());
+        self
+    }
+
+    /// The `ack_wait` of a consumer the runtime creates (default [`DEFAULT_ACK_WAIT`]); an
+    /// existing consumer keeps its own.
+    #[must_use]
+    pub fn ack_wait(mut self, ack_wait: Duration) -> Self {
+        self.ack_wait = ack_wait;
+        self
+    }
+
+    /// The filter subject of a consumer the runtime creates; an existing consumer keeps its
+    /// own.
+    #[must_use]
+    pub fn filter_subject(mut self, subject: &str) -> Self {
+        self.filter_subject = Some(subject.to_owned());
+        self
+    }
+
+    /// The mount's name.
+    pub fn name(&self) -> &str {
+        self.declaration.name()
+    }
+}

@@ -1,0 +1,945 @@
+// The conformance scenarios, written once. Each adapter's test file defines `adapter` (the
+// crate under test) and `run` (how to drive a future on its runtime), then `include!`s this
+// file. Test names follow SETTLEMENT.md: `row_NN_*` for Part C rows, `rule_NN_*` for Part B.
+//
+// Every test starts its own nats-server (a free port, a temporary store) and its own app.
+// Assertions wait for eventual outcomes with generous deadlines; delays are in milliseconds.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use adapter::async_nats::HeaderMap;
+use adapter::{App, Delivery, Disposition, Mount, Outcome, Running, Settled, StartError};
+use ruststream_tests::{NatsServer, TestClient, Wire, capture_logs, eventually, logged};
+
+/// Handler runs: (attempt, payload, when).
+type Runs = Arc<Mutex<Vec<(u64, String, Instant)>>>;
+
+/// Settlements the app reported.
+type Events = Arc<Mutex<Vec<Settled>>>;
+
+/// A handler that records each run and returns `script(attempt, payload)`.
+fn scripted(
+    runs: &Runs,
+    script: impl Fn(u64, &str) -> Outcome + Send + Sync + 'static,
+) -> impl Fn(Delivery) -> std::future::Ready<Outcome> + Send + Sync + 'static {
+    let runs = runs.clone();
+    move |d: Delivery| {
+        let payload = String::from_utf8_lossy(&d.payload).into_owned();
+        let outcome = script(d.attempt.get(), &payload);
+        runs.lock().unwrap().push((d.attempt.get(), payload, Instant::now()));
+        std::future::ready(outcome)
+    }
+}
+
+fn runs() -> Runs {
+    Arc::new(Mutex::new(Vec::new()))
+}
+
+fn attempts(runs: &Runs) -> Vec<u64> {
+    runs.lock().unwrap().iter().map(|r| r.0).collect()
+}
+
+async fn start(server: &NatsServer, events: &Events, build: impl FnOnce(App) -> App) -> Running {
+    capture_logs();
+    let sink = events.clone();
+    let app = App::new(&server.url())
+        .grace_period(Duration::from_secs(2))
+        .on_settled(move |s| sink.lock().unwrap().push(s.clone()));
+    match build(app).start().await {
+        Ok(running) => running,
+        Err(e) => panic!("the app did not start: {e}"),
+    }
+}
+
+fn events() -> Events {
+    Arc::new(Mutex::new(Vec::new()))
+}
+
+async fn settled(events: &Events, n: usize) -> Vec<Settled> {
+    eventually(&format!("{n} settlement(s)"), || {
+        let all = events.lock().unwrap().clone();
+        (all.len() >= n).then_some(all)
+    })
+    .await
+}
+
+fn dispositions(events: &Events) -> Vec<Disposition> {
+    events.lock().unwrap().iter().map(|s| s.disposition).collect()
+}
+
+async fn start_err(server: &NatsServer, build: impl FnOnce(App) -> App) -> StartError {
+    capture_logs();
+    let app = App::new(&server.url());
+    build(app).start().await.expect_err("start-up must refuse this declaration")
+}
+
+fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    for (n, v) in pairs {
+        h.append(*n, *v);
+    }
+    h
+}
+
+/// A JetStream set-up: stream ORDERS on `orders.>`, stream DLQ on `dlq.>`.
+async fn js_setup(server: &NatsServer) -> TestClient {
+    let tc = TestClient::connect(server).await;
+    tc.stream("ORDERS", &["orders.>"]).await;
+    tc.stream("DLQ", &["dlq.>"]).await;
+    tc
+}
+
+fn js_mount(name: &str) -> Mount {
+    Mount::jetstream(name, "ORDERS", "worker").ack_wait(Duration::from_millis(700))
+}
+
+/// Sleeps a little to show that nothing more happens.
+async fn quiet(ms: u64) {
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+}
+
+// ---------------------------------------------------------------- JetStream rows (Part C)
+
+#[test]
+fn row_01_jetstream_ack() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = js_setup(&server).await;
+        let acks = Wire::watch(&tc.client, "$JS.ACK.ORDERS.>").await;
+        let (r, ev) = (runs(), events());
+        let app = start(&server, &ev, |a| a.mount(js_mount("js-ack").max_attempts(3), scripted(&r, |_, _| Outcome::Ack))).await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"order-1").await;
+        acks.at_least(1).await;
+        assert_eq!(acks.payloads(), ["+ACK"]);
+        let ci = eventually_info(&tc, |i| i.num_ack_pending == 0 && i.num_pending == 0).await;
+        assert_eq!(ci.num_redelivered, 0);
+        quiet(900).await; // past ack_wait: nothing comes back
+        assert_eq!(attempts(&r), [1]);
+        assert_eq!(dispositions(&ev), [Disposition::Acked]);
+        app.shutdown().await;
+    });
+}
+
+/// Waits until the consumer's info satisfies `ok`.
+async fn eventually_info(
+    tc: &TestClient,
+    ok: impl Fn(&adapter::async_nats::jetstream::consumer::Info) -> bool,
+) -> adapter::async_nats::jetstream::consumer::Info {
+    let deadline = Instant::now() + ruststream_tests::PATIENCE;
+    loop {
+        let info = tc.consumer_info("ORDERS", "worker").await;
+        if ok(&info) {
+            return info;
+        }
+        assert!(Instant::now() < deadline, "consumer info never matched: {info:?}");
+        quiet(50).await;
+    }
+}
+
+#[test]
+fn row_02_jetstream_drop() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = js_setup(&server).await;
+        let acks = Wire::watch(&tc.client, "$JS.ACK.ORDERS.>").await;
+        let (r, ev) = (runs(), events());
+        let app = start(&server, &ev, |a| a.mount(js_mount("js-drop").max_attempts(3), scripted(&r, |_, _| Outcome::Drop))).await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"order-1").await;
+        acks.at_least(1).await;
+        assert_eq!(acks.payloads(), ["+TERM"]);
+        eventually_info(&tc, |i| i.num_ack_pending == 0).await;
+        quiet(900).await;
+        assert_eq!(attempts(&r), [1], "a terminated message is never sent again");
+        assert_eq!(dispositions(&ev), [Disposition::Dropped]);
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn row_03_jetstream_retry_below_limit() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = js_setup(&server).await;
+        let acks = Wire::watch(&tc.client, "$JS.ACK.ORDERS.>").await;
+        let (r, ev) = (runs(), events());
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                js_mount("js-retry").max_attempts(3),
+                scripted(&r, |attempt, _| if attempt == 1 { Outcome::Retry } else { Outcome::Ack }),
+            )
+        })
+        .await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"order-1").await;
+        acks.at_least(2).await;
+        assert_eq!(acks.payloads(), ["-NAK", "+ACK"]);
+        // Redelivered at once, with delivered + 1 on the same stream sequence.
+        let seen = acks.all();
+        assert!(seen[0].subject.starts_with("$JS.ACK.ORDERS.worker.1.1."), "{}", seen[0].subject);
+        assert!(seen[1].subject.starts_with("$JS.ACK.ORDERS.worker.2.1."), "{}", seen[1].subject);
+        assert_eq!(attempts(&r), [1, 2]);
+        let e = settled(&ev, 2).await;
+        assert_eq!(e[1].stream_sequence, Some(1));
+        eventually_info(&tc, |i| i.num_ack_pending == 0 && i.num_pending == 0).await;
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn row_04_jetstream_retry_after_below_limit() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = js_setup(&server).await;
+        let acks = Wire::watch(&tc.client, "$JS.ACK.ORDERS.>").await;
+        let (r, ev) = (runs(), events());
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                js_mount("js-retry-after").max_attempts(3),
+                scripted(&r, |attempt, _| match attempt {
+                    1 => Outcome::RetryAfter(Duration::from_millis(400)),
+                    _ => Outcome::Ack,
+                }),
+            )
+        })
+        .await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"order-1").await;
+        acks.at_least(2).await;
+        assert_eq!(acks.payloads(), [r#"-NAK {"delay": 400000000}"#, "+ACK"]);
+        let runs = r.lock().unwrap().clone();
+        assert_eq!(runs.iter().map(|r| r.0).collect::<Vec<_>>(), [1, 2]);
+        let gap = runs[1].2 - runs[0].2;
+        assert!(gap >= Duration::from_millis(400), "redelivered after {gap:?}, before the delay");
+        assert!(gap < Duration::from_secs(5), "redelivered after {gap:?}");
+        assert_eq!(dispositions(&ev), [Disposition::Delayed, Disposition::Acked]);
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn row_05_jetstream_at_limit_dead_letter_then_term() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = js_setup(&server).await;
+        let acks = Wire::watch(&tc.client, "$JS.ACK.ORDERS.>").await;
+        let (r, ev) = (runs(), events());
+        let app = start(&server, &ev, |a| {
+            a.mount(js_mount("js-dlq").max_attempts(2).dead_letter("dlq.orders"), scripted(&r, |_, _| Outcome::Retry))
+        })
+        .await;
+        // Rule 9: the directive would make the DLQ stream refuse the dead letter if kept.
+        let original = headers(&[
+            ("Trace-Id", "abc"),
+            ("tag", "one"),
+            ("tag", "two"),
+            ("Nats-Msg-Id", "order-1-id"),
+            ("Nats-Expected-Stream", "ORDERS"),
+        ]);
+        tc.js_publish("orders.new", original, b"{\"id\":1}").await;
+        acks.at_least(2).await;
+        assert_eq!(acks.payloads(), ["-NAK", "+TERM"]);
+        assert_eq!(attempts(&r), [1, 2]);
+        let stored = tc.stored("DLQ").await;
+        assert_eq!(stored.len(), 1);
+        let (subject, hdrs, payload) = &stored[0];
+        assert_eq!(subject, "dlq.orders");
+        assert_eq!(&payload[..], b"{\"id\":1}");
+        let want: Vec<(String, String)> = [("Nats-Msg-Id", "order-1-id"), ("Trace-Id", "abc"), ("tag", "one"), ("tag", "two")]
+            .iter()
+            .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+            .collect();
+        assert_eq!(hdrs, &want, "dead letter headers byte for byte, directives aside");
+        eventually_info(&tc, |i| i.num_ack_pending == 0 && i.num_pending == 0).await;
+        assert_eq!(dispositions(&ev), [Disposition::Retried, Disposition::DeadLettered]);
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn row_06_jetstream_at_limit_without_dead_letter_terms() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = js_setup(&server).await;
+        let acks = Wire::watch(&tc.client, "$JS.ACK.ORDERS.>").await;
+        let (r, ev) = (runs(), events());
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                js_mount("js-limit").max_attempts(2),
+                scripted(&r, |_, _| Outcome::RetryAfter(Duration::from_millis(50))),
+            )
+        })
+        .await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"x").await;
+        acks.at_least(2).await;
+        assert_eq!(acks.payloads(), [r#"-NAK {"delay": 50000000}"#, "+TERM"]);
+        quiet(900).await;
+        assert_eq!(attempts(&r), [1, 2]);
+        assert_eq!(tc.stream_len("DLQ").await, 0);
+        assert_eq!(dispositions(&ev), [Disposition::Delayed, Disposition::Terminated]);
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn row_07_jetstream_arrives_past_limit_handler_not_run() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = js_setup(&server).await;
+        let acks = Wire::watch(&tc.client, "$JS.ACK.ORDERS.>").await;
+        let (r, ev) = (runs(), events());
+        // No outcome twice: the server redelivers after ack_wait; the third delivery is past
+        // max_attempts 2 and goes to the dead letter without running the handler (rule 3).
+        let app = start(&server, &ev, |a| {
+            a.mount(js_mount("js-past").max_attempts(2).dead_letter("dlq.past"), scripted(&r, |_, _| Outcome::None))
+        })
+        .await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"hangs").await;
+        acks.at_least(1).await;
+        assert_eq!(acks.payloads(), ["+TERM"]);
+        assert!(acks.all()[0].subject.starts_with("$JS.ACK.ORDERS.worker.3."), "{}", acks.all()[0].subject);
+        assert_eq!(attempts(&r), [1, 2], "the handler does not run past the limit");
+        assert_eq!(tc.stored("DLQ").await.len(), 1);
+        let e = settled(&ev, 3).await;
+        assert!(!e[2].handler_ran);
+        assert_eq!(e[2].disposition, Disposition::DeadLettered);
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn row_08_jetstream_no_outcome_server_redelivers() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = js_setup(&server).await;
+        let acks = Wire::watch(&tc.client, "$JS.ACK.ORDERS.>").await;
+        let (r, ev) = (runs(), events());
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                js_mount("js-none").max_attempts(5),
+                scripted(&r, |attempt, _| if attempt == 1 { Outcome::None } else { Outcome::Ack }),
+            )
+        })
+        .await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"x").await;
+        acks.at_least(1).await;
+        assert_eq!(acks.payloads(), ["+ACK"], "nothing is sent for no outcome");
+        let runs = r.lock().unwrap().clone();
+        assert_eq!(runs.iter().map(|r| r.0).collect::<Vec<_>>(), [1, 2]);
+        assert!(runs[1].2 - runs[0].2 >= Duration::from_millis(600), "redelivered only after ack_wait");
+        assert_eq!(dispositions(&ev), [Disposition::NoOutcome, Disposition::Acked]);
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn row_09_jetstream_dead_letter_publish_fails_naks_and_retries() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = js_setup(&server).await;
+        let acks = Wire::watch(&tc.client, "$JS.ACK.ORDERS.>").await;
+        let (r, ev) = (runs(), events());
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                js_mount("js-dlq-fail")
+                    .max_attempts(1)
+                    .dead_letter("dlq.fail")
+                    .dead_letter_retry_delay(Duration::from_millis(300)),
+                scripted(&r, |_, _| Outcome::Retry),
+            )
+        })
+        .await;
+        // The dead-letter stream disappears after start-up.
+        tc.js.delete_stream("DLQ").await.expect("delete DLQ");
+        tc.js_publish("orders.new", HeaderMap::new(), b"precious").await;
+        acks.at_least(1).await;
+        assert_eq!(acks.payloads()[0], r#"-NAK {"delay": 300000000}"#, "not settled while the dead letter failed");
+        assert!(!acks.payloads().iter().any(|p| p == "+TERM"));
+        // Once the stream is back, the delivery returns past the limit and is dead-lettered.
+        tc.stream("DLQ", &["dlq.>"]).await;
+        eventually("the dead letter to arrive", || {
+            acks.payloads().iter().any(|p| p == "+TERM").then_some(())
+        })
+        .await;
+        let stored = tc.stored("DLQ").await;
+        assert_eq!(stored.len(), 1);
+        assert_eq!(&stored[0].2[..], b"precious");
+        assert_eq!(attempts(&r), [1], "the handler ran once; later deliveries were past the limit");
+        assert!(dispositions(&ev).contains(&Disposition::DeadLetterRetry));
+        app.shutdown().await;
+    });
+}
+
+// ---------------------------------------------------------------- Core rows (Part C)
+
+async fn core_setup(server: &NatsServer) -> TestClient {
+    TestClient::connect(server).await
+}
+
+async fn core_publish(tc: &TestClient, subject: &str, headers: HeaderMap, payload: &'static [u8]) {
+    tc.client
+        .publish_with_headers(subject.to_owned(), headers, bytes::Bytes::from_static(payload))
+        .await
+        .expect("publish");
+    tc.client.flush().await.expect("flush");
+}
+
+#[test]
+fn row_10_core_ack_logs_unsupported() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = core_setup(&server).await;
+        let (r, ev) = (runs(), events());
+        let app = start(&server, &ev, |a| a.mount(Mount::core_subject("core-ack-10", "c10.in"), scripted(&r, |_, _| Outcome::Ack))).await;
+        core_publish(&tc, "c10.in", HeaderMap::new(), b"x").await;
+        settled(&ev, 1).await;
+        logged(&["AckError::Unsupported", "mount=core-ack-10"]).await;
+        assert_eq!(dispositions(&ev), [Disposition::Unsupported]);
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn row_11_core_drop_logs_unsupported() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = core_setup(&server).await;
+        let (r, ev) = (runs(), events());
+        let app = start(&server, &ev, |a| {
+            a.mount(Mount::core_subject("core-drop-11", "c11.in").max_attempts(3), scripted(&r, |_, _| Outcome::Drop))
+        })
+        .await;
+        let wire = Wire::watch(&tc.client, "c11.in").await;
+        core_publish(&tc, "c11.in", HeaderMap::new(), b"x").await;
+        settled(&ev, 1).await;
+        logged(&["AckError::Unsupported", "mount=core-drop-11"]).await;
+        quiet(300).await;
+        assert_eq!(wire.all().len(), 1, "no copy for drop");
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn row_12_core_retry_without_limit_only_logs() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = core_setup(&server).await;
+        let (r, ev) = (runs(), events());
+        let app = start(&server, &ev, |a| a.mount(Mount::core_subject("core-retry-12", "c12.in"), scripted(&r, |_, _| Outcome::Retry))).await;
+        let wire = Wire::watch(&tc.client, "c12.in").await;
+        core_publish(&tc, "c12.in", HeaderMap::new(), b"x").await;
+        settled(&ev, 1).await;
+        logged(&["AckError::Unsupported", "mount=core-retry-12"]).await;
+        quiet(300).await;
+        assert_eq!(wire.all().len(), 1, "no copy without a limit");
+        assert_eq!(attempts(&r), [1]);
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn row_13_core_retry_below_limit_copies_now() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = core_setup(&server).await;
+        let (r, ev) = (runs(), events());
+        let (rw, evw) = (runs(), events());
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("core-retry-13", "c13.in").max_attempts(3),
+                scripted(&r, |attempt, _| if attempt < 2 { Outcome::Retry } else { Outcome::Ack }),
+            )
+        })
+        .await;
+        let app_w = start(&server, &evw, |a| {
+            a.mount(
+                Mount::core_wildcard("core-wild-13", "c13w.*", "c13w.retry").max_attempts(3),
+                scripted(&rw, |attempt, _| if attempt < 2 { Outcome::Retry } else { Outcome::Ack }),
+            )
+        })
+        .await;
+        let own = Wire::watch(&tc.client, "c13.in").await;
+        let named = Wire::watch(&tc.client, "c13w.retry").await;
+        core_publish(&tc, "c13.in", headers(&[("Trace-Id", "t1"), ("Nats-Expected-Stream", "X")]), b"p13").await;
+        core_publish(&tc, "c13w.eu", HeaderMap::new(), b"p13w").await;
+        let seen = own.at_least(2).await;
+        assert_eq!(seen[1].headers, [("Trace-Id".to_owned(), "t1".to_owned()), ("x-ruststream-retry-count".to_owned(), "1".to_owned())]);
+        assert_eq!(&seen[1].payload[..], b"p13");
+        let copies = named.at_least(1).await;
+        assert_eq!(copies[0].headers, [("x-ruststream-retry-count".to_owned(), "1".to_owned())]);
+        eventually("both copies handled", || (attempts(&r) == [1, 2] && attempts(&rw) == [1, 2]).then_some(())).await;
+        logged(&["AckError::Unsupported", "mount=core-retry-13"]).await;
+        assert_eq!(dispositions(&ev)[0], Disposition::Retried);
+        app.shutdown().await;
+        app_w.shutdown().await;
+    });
+}
+
+#[test]
+fn row_14_core_retry_after_copies_after_the_delay() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = core_setup(&server).await;
+        let (r, ev) = (runs(), events());
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("core-after-14", "c14.in"), // no limit: still a copy (rule 6)
+                scripted(&r, |attempt, _| if attempt == 1 { Outcome::RetryAfter(Duration::from_millis(300)) } else { Outcome::Ack }),
+            )
+        })
+        .await;
+        let wire = Wire::watch(&tc.client, "c14.in").await;
+        core_publish(&tc, "c14.in", HeaderMap::new(), b"later").await;
+        let seen = wire.at_least(2).await;
+        let gap = seen[1].at - seen[0].at;
+        assert!(gap >= Duration::from_millis(300), "copy after {gap:?}");
+        assert!(gap < Duration::from_secs(5), "copy after {gap:?}");
+        assert_eq!(seen[1].headers, [("x-ruststream-retry-count".to_owned(), "1".to_owned())]);
+        eventually("the copy handled", || (attempts(&r) == [1, 2]).then_some(())).await;
+        assert_eq!(dispositions(&ev), [Disposition::Delayed, Disposition::Unsupported]);
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn row_15_core_at_limit_dead_letter() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = core_setup(&server).await;
+        tc.stream("DLQ", &["dlq.>"]).await;
+        let (r, ev) = (runs(), events());
+        let app = start(&server, &ev, |a| {
+            a.mount(Mount::core_subject("core-dlq-15", "c15.in").max_attempts(2).dead_letter("dlq.c15"), scripted(&r, |_, _| Outcome::Retry))
+        })
+        .await;
+        core_publish(&tc, "c15.in", headers(&[("Trace-Id", "t15")]), b"p15").await;
+        eventually("a dead letter", || (dispositions(&ev).contains(&Disposition::DeadLettered)).then_some(())).await;
+        assert_eq!(attempts(&r), [1, 2]);
+        let stored = tc.stored("DLQ").await;
+        assert_eq!(stored.len(), 1);
+        assert_eq!(stored[0].0, "dlq.c15");
+        assert_eq!(&stored[0].2[..], b"p15");
+        // The delivery as it arrived: the attempt-2 copy, with its retry-count header.
+        assert_eq!(stored[0].1, [("Trace-Id".to_owned(), "t15".to_owned()), ("x-ruststream-retry-count".to_owned(), "1".to_owned())]);
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn row_16_core_at_limit_without_dead_letter_warns() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = core_setup(&server).await;
+        let (r, ev) = (runs(), events());
+        let app = start(&server, &ev, |a| {
+            a.mount(Mount::core_subject("core-letgo-16", "c16.in").max_attempts(2), scripted(&r, |_, _| Outcome::Retry))
+        })
+        .await;
+        let wire = Wire::watch(&tc.client, "c16.in").await;
+        core_publish(&tc, "c16.in", HeaderMap::new(), b"x").await;
+        logged(&["WARN", "mount=core-letgo-16", "let go"]).await;
+        quiet(300).await;
+        assert_eq!(attempts(&r), [1, 2]);
+        assert_eq!(wire.all().len(), 2, "the original and one copy, nothing more");
+        assert_eq!(dispositions(&ev), [Disposition::Retried, Disposition::LetGo]);
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn row_17_core_arrives_past_limit_handler_not_run() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = core_setup(&server).await;
+        tc.stream("DLQ", &["dlq.>"]).await;
+        let (r, ev) = (runs(), events());
+        let app = start(&server, &ev, |a| {
+            a.mount(Mount::core_subject("core-past-17", "c17.in").max_attempts(3).dead_letter("dlq.c17"), scripted(&r, |_, _| Outcome::Ack))
+        })
+        .await;
+        let (r2, ev2) = (runs(), events());
+        let app2 = start(&server, &ev2, |a| {
+            a.mount(Mount::core_subject("core-past-17b", "c17b.in").max_attempts(3), scripted(&r2, |_, _| Outcome::Ack))
+        })
+        .await;
+        core_publish(&tc, "c17.in", headers(&[("x-ruststream-retry-count", "3")]), b"p17").await;
+        core_publish(&tc, "c17b.in", headers(&[("x-ruststream-retry-count", "7")]), b"p17b").await;
+        let e = settled(&ev, 1).await;
+        assert_eq!(e[0].disposition, Disposition::DeadLettered);
+        assert!(!e[0].handler_ran);
+        let e2 = settled(&ev2, 1).await;
+        assert_eq!(e2[0].disposition, Disposition::LetGo);
+        assert!(attempts(&r).is_empty() && attempts(&r2).is_empty(), "handlers never ran");
+        assert_eq!(tc.stored("DLQ").await.len(), 1);
+        logged(&["WARN", "mount=core-past-17b", "let go"]).await;
+        app.shutdown().await;
+        app2.shutdown().await;
+    });
+}
+
+#[test]
+fn row_18_core_no_outcome_nothing() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = core_setup(&server).await;
+        let (r, ev) = (runs(), events());
+        let app = start(&server, &ev, |a| a.mount(Mount::core_subject("core-none-18", "c18.in").max_attempts(3), scripted(&r, |_, _| Outcome::None))).await;
+        let wire = Wire::watch(&tc.client, "c18.in").await;
+        core_publish(&tc, "c18.in", HeaderMap::new(), b"x").await;
+        settled(&ev, 1).await;
+        quiet(300).await;
+        assert_eq!(wire.all().len(), 1);
+        assert_eq!(dispositions(&ev), [Disposition::NoOutcome]);
+        assert!(log_lines_for("core-none-18", "AckError::Unsupported").is_empty());
+        app.shutdown().await;
+    });
+}
+
+fn log_lines_for(mount: &str, text: &str) -> Vec<String> {
+    ruststream_tests::log_lines(&[&format!("mount={mount}"), text])
+}
+
+// ---------------------------------------------------------------- Part B rules
+
+#[test]
+fn rule_05_retry_count_header_parsing_on_the_wire() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = core_setup(&server).await;
+        let (r, ev) = (runs(), events());
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("core-hdr-05", "c05.in").max_attempts(5),
+                scripted(&r, |_, payload| if payload == "junk" { Outcome::Retry } else { Outcome::Ack }),
+            )
+        })
+        .await;
+        let wire = Wire::watch(&tc.client, "c05.in").await;
+        // Mixed case, repeated: the largest valid value (2) wins: attempt 3.
+        core_publish(&tc, "c05.in", headers(&[("X-RustStream-Retry-Count", "1"), ("X-RUSTSTREAM-RETRY-COUNT", " 2 ")]), b"mixed").await;
+        eventually("mixed-case handled", || (attempts(&r) == [3]).then_some(())).await;
+        // Not digits: ignored with a warning, attempt 1; the copy carries a clean value.
+        core_publish(&tc, "c05.in", headers(&[("x-ruststream-retry-count", "lots")]), b"junk").await;
+        logged(&["WARN", "mount=core-hdr-05", "not digits"]).await;
+        let seen = wire.at_least(3).await;
+        let copy = &seen[2];
+        assert_eq!(copy.headers, [("x-ruststream-retry-count".to_owned(), "1".to_owned())]);
+        eventually("junk and its copy handled", || (attempts(&r).len() >= 3).then_some(())).await;
+        assert_eq!(attempts(&r)[1], 1);
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn rule_10_wildcard_copies_are_handled_once() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = core_setup(&server).await;
+        // The wildcard matches its copy subject: copies arrive through its own subscription.
+        let (r1, ev1) = (runs(), events());
+        let app1 = start(&server, &ev1, |a| {
+            a.mount(
+                Mount::core_wildcard("wild-in-10", "w10.*", "w10.retry").max_attempts(3),
+                scripted(&r1, |attempt, _| if attempt == 1 { Outcome::Retry } else { Outcome::Ack }),
+            )
+        })
+        .await;
+        // It does not: the runtime subscribes the mount to the copy subject as well.
+        let (r2, ev2) = (runs(), events());
+        let app2 = start(&server, &ev2, |a| {
+            a.mount(
+                Mount::core_wildcard("wild-out-10", "x10.*", "retry.x10").max_attempts(3),
+                scripted(&r2, |attempt, _| if attempt == 1 { Outcome::Retry } else { Outcome::Ack }),
+            )
+        })
+        .await;
+        core_publish(&tc, "w10.eu", HeaderMap::new(), b"a").await;
+        core_publish(&tc, "x10.eu", HeaderMap::new(), b"b").await;
+        eventually("both copies handled", || (attempts(&r1).len() == 2 && attempts(&r2).len() == 2).then_some(())).await;
+        quiet(400).await;
+        assert_eq!(attempts(&r1), [1, 2], "each copy handled exactly once");
+        assert_eq!(attempts(&r2), [1, 2], "each copy handled exactly once");
+        app1.shutdown().await;
+        app2.shutdown().await;
+    });
+}
+
+fn declaration_error(err: &StartError) -> String {
+    err.to_string()
+}
+
+#[test]
+fn rule_11_bad_declarations_are_refused_naming_the_mount() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = js_setup(&server).await;
+        let noop = |_: Delivery| async { Outcome::Ack };
+
+        let e = start_err(&server, |a| a.mount(Mount::core_subject("bad-core", "a.*"), noop)).await;
+        assert!(matches!(e, StartError::Declaration(_)), "{e}");
+        assert!(declaration_error(&e).contains("mount `bad-core`"), "{e}");
+
+        let e = start_err(&server, |a| a.mount(Mount::core_subject("bad-space", "a b"), noop)).await;
+        assert!(declaration_error(&e).contains("mount `bad-space`"), "{e}");
+
+        let e = start_err(&server, |a| a.mount(Mount::core_subject("bad-token", "a..b"), noop)).await;
+        assert!(declaration_error(&e).contains("mount `bad-token`"), "{e}");
+
+        let e = start_err(&server, |a| a.mount(Mount::core_wildcard("bad-copy", "w.*", "w.>"), noop)).await;
+        assert!(declaration_error(&e).contains("mount `bad-copy`") && declaration_error(&e).contains("copy subject"), "{e}");
+
+        let e = start_err(&server, |a| a.mount(Mount::core_wildcard("no-copy", "w.*", ""), noop)).await;
+        assert!(declaration_error(&e).contains("mount `no-copy`"), "{e}");
+
+        let e = start_err(&server, |a| a.mount(Mount::core_subject("dlq-no-limit", "a").dead_letter("dlq.x"), noop)).await;
+        assert!(declaration_error(&e).contains("mount `dlq-no-limit`") && declaration_error(&e).contains("max_attempts"), "{e}");
+
+        let e = start_err(&server, |a| a.mount(Mount::core_subject("dlq-wild", "a").max_attempts(2).dead_letter("dlq.*"), noop)).await;
+        assert!(declaration_error(&e).contains("mount `dlq-wild`"), "{e}");
+
+        let e = start_err(&server, |a| a.mount(Mount::jetstream("no-stream", "NOPE", "w"), noop)).await;
+        assert!(matches!(&e, StartError::Server { mount, .. } if mount == "no-stream"), "{e}");
+
+        // A JetStream mount whose dead-letter subject no stream stores (rule 8).
+        let e = start_err(&server, |a| a.mount(js_mount("dlq-unstored").max_attempts(2).dead_letter("nowhere.x"), noop)).await;
+        assert!(declaration_error(&e).contains("mount `dlq-unstored`") && declaration_error(&e).contains("nowhere.x"), "{e}");
+
+        // A consumer whose ack policy is not explicit.
+        let stream = tc.js.get_stream("ORDERS").await.expect("stream");
+        stream
+            .create_consumer(adapter::async_nats::jetstream::consumer::pull::Config {
+                durable_name: Some("none-ack".to_owned()),
+                ack_policy: adapter::async_nats::jetstream::consumer::AckPolicy::None,
+                ..Default::default()
+            })
+            .await
+            .expect("consumer");
+        let e = start_err(&server, |a| a.mount(Mount::jetstream("ack-none", "ORDERS", "none-ack"), noop)).await;
+        assert!(declaration_error(&e).contains("mount `ack-none`") && declaration_error(&e).contains("explicit"), "{e}");
+
+        // A consumer whose max_deliver is not above max_attempts.
+        stream
+            .create_consumer(adapter::async_nats::jetstream::consumer::pull::Config {
+                durable_name: Some("md3".to_owned()),
+                max_deliver: 3,
+                ..Default::default()
+            })
+            .await
+            .expect("consumer");
+        let e = start_err(&server, |a| a.mount(Mount::jetstream("md-low", "ORDERS", "md3").max_attempts(3), noop)).await;
+        assert!(declaration_error(&e).contains("mount `md-low`") && declaration_error(&e).contains("max_deliver"), "{e}");
+
+        // Duplicate mount names.
+        let e = start_err(&server, |a| a.mount(Mount::core_subject("twice", "a"), noop).mount(Mount::core_subject("twice", "b"), noop)).await;
+        assert!(matches!(e, StartError::DuplicateMount(ref m) if m == "twice"), "{e}");
+
+        // The runtime never changed the consumers it was refused on.
+        assert_eq!(tc.consumer_info("ORDERS", "md3").await.config.max_deliver, 3);
+        // A consumer with BackOff is accepted, with a warning.
+        stream
+            .create_consumer(adapter::async_nats::jetstream::consumer::pull::Config {
+                durable_name: Some("backoff".to_owned()),
+                max_deliver: 10,
+                backoff: vec![Duration::from_millis(100), Duration::from_millis(200)],
+                ..Default::default()
+            })
+            .await
+            .expect("consumer");
+        let ev = events();
+        let app = start(&server, &ev, |a| a.mount(Mount::jetstream("with-backoff", "ORDERS", "backoff").max_attempts(3), noop)).await;
+        logged(&["WARN", "mount `with-backoff`", "BackOff"]).await;
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn rule_11_refused_mount_consumes_nothing() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = js_setup(&server).await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"keep").await;
+        let r = runs();
+        let e = start_err(&server, |a| {
+            a.mount(js_mount("good").max_attempts(2), scripted(&r, |_, _| Outcome::Ack))
+                .mount(Mount::core_subject("bad", "x.>"), scripted(&r, |_, _| Outcome::Ack))
+        })
+        .await;
+        assert!(declaration_error(&e).contains("mount `bad`"));
+        quiet(300).await;
+        assert!(attempts(&r).is_empty());
+        assert_eq!(tc.stream_len("ORDERS").await, 1);
+    });
+}
+
+#[test]
+fn rule_13_jetstream_panic_is_no_outcome_and_the_service_goes_on() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = js_setup(&server).await;
+        let acks = Wire::watch(&tc.client, "$JS.ACK.ORDERS.>").await;
+        let (r, ev) = (runs(), events());
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                js_mount("js-panic-13").max_attempts(3),
+                scripted(&r, |attempt, payload| {
+                    if payload == "boom" && attempt == 1 {
+                        panic!("handler exploded");
+                    }
+                    Outcome::Ack
+                }),
+            )
+        })
+        .await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"boom").await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"fine").await;
+        logged(&["ERROR", "mount=js-panic-13", "handler panicked", "handler exploded"]).await;
+        acks.at_least(2).await;
+        assert_eq!(acks.payloads(), ["+ACK", "+ACK"]);
+        // "boom" came back after ack_wait with delivered 2.
+        assert!(acks.all().iter().any(|s| s.subject.starts_with("$JS.ACK.ORDERS.worker.2.")));
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn rule_13_core_panic_is_gone_and_the_service_goes_on() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = core_setup(&server).await;
+        let (r, ev) = (runs(), events());
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("core-panic-13", "c13p.in").max_attempts(3),
+                scripted(&r, |_, payload| {
+                    if payload == "boom" {
+                        panic!("handler exploded");
+                    }
+                    Outcome::Ack
+                }),
+            )
+        })
+        .await;
+        core_publish(&tc, "c13p.in", HeaderMap::new(), b"boom").await;
+        core_publish(&tc, "c13p.in", HeaderMap::new(), b"fine").await;
+        logged(&["ERROR", "mount=core-panic-13", "handler panicked"]).await;
+        let e = settled(&ev, 2).await;
+        let panicked: Vec<_> = e.iter().filter(|s| s.disposition == Disposition::NoOutcome).collect();
+        assert_eq!(panicked.len(), 1, "{e:?}");
+        assert_eq!(panicked[0].outcome, Some(Outcome::None), "a panic counts as no outcome");
+        assert!(e.iter().any(|s| s.disposition == Disposition::Unsupported), "the next message was handled");
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn rule_14_shutdown_lets_in_flight_handlers_settle() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = js_setup(&server).await;
+        let acks = Wire::watch(&tc.client, "$JS.ACK.ORDERS.>").await;
+        let ev = events();
+        let started = Arc::new(Mutex::new(false));
+        let flag = started.clone();
+        let app = start(&server, &ev, |a| {
+            a.mount(js_mount("js-slow-14").max_attempts(3), move |_d: Delivery| {
+                let flag = flag.clone();
+                async move {
+                    *flag.lock().unwrap() = true;
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    Outcome::Ack
+                }
+            })
+        })
+        .await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"slow").await;
+        eventually("the handler to start", || (*started.lock().unwrap()).then_some(())).await;
+        let report = app.shutdown().await;
+        assert!(report.abandoned.is_empty(), "{report:?}");
+        assert_eq!(acks.payloads(), ["+ACK"], "settled before shutdown returned");
+    });
+}
+
+#[test]
+fn rule_14_delayed_core_copies_left_at_shutdown_are_reported_lost() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = core_setup(&server).await;
+        let (r, ev) = (runs(), events());
+        let app = start(&server, &ev, |a| {
+            a.mount(Mount::core_subject("core-lost-14", "c14l.in"), scripted(&r, |_, _| Outcome::RetryAfter(Duration::from_secs(60))))
+        })
+        .await;
+        core_publish(&tc, "c14l.in", HeaderMap::new(), b"x").await;
+        settled(&ev, 1).await;
+        let report = app.shutdown().await;
+        assert_eq!(report.lost_copies, [("core-lost-14".to_owned(), 1)]);
+        logged(&["WARN", "mount=core-lost-14", "lost at shutdown"]).await;
+    });
+}
+
+#[test]
+fn typed_handler_undecodable_payload_is_dead_lettered() {
+    #[derive(serde::Deserialize)]
+    struct Order {
+        id: u32,
+    }
+    run(async {
+        let server = NatsServer::start();
+        let tc = js_setup(&server).await;
+        let acks = Wire::watch(&tc.client, "$JS.ACK.ORDERS.>").await;
+        let ids = Arc::new(Mutex::new(Vec::new()));
+        let seen = ids.clone();
+        let ev = events();
+        let app = start(&server, &ev, |a| {
+            a.mount_json(js_mount("js-json").max_attempts(5).dead_letter("dlq.json"), move |order: Order, _d: Delivery| {
+                seen.lock().unwrap().push(order.id);
+                async { Outcome::Ack }
+            })
+        })
+        .await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"{\"id\":7}").await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"not json").await;
+        acks.at_least(2).await;
+        assert_eq!(acks.payloads(), ["+ACK", "+TERM"]);
+        assert_eq!(*ids.lock().unwrap(), [7]);
+        let stored = tc.stored("DLQ").await;
+        assert_eq!(stored.len(), 1);
+        assert_eq!(&stored[0].2[..], b"not json");
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn core_mount_survives_a_server_restart() {
+    run(async {
+        let mut server = NatsServer::start();
+        let (r, ev) = (runs(), events());
+        let app = start(&server, &ev, |a| a.mount(Mount::core_subject("core-restart", "cr.in"), scripted(&r, |_, _| Outcome::Ack))).await;
+        server.restart();
+        // The app's client reconnects on its own; a fresh test client publishes once it is back.
+        eventually("a message handled after the restart", || (!attempts(&r).is_empty()).then_some(()))
+            .await_with_publisher(&server, "cr.in")
+            .await;
+        app.shutdown().await;
+    });
+}
+
+/// Publishes to `subject` every 200 ms until the condition of an `eventually` holds.
+trait PublishUntil {
+    async fn await_with_publisher(self, server: &NatsServer, subject: &str);
+}
+
+impl<F: std::future::Future<Output = ()>> PublishUntil for F {
+    async fn await_with_publisher(self, server: &NatsServer, subject: &str) {
+        let tc = TestClient::connect(server).await;
+        let subject = subject.to_owned();
+        let publisher = async {
+            loop {
+                let _ = tc.client.publish(subject.clone(), "ping".into()).await;
+                quiet(200).await;
+            }
+        };
+        tokio::select! {
+            _ = self => {}
+            _ = publisher => {}
+        }
+    }
+}

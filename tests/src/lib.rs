@@ -1,0 +1,387 @@
+//! Support for the conformance suite: a private nats-server per test, a capture of the log,
+//! and helpers to observe the wire and the server's state.
+//!
+//! The scenarios themselves live in `tests/scenarios.rs`, written once and compiled once per
+//! adapter (`tests/tokio.rs` includes them with `use ruststream_tokio as adapter`).
+
+#![allow(clippy::unwrap_used, clippy::print_stdout)]
+
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use bytes::Bytes;
+use futures_util::StreamExt;
+
+/// How long any eventual assertion waits before it fails.
+pub const PATIENCE: Duration = Duration::from_secs(10);
+
+/// Where the nats-server binary is: `NATS_SERVER_BIN`, else `nats-server` on `PATH`.
+///
+/// # Panics
+/// When neither exists: the suite fails loudly rather than skip.
+pub fn nats_server_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("NATS_SERVER_BIN") {
+        let bin = PathBuf::from(bin);
+        assert!(
+            bin.is_file(),
+            "NATS_SERVER_BIN={} is not a file; the conformance suite needs a nats-server binary",
+            bin.display()
+        );
+        return bin;
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("nats-server"))
+        .find(|candidate| candidate.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "nats-server not found on PATH and NATS_SERVER_BIN is not set: install it \
+                 (Debian: apt-get install nats-server) or point NATS_SERVER_BIN at the binary. \
+                 The conformance suite does not skip."
+            )
+        })
+}
+
+/// A private nats-server with JetStream on a free loopback port and a temporary store,
+/// killed on drop. It can be stopped and started again on the same port and store.
+pub struct NatsServer {
+    child: Option<Child>,
+    port: u16,
+    store: tempfile::TempDir,
+    bin: PathBuf,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+impl NatsServer {
+    /// Starts a server and waits until it accepts connections.
+    ///
+    /// # Panics
+    /// When the binary is missing or the server does not come up within [`PATIENCE`].
+    pub fn start() -> Self {
+        let mut server = Self {
+            child: None,
+            port: free_port(),
+            store: tempfile::tempdir().expect("a temporary store"),
+            bin: nats_server_bin(),
+        };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new(&self.bin)
+            .args([
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-js",
+                "-sd",
+            ])
+            .arg(self.store.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.bin.display()));
+        self.child = Some(child);
+        let deadline = Instant::now() + PATIENCE;
+        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    panic!(
+                        "nats-server exited at start-up with {status} (port {})",
+                        self.port
+                    );
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "nats-server did not listen on port {} in time",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The URL to connect to.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the server (the store stays).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port and store.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Everything logged by the process, captured once for all tests (they run in parallel, so
+/// assertions filter by a mount name unique to the test).
+fn log_buffer() -> &'static Arc<Mutex<Vec<u8>>> {
+    static BUFFER: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    BUFFER.get_or_init(|| {
+        let buffer = Arc::new(Mutex::new(Vec::new()));
+        let writer = buffer.clone();
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_env("RUSTSTREAM_TEST_LOG").unwrap_or_else(
+                    |_| "ruststream=debug,ruststream_tokio=debug,ruststream_smol=debug".into(),
+                ),
+            )
+            .with_ansi(false)
+            .with_writer(move || Capture(writer.clone()))
+            .try_init();
+        buffer
+    })
+}
+
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Starts capturing the log (idempotent). Call before starting an app.
+pub fn capture_logs() {
+    log_buffer();
+}
+
+/// The captured log lines that contain every one of `needles`.
+pub fn log_lines(needles: &[&str]) -> Vec<String> {
+    let text = String::from_utf8_lossy(&log_buffer().lock().unwrap()).into_owned();
+    text.lines()
+        .filter(|l| needles.iter().all(|n| l.contains(n)))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Waits until `check` returns `Some`, polling every 20 ms, for at most [`PATIENCE`].
+///
+/// # Panics
+/// With `what` when time runs out.
+pub async fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until the captured log has a line with every one of `needles`.
+pub async fn logged(needles: &[&str]) -> String {
+    eventually(&format!("a log line with {needles:?}"), || {
+        log_lines(needles).into_iter().next()
+    })
+    .await
+}
+
+/// One message seen on the wire by a test subscriber.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    /// Its subject.
+    pub subject: String,
+    /// Its reply subject.
+    pub reply: Option<String>,
+    /// Its headers as (name, value) pairs, sorted.
+    pub headers: Vec<(String, String)>,
+    /// Its payload.
+    pub payload: Bytes,
+    /// When it was seen.
+    pub at: Instant,
+}
+
+/// Records every message on a subject (wildcards allowed), from a separate test client.
+#[derive(Clone)]
+pub struct Wire(Arc<Mutex<Vec<Seen>>>);
+
+impl Wire {
+    /// Subscribes `client` to `subject` and records from now on.
+    pub async fn watch(client: &async_nats::Client, subject: &str) -> Self {
+        let mut sub = client
+            .subscribe(subject.to_owned())
+            .await
+            .expect("subscribe");
+        client.flush().await.expect("flush");
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        tokio::spawn(async move {
+            while let Some(m) = sub.next().await {
+                sink.lock().unwrap().push(seen_from(&m));
+            }
+        });
+        Self(seen)
+    }
+
+    /// Everything seen so far.
+    pub fn all(&self) -> Vec<Seen> {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// The payloads seen so far, as text.
+    pub fn payloads(&self) -> Vec<String> {
+        self.all()
+            .iter()
+            .map(|s| String::from_utf8_lossy(&s.payload).into_owned())
+            .collect()
+    }
+
+    /// Waits until at least `n` messages were seen; returns them.
+    pub async fn at_least(&self, n: usize) -> Vec<Seen> {
+        eventually(&format!("{n} message(s) on the wire"), || {
+            let all = self.all();
+            (all.len() >= n).then_some(all)
+        })
+        .await
+    }
+}
+
+/// Sorted header pairs of a message.
+pub fn headers_of(m: &async_nats::Message) -> Vec<(String, String)> {
+    let mut pairs: Vec<(String, String)> = m
+        .headers
+        .iter()
+        .flat_map(|h| {
+            h.iter()
+                .flat_map(|(n, vs)| vs.iter().map(move |v| (n.to_string(), v.to_string())))
+        })
+        .collect();
+    pairs.sort();
+    pairs
+}
+
+fn seen_from(m: &async_nats::Message) -> Seen {
+    Seen {
+        subject: m.subject.to_string(),
+        reply: m.reply.as_ref().map(ToString::to_string),
+        headers: headers_of(m),
+        payload: m.payload.clone(),
+        at: Instant::now(),
+    }
+}
+
+/// A test client and its JetStream context.
+pub struct TestClient {
+    /// The client.
+    pub client: async_nats::Client,
+    /// JetStream on it.
+    pub js: jetstream::Context,
+}
+
+impl TestClient {
+    /// Connects to `server`.
+    pub async fn connect(server: &NatsServer) -> Self {
+        let client = async_nats::connect(server.url())
+            .await
+            .expect("test client connects");
+        let js = jetstream::new(client.clone());
+        Self { client, js }
+    }
+
+    /// Creates a file-less (memory) stream `name` on `subjects`.
+    pub async fn stream(&self, name: &str, subjects: &[&str]) -> jetstream::stream::Stream {
+        self.js
+            .create_stream(jetstream::stream::Config {
+                name: name.to_owned(),
+                subjects: subjects.iter().map(|s| (*s).to_owned()).collect(),
+                storage: jetstream::stream::StorageType::Memory,
+                ..Default::default()
+            })
+            .await
+            .expect("create stream")
+    }
+
+    /// Publishes to a stream and waits for the stream's acknowledgement.
+    pub async fn js_publish(
+        &self,
+        subject: &str,
+        headers: async_nats::HeaderMap,
+        payload: &'static [u8],
+    ) {
+        self.js
+            .publish_with_headers(subject.to_owned(), headers, Bytes::from_static(payload))
+            .await
+            .expect("publish")
+            .await
+            .expect("stream ack");
+    }
+
+    /// Every message stored in `stream`, in order: (subject, sorted headers, payload). Read
+    /// through an ephemeral consumer, so repeated headers arrive as the server stores them.
+    pub async fn stored(&self, stream: &str) -> Vec<(String, Vec<(String, String)>, Bytes)> {
+        let s = self.js.get_stream(stream).await.expect("stream");
+        let n = self.stream_len(stream).await;
+        if n == 0 {
+            return Vec::new();
+        }
+        let reader = s
+            .create_consumer(jetstream::consumer::pull::Config {
+                ack_policy: jetstream::consumer::AckPolicy::None,
+                inactive_threshold: Duration::from_secs(5),
+                ..Default::default()
+            })
+            .await
+            .expect("ephemeral reader");
+        let mut batch = reader
+            .fetch()
+            .max_messages(usize::try_from(n).expect("small"))
+            .messages()
+            .await
+            .expect("fetch");
+        let mut out = Vec::new();
+        while let Some(m) = batch.next().await {
+            let m = m.expect("stored message");
+            out.push((
+                m.subject.to_string(),
+                headers_of(&m.message),
+                m.payload.clone(),
+            ));
+        }
+        out
+    }
+
+    /// How many messages `stream` holds.
+    pub async fn stream_len(&self, stream: &str) -> u64 {
+        let mut s = self.js.get_stream(stream).await.expect("stream");
+        s.info().await.expect("stream info").state.messages
+    }
+
+    /// The consumer's info.
+    pub async fn consumer_info(&self, stream: &str, consumer: &str) -> jetstream::consumer::Info {
+        let s = self.js.get_stream(stream).await.expect("stream");
+        s.consumer_info(consumer).await.expect("consumer info")
+    }
+}
