@@ -133,7 +133,8 @@ pub enum Action<'p> {
 impl std::fmt::Display for Action<'_> {
     /// A one-line description of what goes on the wire, for logs and traces: the ack payload
     /// itself, or `copy to <subject> (x-ruststream-retry-count: <n>)` with ` armed` for a
-    /// delayed one, `dead letter to <subject>`, `log <what>`.
+    /// delayed one, `dead letter to <subject>`; logs are named as such
+    /// (`AckError::Unsupported logged`, `warning: …`, `error: …`).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Settle(s) => f.write_str(&String::from_utf8_lossy(s.payload().as_bytes())),
@@ -159,12 +160,14 @@ impl std::fmt::Display for Action<'_> {
                 retry_count.0
             ),
             Self::PublishDeadLetter { subject } => write!(f, "dead letter to {subject}"),
-            Self::Log(Log::Unsupported(e)) => write!(f, "log {e}"),
-            Self::Log(Log::RetryCountIgnored { values }) => {
-                write!(f, "log {values} retry-count value(s) ignored")
+            Self::Log(Log::Unsupported(AckError::Unsupported)) => {
+                f.write_str("AckError::Unsupported logged")
             }
-            Self::Log(Log::LetGo) => f.write_str("log let go at the limit"),
-            Self::Log(Log::Lost) => f.write_str("log lost"),
+            Self::Log(Log::RetryCountIgnored { values }) => {
+                write!(f, "warning: {values} retry-count value(s) ignored")
+            }
+            Self::Log(Log::LetGo) => f.write_str("warning: let go at the limit"),
+            Self::Log(Log::Lost) => f.write_str("error: lost"),
         }
     }
 }

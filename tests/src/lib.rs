@@ -7,9 +7,6 @@
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
 use std::io::Write;
-use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -20,125 +17,9 @@ use futures_util::StreamExt;
 /// How long any eventual assertion waits before it fails.
 pub const PATIENCE: Duration = Duration::from_secs(10);
 
-/// Where the nats-server binary is: `NATS_SERVER_BIN`, else `nats-server` on `PATH`.
-///
-/// # Panics
-/// When neither exists: the suite fails loudly rather than skip.
-pub fn nats_server_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("NATS_SERVER_BIN") {
-        let bin = PathBuf::from(bin);
-        assert!(
-            bin.is_file(),
-            "NATS_SERVER_BIN={} is not a file; the conformance suite needs a nats-server binary",
-            bin.display()
-        );
-        return bin;
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|dir| dir.join("nats-server"))
-        .find(|candidate| candidate.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "nats-server not found on PATH and NATS_SERVER_BIN is not set: install it \
-                 (Debian: apt-get install nats-server) or point NATS_SERVER_BIN at the binary. \
-                 The conformance suite does not skip."
-            )
-        })
-}
+mod server;
 
-/// A private nats-server with JetStream on a free loopback port and a temporary store,
-/// killed on drop. It can be stopped and started again on the same port and store.
-pub struct NatsServer {
-    child: Option<Child>,
-    port: u16,
-    store: tempfile::TempDir,
-    bin: PathBuf,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
-
-impl NatsServer {
-    /// Starts a server and waits until it accepts connections.
-    ///
-    /// # Panics
-    /// When the binary is missing or the server does not come up within [`PATIENCE`].
-    pub fn start() -> Self {
-        let mut server = Self {
-            child: None,
-            port: free_port(),
-            store: tempfile::tempdir().expect("a temporary store"),
-            bin: nats_server_bin(),
-        };
-        server.spawn();
-        server
-    }
-
-    fn spawn(&mut self) {
-        let child = Command::new(&self.bin)
-            .args([
-                "-a",
-                "127.0.0.1",
-                "-p",
-                &self.port.to_string(),
-                "-js",
-                "-sd",
-            ])
-            .arg(self.store.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.bin.display()));
-        self.child = Some(child);
-        let deadline = Instant::now() + PATIENCE;
-        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            if let Some(child) = self.child.as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    panic!(
-                        "nats-server exited at start-up with {status} (port {})",
-                        self.port
-                    );
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "nats-server did not listen on port {} in time",
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// The URL to connect to.
-    pub fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
-    }
-
-    /// Kills the server (the store stays).
-    pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Starts the server again on the same port and store.
-    pub fn restart(&mut self) {
-        self.stop();
-        self.spawn();
-    }
-}
-
-impl Drop for NatsServer {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
+pub use server::{NatsServer, nats_server_bin};
 
 /// Everything logged by the process, captured once for all tests (they run in parallel, so
 /// assertions filter by a mount name unique to the test).
