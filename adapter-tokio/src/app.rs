@@ -515,10 +515,10 @@ impl Running {
         if let Err(e) = self.client.flush().await {
             tracing::warn!(error = %e, "flush at shutdown failed");
         }
-        if self.owns_client {
-            if let Err(e) = self.client.drain().await {
-                tracing::warn!(error = %e, "drain at shutdown failed");
-            }
+        if self.owns_client
+            && let Err(e) = self.client.drain().await
+        {
+            tracing::warn!(error = %e, "drain at shutdown failed");
         }
         tracing::info!("ruststream stopped");
         report

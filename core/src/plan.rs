@@ -389,12 +389,12 @@ pub fn plan<'p>(
     match event {
         Event::Arrived => {
             let mut plan = Plan::new(Disposition::RunHandler);
-            if let Model::Core(reading) = delivery.model {
-                if reading.ignored > 0 {
-                    plan = plan.with(Action::Log(Log::RetryCountIgnored {
-                        values: reading.ignored,
-                    }));
-                }
+            if let Model::Core(reading) = delivery.model
+                && reading.ignored > 0
+            {
+                plan = plan.with(Action::Log(Log::RetryCountIgnored {
+                    values: reading.ignored,
+                }));
             }
             let past = policy
                 .max_attempts()

@@ -182,10 +182,10 @@ proptest! {
                     prop_assert_eq!(retry_count, d.attempt().as_retry_count());
                     prop_assert_eq!(Some(subject), p.copy_subject());
                     prop_assert!(at >= now);
-                    if let Outcome::RetryAfter(delay) = o {
-                        if let Some(exact) = now.checked_add(delay) {
-                            prop_assert_eq!(at, exact);
-                        }
+                    if let Outcome::RetryAfter(delay) = o
+                        && let Some(exact) = now.checked_add(delay)
+                    {
+                        prop_assert_eq!(at, exact);
                     }
                 }
                 Action::PublishDeadLetter { subject } => prop_assert_eq!(Some(subject), p.dead_letter()),

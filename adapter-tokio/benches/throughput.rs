@@ -1,0 +1,247 @@
+//! Throughput of the runtime against raw async-nats, in the same process and run.
+//!
+//! ```sh
+//! cargo bench -p ruststream-tokio --bench throughput
+//! ```
+//!
+//! Starts a private nats-server (from `NATS_SERVER_BIN` or `PATH`) and runs two scenarios on
+//! 100,000 messages of 512 B, each first through raw async-nats and then through the runtime:
+//!
+//! - **Core**: a subscriber on one subject whose handler acks. The publisher keeps at most
+//!   8,192 messages in flight (it waits for the handler count to catch up), so that neither
+//!   side drops messages as a slow consumer and both are measured end to end.
+//! - **JetStream**: 100,000 messages stored in a memory stream first; then a durable pull
+//!   consumer acks each one. Raw async-nats uses `consumer.messages()` and `ack()`; the
+//!   runtime uses its own pull loop (fetch only for free slots) and plans every `+ACK`. The
+//!   clock stops when the server reports every message acknowledged.
+//!
+//! Each scenario runs `ROUNDS` times, alternating raw and runtime; the best round of each is
+//! kept. Prints msg/s and the ratio runtime / raw. Environment: `BENCH_MESSAGES` overrides
+//! the count, `BENCH_ROUNDS` the rounds.
+
+#![allow(clippy::print_stdout, clippy::unwrap_used, missing_docs)]
+
+#[path = "../../tests/src/server.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod server;
+
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use ruststream_tokio::async_nats::{self, jetstream};
+use ruststream_tokio::{App, Delivery, Mount, Outcome};
+
+const PAYLOAD: usize = 512;
+const WINDOW: usize = 8_192;
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Publishes `n` Core messages to `subject`, keeping at most [`WINDOW`] ahead of `handled`,
+/// and returns when all are handled.
+async fn publish_core(client: &async_nats::Client, subject: &str, n: usize, handled: &AtomicUsize) {
+    let payload = Bytes::from(vec![b'x'; PAYLOAD]);
+    for i in 0..n {
+        while i >= handled.load(Ordering::Relaxed) + WINDOW {
+            client.flush().await.unwrap();
+            tokio::task::yield_now().await;
+        }
+        client
+            .publish(subject.to_owned(), payload.clone())
+            .await
+            .unwrap();
+    }
+    client.flush().await.unwrap();
+    while handled.load(Ordering::Relaxed) < n {
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    }
+}
+
+async fn core_raw(url: &str, n: usize, round: usize) -> f64 {
+    let client = async_nats::connect(url).await.unwrap();
+    let subject = format!("bench.core.raw.{round}");
+    let mut sub = client.subscribe(subject.clone()).await.unwrap();
+    client.flush().await.unwrap();
+    let handled = Arc::new(AtomicUsize::new(0));
+    let counter = handled.clone();
+    let consumer = tokio::spawn(async move {
+        while let Some(_m) = sub.next().await {
+            if counter.fetch_add(1, Ordering::Relaxed) + 1 == n {
+                break;
+            }
+        }
+    });
+    let publisher = async_nats::connect(url).await.unwrap();
+    let start = Instant::now();
+    publish_core(&publisher, &subject, n, &handled).await;
+    let secs = start.elapsed().as_secs_f64();
+    consumer.await.unwrap();
+    n as f64 / secs
+}
+
+async fn core_runtime(url: &str, n: usize, round: usize) -> f64 {
+    let subject = format!("bench.core.rt.{round}");
+    let handled = Arc::new(AtomicUsize::new(0));
+    let counter = handled.clone();
+    let running = App::new(url)
+        .mount(
+            Mount::core_subject("bench-core", &subject),
+            move |_d: Delivery| {
+                counter.fetch_add(1, Ordering::Relaxed);
+                std::future::ready(Outcome::Ack)
+            },
+        )
+        .start()
+        .await
+        .unwrap();
+    let publisher = async_nats::connect(url).await.unwrap();
+    let start = Instant::now();
+    publish_core(&publisher, &subject, n, &handled).await;
+    let secs = start.elapsed().as_secs_f64();
+    running.shutdown().await;
+    n as f64 / secs
+}
+
+async fn fill_stream(js: &jetstream::Context, n: usize) {
+    let _ = js.delete_stream("BENCH").await;
+    js.create_stream(jetstream::stream::Config {
+        name: "BENCH".to_owned(),
+        subjects: vec!["bench.js".to_owned()],
+        storage: jetstream::stream::StorageType::Memory,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let payload = Bytes::from(vec![b'x'; PAYLOAD]);
+    let mut acks = Vec::with_capacity(1024);
+    for _ in 0..n {
+        acks.push(js.publish("bench.js", payload.clone()).await.unwrap());
+        if acks.len() == 1024 {
+            for a in acks.drain(..) {
+                a.await.unwrap();
+            }
+        }
+    }
+    for a in acks {
+        a.await.unwrap();
+    }
+}
+
+/// Waits until the durable has every one of `n` messages acknowledged.
+async fn all_acked(js: &jetstream::Context, durable: &str, n: usize) {
+    let stream = js.get_stream("BENCH").await.unwrap();
+    loop {
+        let info = stream.consumer_info(durable).await.unwrap();
+        if info.ack_floor.stream_sequence as usize >= n && info.num_ack_pending == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+fn durable_config(name: &str) -> jetstream::consumer::pull::Config {
+    jetstream::consumer::pull::Config {
+        durable_name: Some(name.to_owned()),
+        ack_policy: jetstream::consumer::AckPolicy::Explicit,
+        ack_wait: Duration::from_secs(30),
+        ..Default::default()
+    }
+}
+
+async fn js_raw(url: &str, n: usize, round: usize) -> f64 {
+    let client = async_nats::connect(url).await.unwrap();
+    let js = jetstream::new(client);
+    let name = format!("raw{round}");
+    let consumer = js
+        .get_stream("BENCH")
+        .await
+        .unwrap()
+        .create_consumer(durable_config(&name))
+        .await
+        .unwrap();
+    let start = Instant::now();
+    let mut messages = consumer.messages().await.unwrap();
+    let mut seen = 0;
+    while let Some(m) = messages.next().await {
+        m.unwrap().ack().await.unwrap();
+        seen += 1;
+        if seen == n {
+            break;
+        }
+    }
+    all_acked(&js, &name, n).await;
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+async fn js_runtime(url: &str, n: usize, round: usize) -> f64 {
+    let client = async_nats::connect(url).await.unwrap();
+    let js = jetstream::new(client);
+    let name = format!("rt{round}");
+    let start = Instant::now();
+    let running = App::new(url)
+        .mount(
+            Mount::jetstream("bench-js", "BENCH", &name)
+                .ack_wait(Duration::from_secs(30))
+                .concurrency(NonZeroUsize::new(512).unwrap()),
+            |_d: Delivery| std::future::ready(Outcome::Ack),
+        )
+        .start()
+        .await
+        .unwrap();
+    all_acked(&js, &name, n).await;
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    running.shutdown().await;
+    rate
+}
+
+fn best(v: &[f64]) -> f64 {
+    v.iter().copied().fold(0.0, f64::max)
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a filter argument is not supported by this binary.
+    let n = env_usize("BENCH_MESSAGES", 100_000);
+    let rounds = env_usize("BENCH_ROUNDS", 3);
+    let server = server::NatsServer::try_start().unwrap_or_else(|e| panic!("{e}"));
+    let url = server.url();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        println!("throughput: {n} messages of {PAYLOAD} B, {rounds} rounds, best round kept");
+        let (mut raw, mut ours) = (Vec::new(), Vec::new());
+        for round in 0..rounds {
+            raw.push(core_raw(&url, n, round).await);
+            ours.push(core_runtime(&url, n, round).await);
+        }
+        println!(
+            "core ack:      raw async-nats {:>9.0} msg/s | ruststream {:>9.0} msg/s | ratio {:.3}",
+            best(&raw),
+            best(&ours),
+            best(&ours) / best(&raw)
+        );
+
+        let js = jetstream::new(async_nats::connect(url.as_str()).await.unwrap());
+        fill_stream(&js, n).await;
+        let (mut raw, mut ours) = (Vec::new(), Vec::new());
+        for round in 0..rounds {
+            raw.push(js_raw(&url, n, round).await);
+            ours.push(js_runtime(&url, n, round).await);
+        }
+        println!(
+            "jetstream ack: raw async-nats {:>9.0} msg/s | ruststream {:>9.0} msg/s | ratio {:.3}",
+            best(&raw),
+            best(&ours),
+            best(&ours) / best(&raw)
+        );
+    });
+}
