@@ -4,7 +4,7 @@
 //! Shared by the conformance suite (`ruststream-tests`) and the adapters' examples, which
 //! include this file by path so that both start servers the same way.
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -59,13 +59,9 @@ impl NatsServer {
     /// When the binary is missing, no port or store can be had, or the server does not
     /// listen within 10 s.
     pub fn try_start() -> Result<Self, String> {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .map_err(|e| format!("no free loopback port: {e}"))?;
         let mut server = Self {
             child: None,
-            port,
+            port: 0,
             store: tempfile::tempdir().map_err(|e| format!("no temporary store: {e}"))?,
             bin: nats_server_bin()?,
         };
@@ -73,39 +69,43 @@ impl NatsServer {
         Ok(server)
     }
 
+    /// Starts the binary: on the port it had before, or on a port the server picks itself
+    /// (`-p -1`), read back from its ports file, so that two servers never race for one port.
     fn spawn(&mut self) -> Result<(), String> {
+        let ports_dir = self.store.path().join("ports");
+        let _ = std::fs::remove_dir_all(&ports_dir);
+        std::fs::create_dir_all(&ports_dir).map_err(|e| format!("no ports directory: {e}"))?;
+        let port_arg = match self.port {
+            0 => "-1".to_owned(),
+            known => known.to_string(),
+        };
         let child = Command::new(&self.bin)
-            .args([
-                "-a",
-                "127.0.0.1",
-                "-p",
-                &self.port.to_string(),
-                "-js",
-                "-sd",
-            ])
-            .arg(self.store.path())
+            .args(["-a", "127.0.0.1", "-p", &port_arg, "-js", "-sd"])
+            .arg(self.store.path().join("jetstream"))
+            .arg("--ports_file_dir")
+            .arg(&ports_dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", self.bin.display()))?;
+        let pid = child.id();
         let child = self.child.insert(child);
         let deadline = Instant::now() + START_PATIENCE;
-        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+        loop {
             if let Ok(Some(status)) = child.try_wait() {
-                return Err(format!(
-                    "nats-server exited at start-up with {status} (port {})",
-                    self.port
-                ));
+                return Err(format!("nats-server exited at start-up with {status}"));
+            }
+            if let Some(port) = read_ports_file(&ports_dir, pid)
+                && TcpStream::connect(("127.0.0.1", port)).is_ok()
+            {
+                self.port = port;
+                return Ok(());
             }
             if Instant::now() >= deadline {
-                return Err(format!(
-                    "nats-server did not listen on port {} within 10 s",
-                    self.port
-                ));
+                return Err("nats-server did not become ready within 10 s".to_owned());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        Ok(())
     }
 
     /// The URL to connect to.
@@ -131,6 +131,19 @@ impl NatsServer {
             panic!("{e}");
         }
     }
+}
+
+/// The client port in the ports file nats-server writes for process `pid` once it listens:
+/// JSON like `{"client":["nats://127.0.0.1:PORT"],…}`.
+fn read_ports_file(dir: &std::path::Path, pid: u32) -> Option<u16> {
+    let suffix = format!("_{pid}.ports");
+    let entry = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .find(|e| e.file_name().to_string_lossy().ends_with(&suffix))?;
+    let text = std::fs::read_to_string(entry.path()).ok()?;
+    let url = text.split('"').find(|s| s.starts_with("nats://"))?;
+    url.rsplit(':').next()?.parse().ok()
 }
 
 impl Drop for NatsServer {
