@@ -185,17 +185,27 @@ async fn js_runtime(url: &str, n: usize, round: usize) -> f64 {
     let client = async_nats::connect(url).await.unwrap();
     let js = jetstream::new(client);
     let name = format!("rt{round}");
+    let handled = Arc::new(AtomicUsize::new(0));
+    let counter = handled.clone();
     let start = Instant::now();
     let running = App::new(url)
         .mount(
             Mount::jetstream("bench-js", "BENCH", &name)
                 .ack_wait(Duration::from_secs(30))
                 .concurrency(NonZeroUsize::new(512).unwrap()),
-            |_d: Delivery| std::future::ready(Outcome::Ack),
+            move |_d: Delivery| {
+                counter.fetch_add(1, Ordering::Relaxed);
+                std::future::ready(Outcome::Ack)
+            },
         )
         .start()
         .await
         .unwrap();
+    // As for raw async-nats: wait until the handler saw every message (a local counter),
+    // then until the server reports every one acknowledged.
+    while handled.load(Ordering::Relaxed) < n {
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    }
     all_acked(&js, &name, n).await;
     let rate = n as f64 / start.elapsed().as_secs_f64();
     running.shutdown().await;
@@ -230,12 +240,26 @@ fn main() {
             best(&ours) / best(&raw)
         );
 
+        if std::env::var("BENCH_ONLY").is_ok_and(|only| only == "core") {
+            return;
+        }
         let js = jetstream::new(async_nats::connect(url.as_str()).await.unwrap());
         fill_stream(&js, n).await;
         let (mut raw, mut ours) = (Vec::new(), Vec::new());
         for round in 0..rounds {
-            raw.push(js_raw(&url, n, round).await);
-            ours.push(js_runtime(&url, n, round).await);
+            if std::env::var_os("BENCH_RUNTIME_FIRST").is_some() {
+                ours.push(js_runtime(&url, n, round).await);
+                raw.push(js_raw(&url, n, round).await);
+            } else {
+                raw.push(js_raw(&url, n, round).await);
+                ours.push(js_runtime(&url, n, round).await);
+            }
+            if std::env::var_os("BENCH_VERBOSE").is_some() {
+                println!(
+                    "  round {round}: raw {:.0} msg/s, ruststream {:.0} msg/s",
+                    raw[round], ours[round]
+                );
+            }
         }
         println!(
             "jetstream ack: raw async-nats {:>9.0} msg/s | ruststream {:>9.0} msg/s | ratio {:.3}",

@@ -260,8 +260,13 @@ impl App {
                 jetstream_names,
                 observer: self.observer.clone(),
             });
-            let semaphore = Arc::new(Semaphore::new(mount.concurrency.get()));
-            slots.push((ctx.name.clone(), semaphore.clone(), mount.concurrency.get()));
+            // A Core mount runs one delivery on its own task besides those holding a slot.
+            let permits = match consumer {
+                Some(_) => mount.concurrency.get(),
+                None => mount.concurrency.get() - 1,
+            };
+            let semaphore = Arc::new(Semaphore::new(permits));
+            slots.push((ctx.name.clone(), semaphore.clone(), permits));
             let task = match consumer {
                 Some(consumer) => runtime::spawn(jetstream_loop(
                     ctx,

@@ -220,7 +220,13 @@ pub(crate) async fn execute(
                 subject,
                 retry_count,
             } => {
-                publish_plain(&ctx.client, core_message(msg).copy(subject, retry_count)).await?;
+                // Boxed: rare next to settlements, and large; it should not grow every
+                // delivery's future.
+                Box::pin(publish_plain(
+                    &ctx.client,
+                    core_message(msg).copy(subject, retry_count),
+                ))
+                .await?;
             }
             Action::ScheduleCopy {
                 subject,
@@ -236,7 +242,11 @@ pub(crate) async fn execute(
                 }
             }
             Action::PublishDeadLetter { subject } => {
-                publish_dead_letter(ctx, core_message(msg).dead_letter(subject)).await?;
+                Box::pin(publish_dead_letter(
+                    ctx,
+                    core_message(msg).dead_letter(subject),
+                ))
+                .await?;
             }
             Action::Log(l) => log(ctx, msg, delivery, l),
         }

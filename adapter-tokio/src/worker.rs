@@ -1,5 +1,6 @@
 //! The mount loops and the life of one delivery.
 
+use std::future::Future;
 use std::num::NonZeroUsize;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -161,6 +162,27 @@ pub(crate) async fn process(ctx: Arc<MountContext>, model: Model, msg: async_nat
     .await;
 }
 
+/// Starts handling one JetStream delivery in its slot. The delivery is first driven on the
+/// mount's own task; if it finishes without waiting (a handler that returns at once, and publishes that
+/// the client buffers), nothing is spawned. At its first real wait it moves, as it is, to a
+/// task of its own, so slow handlers run concurrently and in parallel. The slot is freed when
+/// the delivery is settled.
+async fn start_delivery(
+    ctx: Arc<MountContext>,
+    model: Model,
+    msg: async_nats::Message,
+    permit: OwnedSemaphorePermit,
+) {
+    let mut delivery = Box::pin(async move {
+        process(ctx, model, msg).await;
+        drop(permit);
+    });
+    let first = std::future::poll_fn(|cx| std::task::Poll::Ready(delivery.as_mut().poll(cx))).await;
+    if first.is_pending() {
+        runtime::spawn(delivery);
+    }
+}
+
 /// Takes a free handler slot, or `None` once shutdown has begun.
 async fn slot(
     slots: &Arc<Semaphore>,
@@ -176,35 +198,85 @@ async fn slot(
 }
 
 /// A Core mount: its subscriptions (the subject or wildcard, and for rule 10 perhaps the copy
-/// subject), each message handled in a free slot. Ends at shutdown; dropping the subscribers
+/// subject), each message handled as it comes. Ends at shutdown; dropping the subscribers
 /// unsubscribes.
+///
+/// A delivery runs first on this task, holding no slot: at most one does at a time. Only a
+/// delivery that has to wait takes a slot and moves to a task of its own; with every slot
+/// taken, this task waits for a slot or for the delivery itself, so at most `slots + 1`
+/// deliveries run at once (the app gives Core mounts `concurrency - 1` slots).
 pub(crate) async fn core_loop(
     ctx: Arc<MountContext>,
     subscribers: Vec<async_nats::Subscriber>,
     slots: Arc<Semaphore>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut messages = futures_util::stream::select_all(subscribers);
-    loop {
-        let Some(permit) = slot(&slots, &mut shutdown).await else {
-            break;
-        };
+    let mut subscribers = subscribers.into_iter();
+    let first = subscribers.next();
+    let mut messages = match (first, subscribers.next()) {
+        (Some(one), None) => futures_util::future::Either::Left(one),
+        (first, second) => futures_util::future::Either::Right(futures_util::stream::select_all(
+            first.into_iter().chain(second).chain(subscribers),
+        )),
+    };
+    'consume: loop {
         let msg = tokio::select! {
             msg = messages.next() => msg,
             _ = shutdown.changed() => None,
         };
         let Some(msg) = msg else { break };
-        let ctx = ctx.clone();
-        runtime::spawn(async move {
-            process(ctx, Model::Core, msg).await;
-            drop(permit);
-        });
+        run_inline_first(&ctx, &slots, msg).await;
+        // Then what is already buffered, without waiting (the runtime's cooperative budget
+        // ends this run).
+        while !shutdown.has_changed().unwrap_or(true) {
+            match messages.next().now_or_never() {
+                Some(Some(msg)) => run_inline_first(&ctx, &slots, msg).await,
+                Some(None) => break 'consume,
+                None => break,
+            }
+        }
     }
 }
 
-/// A JetStream mount: pulls only as many messages as there are free slots, handles each in
-/// its slot. At shutdown it stops pulling; a pull already outstanding is received to its end
-/// (at most [`PULL_EXPIRES`]) and its messages handled, so none wait for `ack_wait`.
+/// Drives a Core delivery on the current task; if it has to wait, moves it to a task of its
+/// own holding a slot, or, with no slot free, finishes it here (whichever comes first).
+async fn run_inline_first(
+    ctx: &Arc<MountContext>,
+    slots: &Arc<Semaphore>,
+    msg: async_nats::Message,
+) {
+    let mut delivery = Box::pin(process(ctx.clone(), Model::Core, msg));
+    let first = std::future::poll_fn(|cx| std::task::Poll::Ready(delivery.as_mut().poll(cx))).await;
+    if first.is_ready() {
+        return;
+    }
+    tokio::select! {
+        biased;
+        () = &mut delivery => {}
+        permit = slots.clone().acquire_owned() => match permit {
+            Ok(permit) => {
+                runtime::spawn(async move {
+                    delivery.await;
+                    drop(permit);
+                });
+            }
+            Err(_) => delivery.await,
+        },
+    }
+}
+
+/// A JetStream mount's pull loop.
+///
+/// One inbox subscription lives as long as the mount; pull requests
+/// (`$JS.API.CONSUMER.MSG.NEXT`, through async-nats' `request_batch`) ask for exactly as many
+/// messages as there are free handler slots, and each requested message holds its slot from
+/// the request on. A new request goes out when half the slots are free again (or all, when
+/// none is outstanding), so pulls overlap with handling. A request ends when it is filled or
+/// when the server reports it expired (status 408, with `Nats-Pending-Messages` telling how
+/// many it did not fill, whose slots are then freed).
+///
+/// At shutdown no new request goes out; outstanding ones are received to their end (at most
+/// [`PULL_EXPIRES`]) and their messages handled, so none waits for `ack_wait`.
 pub(crate) async fn jetstream_loop(
     ctx: Arc<MountContext>,
     consumer: async_nats::jetstream::consumer::PullConsumer,
@@ -212,57 +284,106 @@ pub(crate) async fn jetstream_loop(
     concurrency: NonZeroUsize,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    use async_nats::StatusCode;
+    use async_nats::jetstream::consumer::pull::BatchConfig;
+
+    let inbox = async_nats::Subject::from(ctx.client.new_inbox());
+    let mut replies = match ctx.client.subscribe(inbox.clone()).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(mount = %ctx.name, error = %e, "cannot subscribe the pull inbox; the mount stops");
+            return;
+        }
+    };
+    let threshold = (concurrency.get() / 2).max(1);
+    // Slots held for messages requested and not yet received.
+    let mut reserved: Option<OwnedSemaphorePermit> = None;
+    let mut outstanding = 0usize;
+    let mut stopping = false;
     let mut backoff = Duration::from_millis(50);
     loop {
-        let Some(first) = slot(&slots, &mut shutdown).await else {
-            break;
-        };
-        let mut permits = vec![first];
-        while permits.len() < concurrency.get() {
-            match slots.clone().try_acquire_owned() {
-                Ok(p) => permits.push(p),
-                Err(_) => break,
-            }
-        }
-        let batch = consumer
-            .batch()
-            .max_messages(permits.len())
-            .expires(PULL_EXPIRES)
-            .messages()
-            .await;
-        let mut batch = match batch {
-            Ok(b) => {
-                backoff = Duration::from_millis(50);
-                b
-            }
-            Err(e) => {
-                tracing::warn!(mount = %ctx.name, error = %e, "pull request failed; retrying");
-                drop(permits);
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
-                    _ = shutdown.changed() => {}
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(2));
-                continue;
-            }
-        };
-        while let Some(next) = batch.next().await {
-            match next {
-                Ok(msg) => {
-                    let Some(permit) = permits.pop() else {
-                        tracing::error!(mount = %ctx.name, "server sent more messages than requested");
-                        break;
-                    };
-                    let ctx = ctx.clone();
-                    runtime::spawn(async move {
-                        process(ctx, Model::JetStream, msg.message).await;
-                        drop(permit);
-                    });
+        stopping |= *shutdown.borrow();
+        let free = slots.available_permits();
+        let wanted = !stopping && free > 0 && (outstanding == 0 || free >= threshold);
+        if wanted
+            && let Ok(permits) = slots
+                .clone()
+                .try_acquire_many_owned(u32::try_from(free).unwrap_or(u32::MAX))
+        {
+            let request = BatchConfig {
+                batch: free,
+                expires: Some(PULL_EXPIRES),
+                ..Default::default()
+            };
+            match consumer.request_batch(request, inbox.clone()).await {
+                Ok(()) => {
+                    outstanding += free;
+                    backoff = Duration::from_millis(50);
+                    match reserved.as_mut() {
+                        Some(r) => r.merge(permits),
+                        None => reserved = Some(permits),
+                    }
                 }
                 Err(e) => {
-                    tracing::debug!(mount = %ctx.name, error = %e, "pull ended");
-                    break;
+                    drop(permits);
+                    tracing::warn!(mount = %ctx.name, error = %e, "pull request failed; retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = shutdown.changed() => {}
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    continue;
                 }
+            }
+        }
+        if outstanding == 0 {
+            if stopping {
+                break;
+            }
+            // Every slot is busy with a spawned handler: wait for one to free up.
+            let Some(permit) = slot(&slots, &mut shutdown).await else {
+                continue;
+            };
+            drop(permit);
+            continue;
+        }
+        let next = tokio::select! {
+            next = replies.next() => next,
+            _ = shutdown.changed(), if !stopping => continue,
+        };
+        let Some(msg) = next else {
+            tracing::error!(mount = %ctx.name, "the pull inbox closed; the mount stops");
+            break;
+        };
+        match msg.status {
+            None | Some(StatusCode::OK) => {
+                outstanding = outstanding.saturating_sub(1);
+                let permit = match reserved.as_mut().and_then(|r| r.split(1)) {
+                    Some(p) => p,
+                    // More than requested (should not happen): wait for a slot, never drop it.
+                    None => match slots.clone().acquire_owned().await {
+                        Ok(p) => p,
+                        Err(_) => break,
+                    },
+                };
+                start_delivery(ctx.clone(), Model::JetStream, msg, permit).await;
+            }
+            Some(StatusCode::IDLE_HEARTBEAT) => {}
+            Some(status) => {
+                // The request ended (expired, or terminated by the server): free the slots of
+                // the messages it will not bring.
+                let unfilled = msg
+                    .headers
+                    .as_ref()
+                    .and_then(|h| h.get("Nats-Pending-Messages"))
+                    .and_then(|v| v.as_str().trim().parse::<usize>().ok())
+                    .unwrap_or(outstanding)
+                    .min(outstanding);
+                outstanding -= unfilled;
+                if let Some(r) = reserved.as_mut() {
+                    drop(r.split(unfilled));
+                }
+                tracing::trace!(mount = %ctx.name, %status, unfilled, "pull request ended");
             }
         }
     }
