@@ -53,8 +53,8 @@ fn offsets() -> impl FnMut() -> Duration {
     }
 }
 
-fn filled(n: usize, base: Instant) -> DelayQueue {
-    let message = delivered();
+/// A queue of `n` copies of `message` at pseudo-random deadlines after `base`.
+fn filled(n: usize, base: Instant, message: &Message) -> DelayQueue {
     let subject = Subject::new("orders.new").unwrap();
     let mut next = offsets();
     let mut q = DelayQueue::with_capacity(n);
@@ -75,21 +75,8 @@ fn filled(n: usize, base: Instant) -> DelayQueue {
 fn memory_per_copy() {
     const N: usize = 100_000;
     let message = delivered();
-    let subject = Subject::new("orders.new").unwrap();
-    let base = Instant::now();
-    let mut next = offsets();
     let region = Region::new(GLOBAL);
-    let mut q = DelayQueue::with_capacity(N);
-    for i in 0..N {
-        let publication = message.copy(&subject, RetryCount(1));
-        q.handle_copy(
-            PendingCopy {
-                mount: i % 4,
-                publication,
-            },
-            base + next(),
-        );
-    }
+    let q = filled(N, Instant::now(), &message);
     let stats = region.change();
     let net = stats.bytes_allocated as isize - stats.bytes_deallocated as isize;
     println!(
@@ -108,7 +95,7 @@ fn queue(c: &mut Criterion) {
     for n in [1_000usize, 100_000, 1_000_000] {
         let base = Instant::now();
         let far = base + Duration::from_secs(3_600);
-        let mut q = filled(n, base);
+        let mut q = filled(n, base, &delivered());
         let mut next = offsets();
         let mut clock = base;
         // One pop of the earliest copy and one insert at a random deadline: the queue stays at n.
