@@ -922,6 +922,35 @@ fn core_mount_survives_a_server_restart() {
     });
 }
 
+#[test]
+fn jetstream_mount_survives_a_server_restart() {
+    run(async {
+        let mut server = NatsServer::start();
+        let tc = TestClient::connect(&server).await;
+        tc.file_stream("DURABLE", &["durable.>"]).await;
+        let (r, ev) = (runs(), events());
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::jetstream("js-restart", "DURABLE", "worker").ack_wait(Duration::from_secs(2)),
+                scripted(&r, |_, _| Outcome::Ack),
+            )
+        })
+        .await;
+        // The pull request outstanding at the restart is forgotten by the server; the mount
+        // must notice and pull again.
+        server.restart();
+        let tc = TestClient::connect(&server).await;
+        tc.js_publish("durable.new", HeaderMap::new(), b"after-restart").await;
+        eventually("the message published after the restart handled", || {
+            r.lock().unwrap().iter().any(|run| run.1 == "after-restart").then_some(())
+        })
+        .await;
+        let info = tc.consumer_info("DURABLE", "worker").await;
+        assert_eq!(info.num_pending, 0);
+        app.shutdown().await;
+    });
+}
+
 /// Publishes to `subject` every 200 ms until the condition of an `eventually` holds.
 trait PublishUntil {
     async fn await_with_publisher(self, server: &NatsServer, subject: &str);

@@ -21,6 +21,9 @@ use crate::runtime;
 /// for an outstanding pull to end.
 pub(crate) const PULL_EXPIRES: Duration = Duration::from_secs(1);
 
+/// How long after its expiry a pull request may still be reported ended by the server.
+const PULL_GRACE: Duration = Duration::from_secs(2);
+
 /// Which NATS model a mount's deliveries come through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Model {
@@ -275,8 +278,12 @@ async fn run_inline_first(
 /// when the server reports it expired (status 408, with `Nats-Pending-Messages` telling how
 /// many it did not fill, whose slots are then freed).
 ///
+/// Requests that the server never reports ended (a restarted server forgets its waiting
+/// requests) are given up [`PULL_GRACE`] after they expired, and their slots taken back.
+///
 /// At shutdown no new request goes out; outstanding ones are received to their end (at most
-/// [`PULL_EXPIRES`]) and their messages handled, so none waits for `ack_wait`.
+/// [`PULL_EXPIRES`], or [`PULL_GRACE`] later for lost ones) and their messages handled, so
+/// none waits for `ack_wait`.
 pub(crate) async fn jetstream_loop(
     ctx: Arc<MountContext>,
     consumer: async_nats::jetstream::consumer::PullConsumer,
@@ -301,6 +308,9 @@ pub(crate) async fn jetstream_loop(
     let mut outstanding = 0usize;
     let mut stopping = false;
     let mut backoff = Duration::from_millis(50);
+    // Every request expires on the server by then; one not ended by then was lost (a server
+    // restart forgets its waiting requests), and its slots are taken back.
+    let mut requests_end = runtime::now();
     loop {
         stopping |= *shutdown.borrow();
         let free = slots.available_permits();
@@ -318,6 +328,7 @@ pub(crate) async fn jetstream_loop(
             match consumer.request_batch(request, inbox.clone()).await {
                 Ok(()) => {
                     outstanding += free;
+                    requests_end = runtime::now() + PULL_EXPIRES + PULL_GRACE;
                     backoff = Duration::from_millis(50);
                     match reserved.as_mut() {
                         Some(r) => r.merge(permits),
@@ -350,6 +361,12 @@ pub(crate) async fn jetstream_loop(
         let next = tokio::select! {
             next = replies.next() => next,
             _ = shutdown.changed(), if !stopping => continue,
+            () = runtime::sleep_until(requests_end) => {
+                tracing::warn!(mount = %ctx.name, outstanding, "pull requests never ended; their slots are taken back");
+                outstanding = 0;
+                reserved = None;
+                continue;
+            }
         };
         let Some(msg) = next else {
             tracing::error!(mount = %ctx.name, "the pull inbox closed; the mount stops");

@@ -205,6 +205,20 @@ impl TestClient {
             .expect("create stream")
     }
 
+    /// Creates a stream `name` on `subjects` stored in files, so that it survives a server
+    /// restart.
+    pub async fn file_stream(&self, name: &str, subjects: &[&str]) -> jetstream::stream::Stream {
+        self.js
+            .create_stream(jetstream::stream::Config {
+                name: name.to_owned(),
+                subjects: subjects.iter().map(|s| (*s).to_owned()).collect(),
+                storage: jetstream::stream::StorageType::File,
+                ..Default::default()
+            })
+            .await
+            .expect("create stream")
+    }
+
     /// Publishes to a stream and waits for the stream's acknowledgement.
     pub async fn js_publish(
         &self,
