@@ -702,6 +702,16 @@ fn rule_11_bad_declarations_are_refused_naming_the_mount() {
         let e = start_err(&server, |a| a.mount(js_mount("dlq-unstored").max_attempts(2).dead_letter("nowhere.x"), noop)).await;
         assert!(declaration_error(&e).contains("mount `dlq-unstored`") && declaration_error(&e).contains("nowhere.x"), "{e}");
 
+        // Dead letters that would come back to the mount: an endless loop, refused.
+        let e = start_err(&server, |a| a.mount(js_mount("dlq-loop").max_attempts(2).dead_letter("orders.dlq"), noop)).await;
+        assert!(declaration_error(&e).contains("mount `dlq-loop`") && declaration_error(&e).contains("comes back"), "{e}");
+        let e = start_err(&server, |a| a.mount(Mount::core_subject("core-loop", "loop.x").max_attempts(2).dead_letter("loop.x"), noop)).await;
+        assert!(declaration_error(&e).contains("mount `core-loop`") && declaration_error(&e).contains("comes back"), "{e}");
+
+        // A mount name that would break `mount=<name>` in logs.
+        let e = start_err(&server, |a| a.mount(Mount::core_subject("my mount", "a"), noop)).await;
+        assert!(declaration_error(&e).contains("mount `my mount`"), "{e}");
+
         // A consumer whose ack policy is not explicit.
         let stream = tc.js.get_stream("ORDERS").await.expect("stream");
         stream

@@ -215,7 +215,10 @@ impl App {
                 }
                 Descriptor::CoreSubject(_) | Descriptor::CoreWildcard { .. } => None,
             };
-            let dead_letters = dead_letter_sink(&js, &policy).await?;
+            let filter = consumer
+                .as_ref()
+                .map(|c| c.cached_info().config.filter_subject.clone());
+            let dead_letters = dead_letter_sink(&js, &policy, filter.as_deref()).await?;
             tracing::debug!(mount = %name, "mount checked");
             prepared.push((mount, handler, policy, consumer, dead_letters));
         }
@@ -360,30 +363,34 @@ async fn bind_consumer(
 
 /// Decides where the mount's dead letters go (rule 8): a JetStream publish where a stream
 /// stores the subject; otherwise a refusal for a JetStream mount, a plain publish with a
-/// warning for a Core mount.
+/// warning for a Core mount. A JetStream mount whose dead letters would come back to it
+/// through its own stream and filter is refused.
 async fn dead_letter_sink(
     js: &async_nats::jetstream::Context,
     policy: &MountPolicy,
+    consumer_filter: Option<&str>,
 ) -> Result<DeadLetterSink, StartError> {
     let Some(subject) = policy.dead_letter() else {
         return Ok(DeadLetterSink::Plain);
     };
-    let stored = match js.stream_by_subject(subject.as_str()).await {
-        Ok(stream) => {
-            tracing::debug!(mount = policy.name(), %subject, %stream, "dead letters stored by a stream");
-            true
-        }
+    let stored_by = match js.stream_by_subject(subject.as_str()).await {
+        Ok(stream) => Some(stream),
         Err(e) => {
             tracing::debug!(mount = policy.name(), %subject, error = %e, "no stream found for the dead-letter subject");
-            false
+            None
         }
     };
-    if let Some(warning) = policy.check_dead_letter_storage(stored)? {
+    if let Some(warning) =
+        policy.check_dead_letter_storage(stored_by.as_deref(), consumer_filter)?
+    {
         tracing::warn!("{warning}");
     }
-    Ok(match stored {
-        true => DeadLetterSink::JetStream(Box::new(js.clone())),
-        false => DeadLetterSink::Plain,
+    Ok(match stored_by {
+        Some(stream) => {
+            tracing::debug!(mount = policy.name(), %subject, %stream, "dead letters stored by a stream");
+            DeadLetterSink::JetStream(Box::new(js.clone()))
+        }
+        None => DeadLetterSink::Plain,
     })
 }
 

@@ -127,10 +127,11 @@ pub(crate) async fn process(ctx: Arc<MountContext>, model: Model, msg: async_nat
         let decided = match execute(&ctx, &msg, &delivery, &decided).await {
             Ok(()) => decided,
             Err(e) => {
-                tracing::error!(error = %e.0, plan = %decided, "publish failed: the settlement is not sent");
+                tracing::error!(error = %e.0, plan = %decided, "publish failed: the plan stopped before its settlement; planning the recovery");
                 let recovery = plan(&delivery, Event::PublishFailed, &ctx.policy, runtime::now());
-                if let Err(e) = execute(&ctx, &msg, &delivery, &recovery).await {
-                    tracing::error!(error = %e.0, "recovery plan failed too");
+                match execute(&ctx, &msg, &delivery, &recovery).await {
+                    Ok(()) => tracing::warn!(plan = %recovery, "recovery sent"),
+                    Err(e) => tracing::error!(error = %e.0, plan = %recovery, "recovery plan failed too"),
                 }
                 recovery
             }

@@ -128,7 +128,9 @@ impl MountDeclaration {
     /// dead-letter subject) contains `*` or `>`; [`DeclarationErrorKind::MissingCopySubject`];
     /// [`DeclarationErrorKind::Name`] for a stream or consumer name NATS would refuse;
     /// [`DeclarationErrorKind::ZeroMaxAttempts`];
-    /// [`DeclarationErrorKind::DeadLetterWithoutLimit`] (rule 7).
+    /// [`DeclarationErrorKind::DeadLetterWithoutLimit`] (rule 7);
+    /// [`DeclarationErrorKind::DeadLetterLoop`] for a Core mount that would receive its own
+    /// dead letters; [`DeclarationErrorKind::MountName`].
     pub fn validate(&self) -> Result<MountPolicy, DeclarationError> {
         let fail = |kind| DeclarationError {
             mount: self.name.clone(),
@@ -178,10 +180,33 @@ impl MountDeclaration {
                 NonZeroU32::new(n).ok_or_else(|| fail(DeclarationErrorKind::ZeroMaxAttempts))?,
             ),
         };
+        if self.name.is_empty()
+            || self
+                .name
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control())
+        {
+            return Err(fail(DeclarationErrorKind::MountName));
+        }
         let dead_letter = match &self.dead_letter {
             None => None,
             Some(s) => Some(subject(SubjectRole::DeadLetter, s)?),
         };
+        // A Core mount that receives its own dead letters would handle each again, at the
+        // limit, and dead-letter it again, without end.
+        if let Some(dlq) = &dead_letter {
+            let loops = match &descriptor {
+                Descriptor::CoreSubject(s) => s == dlq,
+                Descriptor::CoreWildcard {
+                    wildcard,
+                    copy_subject,
+                } => wildcard.matches(dlq) || copy_subject == dlq,
+                Descriptor::JetStream { .. } => false,
+            };
+            if loops {
+                return Err(fail(DeclarationErrorKind::DeadLetterLoop(dlq.clone())));
+            }
+        }
         if dead_letter.is_some() && max_attempts.is_none() {
             return Err(fail(DeclarationErrorKind::DeadLetterWithoutLimit));
         }
@@ -343,28 +368,46 @@ impl MountPolicy {
         Ok(warnings)
     }
 
-    /// Checks where dead letters will go (rule 8), given whether some stream's subjects cover
-    /// the dead-letter subject. Gives the warning to log, if any; a mount without a
-    /// dead-letter subject has none.
+    /// Checks where dead letters will go (rule 8), given the name of the stream whose
+    /// subjects cover the dead-letter subject (`None`: no stream stores it) and, for a
+    /// JetStream mount, its consumer's filter subject (`None` or empty: every subject of the
+    /// stream). Gives the warning to log, if any; a mount without a dead-letter subject has
+    /// none.
     ///
     /// # Errors
     /// [`DeclarationErrorKind::DeadLetterNotStored`] for a JetStream mount whose dead-letter
     /// subject no stream stores: its dead letters would not be durable. A Core mount in that
     /// case is accepted with [`DeclarationWarningKind::DeadLetterNotStored`]: its dead letters
     /// are plain publishes that reach only live subscribers.
+    ///
+    /// [`DeclarationErrorKind::DeadLetterLoop`] for a JetStream mount whose dead letters would
+    /// be stored in the very stream it consumes and pass its consumer's filter: each dead
+    /// letter would come back as a new first delivery, be dead-lettered again, and so on
+    /// without end.
     pub fn check_dead_letter_storage(
         &self,
-        stored: bool,
+        stored_by: Option<&str>,
+        consumer_filter: Option<&str>,
     ) -> Result<Option<DeclarationWarning>, DeclarationError> {
         let Some(subject) = &self.dead_letter else {
             return Ok(None);
         };
-        match (&self.descriptor, stored) {
-            (_, true) => Ok(None),
-            (Descriptor::JetStream { .. }, false) => {
+        match (&self.descriptor, stored_by) {
+            (Descriptor::JetStream { stream, .. }, Some(by)) if by == stream => {
+                let caught = match consumer_filter.filter(|f| !f.is_empty()) {
+                    None => true,
+                    Some(filter) => Wildcard::new(filter).is_ok_and(|w| w.matches(subject)),
+                };
+                match caught {
+                    true => Err(self.fail(DeclarationErrorKind::DeadLetterLoop(subject.clone()))),
+                    false => Ok(None),
+                }
+            }
+            (_, Some(_)) => Ok(None),
+            (Descriptor::JetStream { .. }, None) => {
                 Err(self.fail(DeclarationErrorKind::DeadLetterNotStored(subject.clone())))
             }
-            (Descriptor::CoreSubject(_) | Descriptor::CoreWildcard { .. }, false) => Ok(Some(
+            (Descriptor::CoreSubject(_) | Descriptor::CoreWildcard { .. }, None) => Ok(Some(
                 self.warn(DeclarationWarningKind::DeadLetterNotStored(subject.clone())),
             )),
         }
@@ -498,6 +541,17 @@ pub enum DeclarationErrorKind {
         /// The mount's `max_attempts`.
         max_attempts: NonZeroU32,
     },
+    /// The mount would receive its own dead letters: a Core mount's subject, wildcard or copy
+    /// subject covers the dead-letter subject, or a JetStream mount's dead letters would be
+    /// stored in the stream it consumes and pass its consumer's filter.
+    #[error(
+        "dead-letter subject `{0}` comes back to this mount: each dead letter would be handled and dead-lettered again, without end"
+    )]
+    DeadLetterLoop(Subject),
+    /// The mount's name is empty or has whitespace or control characters (it appears in logs
+    /// as `mount=<name>`).
+    #[error("a mount name must be non-empty, without whitespace or control characters")]
+    MountName,
     /// A JetStream mount's dead-letter subject is stored by no stream.
     #[error(
         "no stream stores dead-letter subject `{0}`; a JetStream mount's dead letters must be durable"
@@ -784,9 +838,9 @@ mod tests {
             .dead_letter("dlq.orders")
             .validate()
             .expect("valid");
-        assert_eq!(js.check_dead_letter_storage(true), Ok(None));
+        assert_eq!(js.check_dead_letter_storage(Some("DLQ"), None), Ok(None));
         let err = js
-            .check_dead_letter_storage(false)
+            .check_dead_letter_storage(None, None)
             .expect_err("JetStream needs a durable dead letter");
         assert!(matches!(
             err.kind,
@@ -799,9 +853,9 @@ mod tests {
             .dead_letter("dlq.orders")
             .validate()
             .expect("valid");
-        assert_eq!(core.check_dead_letter_storage(true), Ok(None));
+        assert_eq!(core.check_dead_letter_storage(Some("DLQ"), None), Ok(None));
         let warning = core
-            .check_dead_letter_storage(false)
+            .check_dead_letter_storage(None, None)
             .expect("accepted")
             .expect("warned");
         assert!(matches!(
@@ -812,6 +866,72 @@ mod tests {
         let none = MountDeclaration::jetstream("n", "S", "C")
             .validate()
             .expect("valid");
-        assert_eq!(none.check_dead_letter_storage(false), Ok(None));
+        assert_eq!(none.check_dead_letter_storage(None, None), Ok(None));
+    }
+
+    #[test]
+    fn dead_letters_that_come_back_are_refused() {
+        // Core: the subject itself, a subject the wildcard matches, the copy subject.
+        for d in [
+            MountDeclaration::core_subject("m", "orders.new")
+                .max_attempts(2)
+                .dead_letter("orders.new"),
+            MountDeclaration::core_wildcard("m", "orders.*", Some("retry.x"))
+                .max_attempts(2)
+                .dead_letter("orders.dlq"),
+            MountDeclaration::core_wildcard("m", "orders.*", Some("retry.x"))
+                .max_attempts(2)
+                .dead_letter("retry.x"),
+        ] {
+            assert!(
+                matches!(kind(&d), DeclarationErrorKind::DeadLetterLoop(_)),
+                "{d:?}"
+            );
+        }
+        assert!(
+            MountDeclaration::core_wildcard("m", "orders.*", Some("retry.x"))
+                .max_attempts(2)
+                .dead_letter("dlq.orders")
+                .validate()
+                .is_ok()
+        );
+        // JetStream: stored by the consumed stream, and passing the consumer's filter.
+        let js = MountDeclaration::jetstream("j", "ORDERS", "C")
+            .max_attempts(2)
+            .dead_letter("orders.dlq")
+            .validate()
+            .expect("valid");
+        for filter in [None, Some(""), Some("orders.>"), Some("orders.dlq")] {
+            let err = js
+                .check_dead_letter_storage(Some("ORDERS"), filter)
+                .expect_err("loops");
+            assert!(
+                matches!(err.kind, DeclarationErrorKind::DeadLetterLoop(_)),
+                "{filter:?}"
+            );
+            assert!(err.to_string().contains("mount `j`"));
+        }
+        // The same stream with a filter that leaves the dead letters out, or another stream.
+        assert_eq!(
+            js.check_dead_letter_storage(Some("ORDERS"), Some("orders.new")),
+            Ok(None)
+        );
+        assert_eq!(js.check_dead_letter_storage(Some("DLQ"), None), Ok(None));
+    }
+
+    #[test]
+    fn mount_names_are_checked() {
+        for name in ["", "my mount", "tab\tname"] {
+            assert_eq!(
+                kind(&MountDeclaration::core_subject(name, "a")),
+                DeclarationErrorKind::MountName,
+                "{name:?}"
+            );
+        }
+        assert!(
+            MountDeclaration::core_subject("orders-eu_1", "a")
+                .validate()
+                .is_ok()
+        );
     }
 }
