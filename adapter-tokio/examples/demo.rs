@@ -92,6 +92,7 @@ fn main() -> std::process::ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

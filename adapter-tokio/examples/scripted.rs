@@ -17,7 +17,12 @@
 //!   --dead-letter SUBJECT   where deliveries at the limit go (needs --max-attempts)
 //!   --queue-group GROUP     Core queue group
 //!   --ack-wait-ms MS        ack_wait of a consumer the service creates (default 30000)
+//!   --help                  this usage
 //! ```
+//!
+//! With `--stream`, the stream must exist; a durable that does not exist is created with
+//! explicit ack and no `max_deliver`, and like any new consumer it delivers the whole stream
+//! from the start. Conflicting or repeated flags are refused.
 //!
 //! The URL is `--url`, else `NATS_URL`, else `nats://127.0.0.1:4222`.
 //!
@@ -58,35 +63,44 @@ struct Flags {
     ack_wait_ms: Option<u64>,
 }
 
+const USAGE: &str = "usage: scripted [--url URL] (--subject S | --wildcard W --copy-subject S | --stream S --durable D)
+                [--name NAME] [--max-attempts N] [--dead-letter S] [--queue-group G] [--ack-wait-ms MS]
+see the top of adapter-tokio/examples/scripted.rs";
+
+fn set<T>(slot: &mut Option<T>, flag: &str, value: T) -> Result<(), String> {
+    match slot.replace(value) {
+        Some(_) => Err(format!("{flag} given twice")),
+        None => Ok(()),
+    }
+}
+
 fn parse(args: impl Iterator<Item = String>) -> Result<Flags, String> {
     let mut f = Flags::default();
     let mut args = args.peekable();
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
+        let number = |v: String| v.parse::<u64>().map_err(|e| format!("{flag}: {e}"));
         match flag.as_str() {
-            "--url" => f.url = Some(value()?),
-            "--name" => f.name = Some(value()?),
-            "--subject" => f.subject = Some(value()?),
-            "--wildcard" => f.wildcard = Some(value()?),
-            "--copy-subject" => f.copy_subject = Some(value()?),
-            "--stream" => f.stream = Some(value()?),
-            "--durable" => f.durable = Some(value()?),
+            "--help" | "-h" => return Err(String::new()),
+            "--url" => set(&mut f.url, &flag, value()?)?,
+            "--name" => set(&mut f.name, &flag, value()?)?,
+            "--subject" => set(&mut f.subject, &flag, value()?)?,
+            "--wildcard" => set(&mut f.wildcard, &flag, value()?)?,
+            "--copy-subject" => set(&mut f.copy_subject, &flag, value()?)?,
+            "--stream" => set(&mut f.stream, &flag, value()?)?,
+            "--durable" => set(&mut f.durable, &flag, value()?)?,
             "--max-attempts" => {
-                f.max_attempts = Some(
-                    value()?
-                        .parse()
-                        .map_err(|e| format!("--max-attempts: {e}"))?,
-                )
+                let n = value()?
+                    .parse::<u32>()
+                    .map_err(|e| format!("--max-attempts: {e}"))?;
+                set(&mut f.max_attempts, &flag, n)?
             }
-            "--dead-letter" => f.dead_letter = Some(value()?),
-            "--queue-group" => f.queue_group = Some(value()?),
-            "--ack-wait-ms" => {
-                f.ack_wait_ms = Some(
-                    value()?
-                        .parse()
-                        .map_err(|e| format!("--ack-wait-ms: {e}"))?,
-                )
-            }
+            "--dead-letter" => set(&mut f.dead_letter, &flag, value()?)?,
+            "--queue-group" => set(&mut f.queue_group, &flag, value()?)?,
+            "--ack-wait-ms" => match number(value()?)? {
+                0 => return Err("--ack-wait-ms must be at least 1".to_owned()),
+                ms => set(&mut f.ack_wait_ms, &flag, ms)?,
+            },
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -95,6 +109,27 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Flags, String> {
 
 fn mount(f: &Flags) -> Result<Mount, String> {
     let name = f.name.as_deref().unwrap_or("scripted");
+    let conflicts = [
+        (
+            f.copy_subject.is_some() && f.wildcard.is_none(),
+            "--copy-subject goes with --wildcard",
+        ),
+        (
+            f.durable.is_some() && f.stream.is_none(),
+            "--durable goes with --stream",
+        ),
+        (
+            f.ack_wait_ms.is_some() && f.stream.is_none(),
+            "--ack-wait-ms goes with --stream",
+        ),
+        (
+            f.queue_group.is_some() && f.stream.is_some(),
+            "--queue-group is for Core mounts",
+        ),
+    ];
+    if let Some((_, why)) = conflicts.iter().find(|(bad, _)| *bad) {
+        return Err((*why).to_owned());
+    }
     let mut m = match (&f.subject, &f.wildcard, &f.stream) {
         (Some(s), None, None) => Mount::core_subject(name, s),
         (None, Some(w), None) => {
@@ -178,20 +213,23 @@ async fn main() -> std::process::ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let flags = match parse(std::env::args().skip(1)) {
         Ok(f) => f,
+        Err(e) if e.is_empty() => {
+            println!("{USAGE}");
+            return std::process::ExitCode::SUCCESS;
+        }
         Err(e) => {
-            eprintln!(
-                "scripted: {e}\nsee the top of adapter-tokio/examples/scripted.rs for the flags"
-            );
+            eprintln!("scripted: {e}\n{USAGE}");
             return std::process::ExitCode::from(2);
         }
     };
     let mount = match mount(&flags) {
         Ok(m) => m,
         Err(e) => {
-            eprintln!("scripted: {e}");
+            eprintln!("scripted: {e}\n{USAGE}");
             return std::process::ExitCode::from(2);
         }
     };
