@@ -77,7 +77,7 @@ fn header_lines(data: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
         .collect()
 }
 
-/// Target `retry_count_header`: arbitrary header maps (see [`header_lines`]); the reader never
+/// Target `retry_count_header`: arbitrary header maps (one `name:value` per line); the reader never
 /// panics and agrees with the rule-5 model.
 pub fn check_retry_count(data: &[u8]) {
     let pairs = header_lines(data);
