@@ -886,6 +886,39 @@ fn rule_14_delayed_core_copies_left_at_shutdown_are_reported_lost() {
 }
 
 #[test]
+fn rule_14_shutdown_abandons_a_hung_handler_after_the_grace_period() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = core_setup(&server).await;
+        let ev = events();
+        let started = Arc::new(Mutex::new(false));
+        let flag = started.clone();
+        // Concurrency 1: the hung delivery runs on the mount's own loop.
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("core-hung-14", "c14h.in").concurrency(std::num::NonZeroUsize::MIN),
+                move |_d: Delivery| {
+                    let flag = flag.clone();
+                    async move {
+                        *flag.lock().unwrap() = true;
+                        tokio::time::sleep(Duration::from_secs(60)).await;
+                        Outcome::Ack
+                    }
+                },
+            )
+        })
+        .await;
+        core_publish(&tc, "c14h.in", HeaderMap::new(), b"hangs").await;
+        eventually("the handler to start", || (*started.lock().unwrap()).then_some(())).await;
+        let began = Instant::now();
+        let report = app.shutdown().await;
+        let took = began.elapsed();
+        assert!(took < Duration::from_secs(5), "shutdown took {took:?} with a 2 s grace period");
+        assert_eq!(report.abandoned, [("core-hung-14".to_owned(), 1)]);
+    });
+}
+
+#[test]
 fn typed_handler_undecodable_payload_is_dead_lettered() {
     #[derive(serde::Deserialize)]
     struct Order {

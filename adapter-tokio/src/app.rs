@@ -500,16 +500,24 @@ impl Running {
     pub async fn shutdown(self) -> ShutdownReport {
         let deadline = runtime::now() + self.grace;
         self.shutdown.send_replace(true);
-        for task in self.loops {
-            runtime::join(task).await;
-        }
         let mut report = ShutdownReport::default();
-        for (name, semaphore, total) in &self.slots {
+        // A mount loop ends once its current delivery does: a Core delivery that waits with
+        // every slot taken runs on the loop itself. Past the grace period it is abandoned, as
+        // are handlers still holding a slot.
+        let mut loop_stuck = Vec::with_capacity(self.loops.len());
+        for task in self.loops {
+            let left = deadline.saturating_duration_since(runtime::now());
+            loop_stuck.push(runtime::timeout(left, runtime::join(task)).await.is_none());
+        }
+        for ((name, semaphore, total), stuck) in self.slots.iter().zip(loop_stuck) {
             let left = deadline.saturating_duration_since(runtime::now());
             let all = u32::try_from(*total).unwrap_or(u32::MAX);
             let done = runtime::timeout(left, semaphore.acquire_many(all)).await;
-            if done.is_none() {
-                let running = total - semaphore.available_permits();
+            let running = match done {
+                Some(_) => 0,
+                None => total - semaphore.available_permits(),
+            } + usize::from(stuck);
+            if running > 0 {
                 tracing::warn!(mount = %name, handlers = running, "grace period over with handlers still running");
                 report.abandoned.push((name.to_string(), running));
             }
