@@ -90,6 +90,15 @@ async fn js_setup(server: &NatsServer) -> TestClient {
     tc
 }
 
+/// A JetStream test: its server, the set-up of [`js_setup`], a watch on the ack reply
+/// subjects of ORDERS, and empty run and settlement records.
+async fn js_case() -> (NatsServer, TestClient, Wire, Runs, Events) {
+    let server = NatsServer::start();
+    let tc = js_setup(&server).await;
+    let acks = Wire::watch(&tc.client, "$JS.ACK.ORDERS.>").await;
+    (server, tc, acks, runs(), events())
+}
+
 fn js_mount(name: &str) -> Mount {
     Mount::jetstream(name, "ORDERS", "worker").ack_wait(Duration::from_millis(700))
 }
@@ -104,10 +113,7 @@ async fn quiet(ms: u64) {
 #[test]
 fn row_01_jetstream_ack() {
     run(async {
-        let server = NatsServer::start();
-        let tc = js_setup(&server).await;
-        let acks = Wire::watch(&tc.client, "$JS.ACK.ORDERS.>").await;
-        let (r, ev) = (runs(), events());
+        let (server, tc, acks, r, ev) = js_case().await;
         let app = start(&server, &ev, |a| a.mount(js_mount("js-ack").max_attempts(3), scripted(&r, |_, _| Outcome::Ack))).await;
         tc.js_publish("orders.new", HeaderMap::new(), b"order-1").await;
         acks.at_least(1).await;
@@ -140,10 +146,7 @@ async fn eventually_info(
 #[test]
 fn row_02_jetstream_drop() {
     run(async {
-        let server = NatsServer::start();
-        let tc = js_setup(&server).await;
-        let acks = Wire::watch(&tc.client, "$JS.ACK.ORDERS.>").await;
-        let (r, ev) = (runs(), events());
+        let (server, tc, acks, r, ev) = js_case().await;
         let app = start(&server, &ev, |a| a.mount(js_mount("js-drop").max_attempts(3), scripted(&r, |_, _| Outcome::Drop))).await;
         tc.js_publish("orders.new", HeaderMap::new(), b"order-1").await;
         acks.at_least(1).await;
@@ -159,10 +162,7 @@ fn row_02_jetstream_drop() {
 #[test]
 fn row_03_jetstream_retry_below_limit() {
     run(async {
-        let server = NatsServer::start();
-        let tc = js_setup(&server).await;
-        let acks = Wire::watch(&tc.client, "$JS.ACK.ORDERS.>").await;
-        let (r, ev) = (runs(), events());
+        let (server, tc, acks, r, ev) = js_case().await;
         let app = start(&server, &ev, |a| {
             a.mount(
                 js_mount("js-retry").max_attempts(3),
@@ -188,10 +188,7 @@ fn row_03_jetstream_retry_below_limit() {
 #[test]
 fn row_04_jetstream_retry_after_below_limit() {
     run(async {
-        let server = NatsServer::start();
-        let tc = js_setup(&server).await;
-        let acks = Wire::watch(&tc.client, "$JS.ACK.ORDERS.>").await;
-        let (r, ev) = (runs(), events());
+        let (server, tc, acks, r, ev) = js_case().await;
         let app = start(&server, &ev, |a| {
             a.mount(
                 js_mount("js-retry-after").max_attempts(3),
@@ -218,10 +215,7 @@ fn row_04_jetstream_retry_after_below_limit() {
 #[test]
 fn row_05_jetstream_at_limit_dead_letter_then_term() {
     run(async {
-        let server = NatsServer::start();
-        let tc = js_setup(&server).await;
-        let acks = Wire::watch(&tc.client, "$JS.ACK.ORDERS.>").await;
-        let (r, ev) = (runs(), events());
+        let (server, tc, acks, r, ev) = js_case().await;
         let app = start(&server, &ev, |a| {
             a.mount(js_mount("js-dlq").max_attempts(2).dead_letter("dlq.orders"), scripted(&r, |_, _| Outcome::Retry))
         })
@@ -257,10 +251,7 @@ fn row_05_jetstream_at_limit_dead_letter_then_term() {
 #[test]
 fn row_06_jetstream_at_limit_without_dead_letter_terms() {
     run(async {
-        let server = NatsServer::start();
-        let tc = js_setup(&server).await;
-        let acks = Wire::watch(&tc.client, "$JS.ACK.ORDERS.>").await;
-        let (r, ev) = (runs(), events());
+        let (server, tc, acks, r, ev) = js_case().await;
         let app = start(&server, &ev, |a| {
             a.mount(
                 js_mount("js-limit").max_attempts(2),
@@ -282,10 +273,7 @@ fn row_06_jetstream_at_limit_without_dead_letter_terms() {
 #[test]
 fn row_07_jetstream_arrives_past_limit_handler_not_run() {
     run(async {
-        let server = NatsServer::start();
-        let tc = js_setup(&server).await;
-        let acks = Wire::watch(&tc.client, "$JS.ACK.ORDERS.>").await;
-        let (r, ev) = (runs(), events());
+        let (server, tc, acks, r, ev) = js_case().await;
         // No outcome twice: the server redelivers after ack_wait; the third delivery is past
         // max_attempts 2 and goes to the dead letter without running the handler (rule 3).
         let app = start(&server, &ev, |a| {
@@ -308,10 +296,7 @@ fn row_07_jetstream_arrives_past_limit_handler_not_run() {
 #[test]
 fn row_08_jetstream_no_outcome_server_redelivers() {
     run(async {
-        let server = NatsServer::start();
-        let tc = js_setup(&server).await;
-        let acks = Wire::watch(&tc.client, "$JS.ACK.ORDERS.>").await;
-        let (r, ev) = (runs(), events());
+        let (server, tc, acks, r, ev) = js_case().await;
         let app = start(&server, &ev, |a| {
             a.mount(
                 js_mount("js-none").max_attempts(5),
@@ -333,10 +318,7 @@ fn row_08_jetstream_no_outcome_server_redelivers() {
 #[test]
 fn row_09_jetstream_dead_letter_publish_fails_naks_and_retries() {
     run(async {
-        let server = NatsServer::start();
-        let tc = js_setup(&server).await;
-        let acks = Wire::watch(&tc.client, "$JS.ACK.ORDERS.>").await;
-        let (r, ev) = (runs(), events());
+        let (server, tc, acks, r, ev) = js_case().await;
         let app = start(&server, &ev, |a| {
             a.mount(
                 js_mount("js-dlq-fail")
@@ -374,6 +356,13 @@ async fn core_setup(server: &NatsServer) -> TestClient {
     TestClient::connect(server).await
 }
 
+/// A Core test: its server, a test client, and empty run and settlement records.
+async fn core_case() -> (NatsServer, TestClient, Runs, Events) {
+    let server = NatsServer::start();
+    let tc = core_setup(&server).await;
+    (server, tc, runs(), events())
+}
+
 async fn core_publish(tc: &TestClient, subject: &str, headers: HeaderMap, payload: &'static [u8]) {
     tc.client
         .publish_with_headers(subject.to_owned(), headers, bytes::Bytes::from_static(payload))
@@ -385,9 +374,7 @@ async fn core_publish(tc: &TestClient, subject: &str, headers: HeaderMap, payloa
 #[test]
 fn row_10_core_ack_logs_unsupported() {
     run(async {
-        let server = NatsServer::start();
-        let tc = core_setup(&server).await;
-        let (r, ev) = (runs(), events());
+        let (server, tc, r, ev) = core_case().await;
         let app = start(&server, &ev, |a| a.mount(Mount::core_subject("core-ack-10", "c10.in"), scripted(&r, |_, _| Outcome::Ack))).await;
         core_publish(&tc, "c10.in", HeaderMap::new(), b"x").await;
         settled(&ev, 1).await;
@@ -400,9 +387,7 @@ fn row_10_core_ack_logs_unsupported() {
 #[test]
 fn row_11_core_drop_logs_unsupported() {
     run(async {
-        let server = NatsServer::start();
-        let tc = core_setup(&server).await;
-        let (r, ev) = (runs(), events());
+        let (server, tc, r, ev) = core_case().await;
         let app = start(&server, &ev, |a| {
             a.mount(Mount::core_subject("core-drop-11", "c11.in").max_attempts(3), scripted(&r, |_, _| Outcome::Drop))
         })
@@ -420,9 +405,7 @@ fn row_11_core_drop_logs_unsupported() {
 #[test]
 fn row_12_core_retry_without_limit_only_logs() {
     run(async {
-        let server = NatsServer::start();
-        let tc = core_setup(&server).await;
-        let (r, ev) = (runs(), events());
+        let (server, tc, r, ev) = core_case().await;
         let app = start(&server, &ev, |a| a.mount(Mount::core_subject("core-retry-12", "c12.in"), scripted(&r, |_, _| Outcome::Retry))).await;
         let wire = Wire::watch(&tc.client, "c12.in").await;
         core_publish(&tc, "c12.in", HeaderMap::new(), b"x").await;
@@ -438,9 +421,7 @@ fn row_12_core_retry_without_limit_only_logs() {
 #[test]
 fn row_13_core_retry_below_limit_copies_now() {
     run(async {
-        let server = NatsServer::start();
-        let tc = core_setup(&server).await;
-        let (r, ev) = (runs(), events());
+        let (server, tc, r, ev) = core_case().await;
         let (rw, evw) = (runs(), events());
         let app = start(&server, &ev, |a| {
             a.mount(
@@ -476,9 +457,7 @@ fn row_13_core_retry_below_limit_copies_now() {
 #[test]
 fn row_14_core_retry_after_copies_after_the_delay() {
     run(async {
-        let server = NatsServer::start();
-        let tc = core_setup(&server).await;
-        let (r, ev) = (runs(), events());
+        let (server, tc, r, ev) = core_case().await;
         let app = start(&server, &ev, |a| {
             a.mount(
                 Mount::core_subject("core-after-14", "c14.in"), // no limit: still a copy (rule 6)
@@ -502,10 +481,8 @@ fn row_14_core_retry_after_copies_after_the_delay() {
 #[test]
 fn row_15_core_at_limit_dead_letter() {
     run(async {
-        let server = NatsServer::start();
-        let tc = core_setup(&server).await;
+        let (server, tc, r, ev) = core_case().await;
         tc.stream("DLQ", &["dlq.>"]).await;
-        let (r, ev) = (runs(), events());
         let app = start(&server, &ev, |a| {
             a.mount(Mount::core_subject("core-dlq-15", "c15.in").max_attempts(2).dead_letter("dlq.c15"), scripted(&r, |_, _| Outcome::Retry))
         })
@@ -526,9 +503,7 @@ fn row_15_core_at_limit_dead_letter() {
 #[test]
 fn row_16_core_at_limit_without_dead_letter_warns() {
     run(async {
-        let server = NatsServer::start();
-        let tc = core_setup(&server).await;
-        let (r, ev) = (runs(), events());
+        let (server, tc, r, ev) = core_case().await;
         let app = start(&server, &ev, |a| {
             a.mount(Mount::core_subject("core-letgo-16", "c16.in").max_attempts(2), scripted(&r, |_, _| Outcome::Retry))
         })
@@ -547,10 +522,8 @@ fn row_16_core_at_limit_without_dead_letter_warns() {
 #[test]
 fn row_17_core_arrives_past_limit_handler_not_run() {
     run(async {
-        let server = NatsServer::start();
-        let tc = core_setup(&server).await;
+        let (server, tc, r, ev) = core_case().await;
         tc.stream("DLQ", &["dlq.>"]).await;
-        let (r, ev) = (runs(), events());
         let app = start(&server, &ev, |a| {
             a.mount(Mount::core_subject("core-past-17", "c17.in").max_attempts(3).dead_letter("dlq.c17"), scripted(&r, |_, _| Outcome::Ack))
         })
@@ -578,9 +551,7 @@ fn row_17_core_arrives_past_limit_handler_not_run() {
 #[test]
 fn row_18_core_no_outcome_nothing() {
     run(async {
-        let server = NatsServer::start();
-        let tc = core_setup(&server).await;
-        let (r, ev) = (runs(), events());
+        let (server, tc, r, ev) = core_case().await;
         let app = start(&server, &ev, |a| a.mount(Mount::core_subject("core-none-18", "c18.in").max_attempts(3), scripted(&r, |_, _| Outcome::None))).await;
         let wire = Wire::watch(&tc.client, "c18.in").await;
         core_publish(&tc, "c18.in", HeaderMap::new(), b"x").await;
@@ -602,9 +573,7 @@ fn log_lines_for(mount: &str, text: &str) -> Vec<String> {
 #[test]
 fn rule_05_retry_count_header_parsing_on_the_wire() {
     run(async {
-        let server = NatsServer::start();
-        let tc = core_setup(&server).await;
-        let (r, ev) = (runs(), events());
+        let (server, tc, r, ev) = core_case().await;
         let app = start(&server, &ev, |a| {
             a.mount(
                 Mount::core_subject("core-hdr-05", "c05.in").max_attempts(5),
@@ -782,10 +751,7 @@ fn rule_11_refused_mount_consumes_nothing() {
 #[test]
 fn rule_13_jetstream_panic_is_no_outcome_and_the_service_goes_on() {
     run(async {
-        let server = NatsServer::start();
-        let tc = js_setup(&server).await;
-        let acks = Wire::watch(&tc.client, "$JS.ACK.ORDERS.>").await;
-        let (r, ev) = (runs(), events());
+        let (server, tc, acks, r, ev) = js_case().await;
         let app = start(&server, &ev, |a| {
             a.mount(
                 js_mount("js-panic-13").max_attempts(3),
@@ -812,9 +778,7 @@ fn rule_13_jetstream_panic_is_no_outcome_and_the_service_goes_on() {
 #[test]
 fn rule_13_core_panic_is_gone_and_the_service_goes_on() {
     run(async {
-        let server = NatsServer::start();
-        let tc = core_setup(&server).await;
-        let (r, ev) = (runs(), events());
+        let (server, tc, r, ev) = core_case().await;
         let app = start(&server, &ev, |a| {
             a.mount(
                 Mount::core_subject("core-panic-13", "c13p.in").max_attempts(3),
@@ -870,9 +834,7 @@ fn rule_14_shutdown_lets_in_flight_handlers_settle() {
 #[test]
 fn rule_14_delayed_core_copies_left_at_shutdown_are_reported_lost() {
     run(async {
-        let server = NatsServer::start();
-        let tc = core_setup(&server).await;
-        let (r, ev) = (runs(), events());
+        let (server, tc, r, ev) = core_case().await;
         let app = start(&server, &ev, |a| {
             a.mount(Mount::core_subject("core-lost-14", "c14l.in"), scripted(&r, |_, _| Outcome::RetryAfter(Duration::from_secs(60))))
         })

@@ -192,31 +192,35 @@ impl TestClient {
         Self { client, js }
     }
 
-    /// Creates a file-less (memory) stream `name` on `subjects`.
-    pub async fn stream(&self, name: &str, subjects: &[&str]) -> jetstream::stream::Stream {
+    /// Creates a stream `name` on `subjects` with the given storage.
+    pub async fn stream_stored(
+        &self,
+        name: &str,
+        subjects: &[&str],
+        storage: jetstream::stream::StorageType,
+    ) -> jetstream::stream::Stream {
         self.js
             .create_stream(jetstream::stream::Config {
                 name: name.to_owned(),
                 subjects: subjects.iter().map(|s| (*s).to_owned()).collect(),
-                storage: jetstream::stream::StorageType::Memory,
+                storage,
                 ..Default::default()
             })
             .await
             .expect("create stream")
     }
 
+    /// Creates a memory stream `name` on `subjects`.
+    pub async fn stream(&self, name: &str, subjects: &[&str]) -> jetstream::stream::Stream {
+        self.stream_stored(name, subjects, jetstream::stream::StorageType::Memory)
+            .await
+    }
+
     /// Creates a stream `name` on `subjects` stored in files, so that it survives a server
     /// restart.
     pub async fn file_stream(&self, name: &str, subjects: &[&str]) -> jetstream::stream::Stream {
-        self.js
-            .create_stream(jetstream::stream::Config {
-                name: name.to_owned(),
-                subjects: subjects.iter().map(|s| (*s).to_owned()).collect(),
-                storage: jetstream::stream::StorageType::File,
-                ..Default::default()
-            })
+        self.stream_stored(name, subjects, jetstream::stream::StorageType::File)
             .await
-            .expect("create stream")
     }
 
     /// Publishes to a stream and waits for the stream's acknowledgement.
