@@ -138,7 +138,13 @@ async fn demo() -> Result<bool, Box<dyn std::error::Error>> {
     // A wire tap on the Core subjects, to count what the server carried.
     let mut tap = client.subscribe("demo.core.orders").await?;
     let mut tap_region = client.subscribe("demo.region.>").await?;
+    // `flush` only empties the client's buffer; a message to our own inbox comes back once the
+    // server has processed the taps' subscriptions too.
+    let inbox = client.new_inbox();
+    let mut echo = client.subscribe(inbox.clone()).await?;
+    client.publish(inbox, "".into()).await?;
     client.flush().await?;
+    futures_util::StreamExt::next(&mut echo).await;
 
     let settled: Arc<Mutex<Vec<Settled>>> = Arc::default();
     let sink = settled.clone();

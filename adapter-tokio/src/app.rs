@@ -236,12 +236,9 @@ impl App {
         for (mount, _, policy, _, _) in &prepared {
             subscriptions.push(subscribe(&client, mount, policy).await?);
         }
-        // Once `start` returns, the server knows every subscription: a message published
-        // after that reaches the mounts.
-        client
-            .flush()
-            .await
-            .map_err(|e| StartError::Connect(format!("flush after subscribing: {}", e.kind())))?;
+        // Once `start` returns, the server has processed every subscription: a message
+        // published after that reaches the mounts.
+        round_trip(&client).await?;
 
         for (index, ((mount, handler, policy, consumer, dead_letters), subscribers)) in
             prepared.into_iter().zip(subscriptions).enumerate()
@@ -419,6 +416,37 @@ async fn subscribe(
         subscribers.push(subscriber);
     }
     Ok(subscribers)
+}
+
+/// How long the start-up round trip with the server may take.
+const ROUND_TRIP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Waits until the server has processed everything this client sent so far.
+///
+/// async-nats' `flush` only writes the client's buffer to the socket; it does not wait for the
+/// server. The server handles one connection's operations in order, so a message the client
+/// publishes to itself comes back only after every earlier `SUB` took effect.
+async fn round_trip(client: &Client) -> Result<(), StartError> {
+    use futures_util::StreamExt;
+    let failed = |what: &str| StartError::Connect(format!("no round trip with the server: {what}"));
+    let inbox = client.new_inbox();
+    let mut echo = client
+        .subscribe(inbox.clone())
+        .await
+        .map_err(|e| failed(&e.to_string()))?;
+    client
+        .publish(inbox, bytes::Bytes::new())
+        .await
+        .map_err(|e| failed(&e.to_string()))?;
+    client
+        .flush()
+        .await
+        .map_err(|e| failed(&e.kind().to_string()))?;
+    match runtime::timeout(ROUND_TRIP_TIMEOUT, echo.next()).await {
+        Some(Some(_)) => Ok(()),
+        Some(None) => Err(failed("the subscription closed")),
+        None => Err(failed("timed out")),
+    }
 }
 
 /// A handle that asks a running app to shut down gracefully. Cheap to clone.

@@ -150,6 +150,21 @@ impl Wire {
     }
 }
 
+/// Waits until the server has processed everything `client` sent so far (a `flush` only
+/// empties the client's buffer): a message to the client's own inbox comes back only after
+/// every earlier `SUB` took effect.
+pub async fn round_trip(client: &async_nats::Client) {
+    let inbox = client.new_inbox();
+    let mut echo = client.subscribe(inbox.clone()).await.expect("subscribe");
+    client.publish(inbox, Bytes::new()).await.expect("publish");
+    client.flush().await.expect("flush");
+    let came_back = tokio::time::timeout(PATIENCE, echo.next()).await;
+    assert!(
+        matches!(came_back, Ok(Some(_))),
+        "no round trip with the server"
+    );
+}
+
 /// Sorted header pairs of a message.
 pub fn headers_of(m: &async_nats::Message) -> Vec<(String, String)> {
     let mut pairs: Vec<(String, String)> = m
