@@ -18,6 +18,13 @@ use crate::runtime;
 use crate::worker::{core_loop, delay_loop, jetstream_loop};
 use ruststream_core::Outcome;
 
+/// The longest a dead-letter publish waits for its stream's confirmation: async-nats' own
+/// default for publish acks, 5 seconds.
+const DEFAULT_CONFIRM: Duration = Duration::from_secs(5);
+
+/// The shortest confirmation wait, for consumers with a very short `ack_wait`.
+const MIN_CONFIRM: Duration = Duration::from_millis(50);
+
 /// How long a graceful shutdown lets in-flight handlers finish, by default: 10 seconds.
 pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(10);
 
@@ -215,10 +222,13 @@ impl App {
                 }
                 Descriptor::CoreSubject(_) | Descriptor::CoreWildcard { .. } => None,
             };
-            let filter = consumer
-                .as_ref()
-                .map(|c| c.cached_info().config.filter_subject.clone());
-            let dead_letters = dead_letter_sink(&js, &policy, filter.as_deref()).await?;
+            let config = consumer.as_ref().map(|c| &c.cached_info().config);
+            let filter = config.map(|c| c.filter_subject.as_str());
+            // A dead-letter publish on a JetStream mount must fail before the server gives
+            // the delivery to another attempt: its confirmation waits at most half `ack_wait`.
+            let confirm_within =
+                config.map(|c| (c.ack_wait / 2).clamp(MIN_CONFIRM, DEFAULT_CONFIRM));
+            let dead_letters = dead_letter_sink(&js, &policy, filter, confirm_within).await?;
             tracing::debug!(mount = %name, "mount checked");
             prepared.push((mount, handler, policy, consumer, dead_letters));
         }
@@ -366,6 +376,7 @@ async fn dead_letter_sink(
     js: &async_nats::jetstream::Context,
     policy: &MountPolicy,
     consumer_filter: Option<&str>,
+    confirm_within: Option<Duration>,
 ) -> Result<DeadLetterSink, StartError> {
     let Some(subject) = policy.dead_letter() else {
         return Ok(DeadLetterSink::Plain);
@@ -385,7 +396,11 @@ async fn dead_letter_sink(
     Ok(match stored_by {
         Some(stream) => {
             tracing::debug!(mount = policy.name(), %subject, %stream, "dead letters stored by a stream");
-            DeadLetterSink::JetStream(Box::new(js.clone()))
+            let mut js = js.clone();
+            if let Some(limit) = confirm_within {
+                js.set_timeout(limit);
+            }
+            DeadLetterSink::JetStream(Box::new(js))
         }
         None => DeadLetterSink::Plain,
     })

@@ -68,7 +68,9 @@ impl Mount {
     }
 
     /// Where deliveries at the limit go, unchanged. Needs `max_attempts`. On a JetStream mount
-    /// a stream must store this subject.
+    /// a stream must store this subject, and the publish waits for the stream's confirmation
+    /// at most half the consumer's `ack_wait` (and at most 5 s), so that a slow or failed
+    /// dead letter is answered with `-NAK` before the server redelivers on its own.
     #[must_use]
     pub fn dead_letter(mut self, subject: &str) -> Self {
         self.declaration = self.declaration.dead_letter(subject);
