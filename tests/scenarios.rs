@@ -913,6 +913,35 @@ fn typed_handler_undecodable_payload_is_dead_lettered() {
 }
 
 #[test]
+fn credentials_never_appear_in_errors_or_logs() {
+    run(async {
+        capture_logs();
+        // Nothing listens on port 1: the connection fails, and says why without the secret.
+        let options = adapter::async_nats::ConnectOptions::with_user_and_password("alice".into(), "s3cret-pw-1".into());
+        let e = App::with_options("nats://127.0.0.1:1", options)
+            .mount(Mount::core_subject("creds", "a"), |_: Delivery| async { Outcome::Ack })
+            .start()
+            .await
+            .expect_err("nothing listens on port 1");
+        assert!(matches!(e, StartError::Connect(_)), "{e}");
+        let e = App::new("nats://bob:s3cret-pw-2@127.0.0.1:1")
+            .mount(Mount::core_subject("creds", "a"), |_: Delivery| async { Outcome::Ack })
+            .start()
+            .await
+            .expect_err("nothing listens on port 1");
+        for secret in ["s3cret-pw-1", "s3cret-pw-2"] {
+            assert!(!e.to_string().contains(secret), "{e}");
+            assert!(ruststream_tests::log_lines(&[secret]).is_empty(), "a log line holds {secret}");
+        }
+        let app = App::with_options(
+            "nats://127.0.0.1:1",
+            adapter::async_nats::ConnectOptions::with_token("s3cret-token".into()),
+        );
+        assert!(!format!("{app:?}").contains("s3cret-token"));
+    });
+}
+
+#[test]
 fn core_mount_survives_a_server_restart() {
     run(async {
         let mut server = NatsServer::start();
