@@ -67,21 +67,7 @@ enum Connect {
     Client(Client),
 }
 
-/// A set of mounts to run against one NATS connection.
-///
-/// ```no_run
-/// use ruststream_tokio::{App, Mount, Outcome};
-///
-/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-/// let report = App::new("nats://127.0.0.1:4222")
-///     .mount(Mount::core_subject("greetings", "greet.new").max_attempts(3), |d: ruststream_tokio::Delivery| async move {
-///         println!("attempt {}: {:?}", d.attempt, d.payload);
-///         Outcome::Ack
-///     })
-///     .run() // until SIGINT or SIGTERM
-///     .await?;
-/// # Ok(()) }
-/// ```
+/// A set of mounts to run against one NATS connection. See the crate docs for an example.
 pub struct App {
     connect: Connect,
     mounts: Vec<(Mount, Arc<dyn Handler>)>,
@@ -184,6 +170,10 @@ impl App {
     /// [`StartError::Connect`], and [`StartError::Server`] when the server lacks or refuses
     /// what a mount needs.
     pub async fn start(self) -> Result<Running, StartError> {
+        runtime::enter(self.start_here()).await
+    }
+
+    async fn start_here(self) -> Result<Running, StartError> {
         let mut names = HashSet::new();
         let mut policies = Vec::with_capacity(self.mounts.len());
         for (mount, _) in &self.mounts {
@@ -525,6 +515,10 @@ impl Running {
     /// Waits for SIGINT, SIGTERM, or a [`ShutdownHandle::shutdown`], then shuts down
     /// gracefully.
     pub async fn until_signal(self) -> ShutdownReport {
+        runtime::enter(self.until_signal_here()).await
+    }
+
+    async fn until_signal_here(self) -> ShutdownReport {
         let mut asked = self.shutdown.subscribe();
         tokio::select! {
             signal = runtime::termination_signal() => match signal {
@@ -533,7 +527,7 @@ impl Running {
             },
             _ = asked.wait_for(|stop| *stop) => tracing::info!("shutdown requested"),
         }
-        self.shutdown().await
+        self.shutdown_here().await
     }
 
     /// Shuts down gracefully (rule 14): stops consuming (no new pulls; Core subscriptions
@@ -541,6 +535,10 @@ impl Running {
     /// delayed copies that fall due within it, flushes, and drains the connection if the app
     /// opened it. Logs what was left behind, and returns it.
     pub async fn shutdown(self) -> ShutdownReport {
+        runtime::enter(self.shutdown_here()).await
+    }
+
+    async fn shutdown_here(self) -> ShutdownReport {
         let deadline = runtime::now() + self.grace;
         self.shutdown.send_replace(true);
         let mut report = ShutdownReport::default();

@@ -14,6 +14,20 @@
 //! 3. [`App::start`] validates everything (errors name the mount) and starts consuming;
 //!    [`App::run`] also waits for SIGINT/SIGTERM and shuts down gracefully.
 //!
+//! ```no_run
+//! use ruststream_tokio::{App, Delivery, Mount, Outcome};
+//!
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! let report = App::new("nats://127.0.0.1:4222")
+//!     .mount(Mount::core_subject("greetings", "greet.new").max_attempts(3), |d: Delivery| async move {
+//!         println!("attempt {}: {:?}", d.attempt, d.payload);
+//!         Outcome::Ack
+//!     })
+//!     .run() // until SIGINT or SIGTERM
+//!     .await?;
+//! # Ok(()) }
+//! ```
+//!
 //! The decisions are made by `ruststream-core`'s planner; this crate only executes its plans
 //! over async-nats, with one `match` per action ([`exec`](crate) module).
 //!

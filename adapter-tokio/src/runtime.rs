@@ -31,6 +31,11 @@ pub(crate) async fn sleep_until(at: Instant) {
     tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await;
 }
 
+/// Runs `future` where async-nats can work: on tokio, as it is.
+pub(crate) async fn enter<F: Future>(future: F) -> F::Output {
+    future.await
+}
+
 /// Runs `future` for at most `limit`; `None` when time ran out.
 pub(crate) async fn timeout<F: Future>(limit: Duration, future: F) -> Option<F::Output> {
     tokio::time::timeout(limit, future).await.ok()

@@ -340,7 +340,7 @@ pub(crate) async fn jetstream_loop(
                     drop(permits);
                     tracing::warn!(mount = %ctx.name, error = %e, "pull request failed; retrying");
                     tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {}
+                        _ = runtime::sleep_until(runtime::now() + backoff) => {}
                         _ = shutdown.changed() => {}
                     }
                     backoff = (backoff * 2).min(Duration::from_secs(2));

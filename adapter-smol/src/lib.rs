@@ -1,0 +1,67 @@
+//! # ruststream-smol
+//!
+//! Runs message handlers over NATS on smol and settles every delivery as SETTLEMENT.md says:
+//! on JetStream with `+ACK`, `-NAK`, `-NAK {"delay": ns}` or `+TERM` on the ack reply
+//! subject; on Core NATS with copies carrying `x-ruststream-retry-count`, bounded by
+//! `max_attempts`, and dead letters that are confirmed before anything is settled.
+//!
+//! The public API is `ruststream-tokio`'s, item for item: switching runtime means changing the
+//! crate name and the executor, nothing else. The execution code is the same source files
+//! (compiled into each crate); only `runtime.rs` (spawn, timers, clock, signals) differs.
+//!
+//! # The Tokio reactor
+//! async-nats runs its connection on Tokio, and some of its JetStream calls (request timeouts,
+//! publish acknowledgements, pull requests) need a Tokio timer. This crate provides one through
+//! [async-compat](https://docs.rs/async-compat): every future that touches async-nats (the app's
+//! start and shutdown, each mount loop, each delivery and its handler) is polled inside
+//! `async_compat::Compat`, which enters a Tokio runtime of its own, started once per process on
+//! a background thread and kept for the life of the process. So a handler never panics for
+//! lack of a Tokio context, and may use Tokio types itself. Everything else (the mount loops,
+//! the handlers, the delay queue's one timer, shutdown and signals) runs on smol and
+//! async-io: tasks go to smol's global executor (`SMOL_THREADS` threads), timers to async-io.
+//!
+//! That Tokio runtime's worker survives a panicking task, and nothing in this crate can stop it;
+//! if the connection to the server is lost, async-nats reconnects on it as it does on Tokio.
+//!
+//! # How to drive it
+//! ```no_run
+//! use ruststream_smol::{App, Delivery, Mount, Outcome};
+//!
+//! smol::block_on(async {
+//!     let report = App::new("nats://127.0.0.1:4222")
+//!         .mount(Mount::core_subject("greetings", "greet.new").max_attempts(3), |d: Delivery| async move {
+//!             println!("attempt {}: {:?}", d.attempt, d.payload);
+//!             Outcome::Ack
+//!         })
+//!         .run() // until SIGINT or SIGTERM
+//!         .await?;
+//!     Ok::<_, ruststream_smol::StartError>(())
+//! })?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! See `ruststream-tokio`'s crate docs for the behaviour worth knowing; it is the same here.
+
+#![warn(missing_docs)]
+
+#[path = "../../adapter-tokio/src/app.rs"]
+mod app;
+#[path = "../../adapter-tokio/src/exec.rs"]
+mod exec;
+#[path = "../../adapter-tokio/src/handler.rs"]
+mod handler;
+#[path = "../../adapter-tokio/src/mount.rs"]
+mod mount;
+mod runtime;
+#[path = "../../adapter-tokio/src/worker.rs"]
+mod worker;
+
+pub use app::{App, DEFAULT_GRACE_PERIOD, Running, ShutdownHandle, ShutdownReport, StartError};
+pub use exec::Settled;
+pub use handler::{DecodeError, Delivery, Handler, JetStreamInfo, Json, OutcomeFuture};
+pub use mount::{DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY, Mount};
+pub use ruststream_core::{Attempt, DeclarationError, Disposition, Outcome};
+
+/// Re-exported so applications can build [`App::with_options`] and read headers without
+/// naming async-nats themselves.
+pub use async_nats;
