@@ -14,8 +14,10 @@
 //! publish acknowledgements, pull requests) need a Tokio timer. This crate provides one through
 //! [async-compat](https://docs.rs/async-compat): every future that touches async-nats (the app's
 //! start and shutdown, each mount loop, each delivery and its handler) is polled inside
-//! `async_compat::Compat`, which enters a Tokio runtime of its own, started once per process on
-//! a background thread and kept for the life of the process. So a handler never panics for
+//! `async_compat::Compat`. Outside any Tokio context (a plain smol application), that enters
+//! async-compat's own current-thread Tokio runtime, started once per process on a background
+//! thread named `async-compat/tokio-1` and kept for the life of the process; the client's
+//! socket I/O runs there. Inside an existing Tokio context, Compat uses that runtime instead. So a handler never panics for
 //! lack of a Tokio context, and may use Tokio types itself. Everything else (the mount loops,
 //! the handlers, the delay queue's one timer, shutdown and signals) runs on smol and
 //! async-io: tasks go to smol's global executor (`SMOL_THREADS` threads), timers to async-io.

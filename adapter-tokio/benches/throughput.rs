@@ -33,7 +33,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use ruststream_tokio::async_nats::{self, jetstream};
-use ruststream_tokio::{App, Delivery, Mount, Outcome};
 
 const PAYLOAD: usize = 512;
 const WINDOW: usize = 8_192;
@@ -84,29 +83,6 @@ async fn core_raw(url: &str, n: usize, round: usize) -> f64 {
     publish_core(&publisher, &subject, n, &handled).await;
     let secs = start.elapsed().as_secs_f64();
     consumer.await.unwrap();
-    n as f64 / secs
-}
-
-async fn core_runtime(url: &str, n: usize, round: usize) -> f64 {
-    let subject = format!("bench.core.rt.{round}");
-    let handled = Arc::new(AtomicUsize::new(0));
-    let counter = handled.clone();
-    let running = App::new(url)
-        .mount(
-            Mount::core_subject("bench-core", &subject),
-            move |_d: Delivery| {
-                counter.fetch_add(1, Ordering::Relaxed);
-                std::future::ready(Outcome::Ack)
-            },
-        )
-        .start()
-        .await
-        .unwrap();
-    let publisher = async_nats::connect(url).await.unwrap();
-    let start = Instant::now();
-    publish_core(&publisher, &subject, n, &handled).await;
-    let secs = start.elapsed().as_secs_f64();
-    running.shutdown().await;
     n as f64 / secs
 }
 
@@ -181,39 +157,109 @@ async fn js_raw(url: &str, n: usize, round: usize) -> f64 {
     n as f64 / start.elapsed().as_secs_f64()
 }
 
-async fn js_runtime(url: &str, n: usize, round: usize) -> f64 {
-    let client = async_nats::connect(url).await.unwrap();
-    let js = jetstream::new(client);
-    let name = format!("rt{round}");
-    let handled = Arc::new(AtomicUsize::new(0));
-    let counter = handled.clone();
-    let start = Instant::now();
-    let running = App::new(url)
-        .mount(
-            Mount::jetstream("bench-js", "BENCH", &name)
-                .ack_wait(Duration::from_secs(30))
-                .concurrency(NonZeroUsize::new(512).unwrap()),
-            move |_d: Delivery| {
-                counter.fetch_add(1, Ordering::Relaxed);
-                std::future::ready(Outcome::Ack)
-            },
-        )
-        .start()
-        .await
-        .unwrap();
-    // As for raw async-nats: wait until the handler saw every message (a local counter),
-    // then until the server reports every one acknowledged.
-    while handled.load(Ordering::Relaxed) < n {
-        tokio::time::sleep(Duration::from_micros(200)).await;
-    }
-    all_acked(&js, &name, n).await;
-    let rate = n as f64 / start.elapsed().as_secs_f64();
-    running.shutdown().await;
-    rate
+/// The runtime's side of both scenarios, for one adapter crate.
+macro_rules! runtime_scenarios {
+    ($module:ident, $adapter:ident) => {
+        mod $module {
+            use super::*;
+            use $adapter as adapter;
+
+            pub(crate) async fn core_runtime(url: &str, n: usize, round: usize) -> f64 {
+                let subject = format!("bench.core.rt.{round}");
+                let handled = Arc::new(AtomicUsize::new(0));
+                let counter = handled.clone();
+                let running = adapter::App::new(url)
+                    .mount(
+                        adapter::Mount::core_subject("bench-core", &subject),
+                        move |_d: adapter::Delivery| {
+                            counter.fetch_add(1, Ordering::Relaxed);
+                            std::future::ready(adapter::Outcome::Ack)
+                        },
+                    )
+                    .start()
+                    .await
+                    .unwrap();
+                let publisher = async_nats::connect(url).await.unwrap();
+                let start = Instant::now();
+                publish_core(&publisher, &subject, n, &handled).await;
+                let secs = start.elapsed().as_secs_f64();
+                running.shutdown().await;
+                n as f64 / secs
+            }
+
+            pub(crate) async fn js_runtime(url: &str, n: usize, round: usize) -> f64 {
+                let client = async_nats::connect(url).await.unwrap();
+                let js = jetstream::new(client);
+                let name = format!("rt{round}");
+                let handled = Arc::new(AtomicUsize::new(0));
+                let counter = handled.clone();
+                let start = Instant::now();
+                let running = adapter::App::new(url)
+                    .mount(
+                        adapter::Mount::jetstream("bench-js", "BENCH", &name)
+                            .ack_wait(Duration::from_secs(30))
+                            .concurrency(NonZeroUsize::new(512).unwrap()),
+                        move |_d: adapter::Delivery| {
+                            counter.fetch_add(1, Ordering::Relaxed);
+                            std::future::ready(adapter::Outcome::Ack)
+                        },
+                    )
+                    .start()
+                    .await
+                    .unwrap();
+                // As for raw async-nats: wait until the handler saw every message (a local counter),
+                // then until the server reports every one acknowledged.
+                while handled.load(Ordering::Relaxed) < n {
+                    tokio::time::sleep(Duration::from_micros(200)).await;
+                }
+                all_acked(&js, &name, n).await;
+                let rate = n as f64 / start.elapsed().as_secs_f64();
+                running.shutdown().await;
+                rate
+            }
+        }
+    };
 }
+
+runtime_scenarios!(on_tokio, ruststream_tokio);
+runtime_scenarios!(on_smol, ruststream_smol);
 
 fn best(v: &[f64]) -> f64 {
     v.iter().copied().fold(0.0, f64::max)
+}
+
+#[derive(Clone, Copy)]
+enum Scenario {
+    Core,
+    JetStream,
+}
+
+/// Runs the smol side on a thread of its own, outside any Tokio context, as a smol
+/// application would: `smol::block_on`, with async-compat starting its own Tokio runtime
+/// thread for async-nats. So the figure includes what that reactor thread costs.
+fn on_smol_thread(url: &str, n: usize, round: usize, scenario: Scenario) -> f64 {
+    let url = url.to_owned();
+    std::thread::spawn(move || {
+        smol::block_on(async_compat::Compat::new(async move {
+            match scenario {
+                Scenario::Core => on_smol::core_runtime(&url, n, round).await,
+                Scenario::JetStream => on_smol::js_runtime(&url, n, round).await,
+            }
+        }))
+    })
+    .join()
+    .unwrap()
+}
+
+/// Prints one scenario's line: each side's best round, runtime / raw, and smol / tokio.
+fn report(what: &str, raw: &[f64], tokio: &[f64], smol: &[f64]) {
+    let (raw, tokio, smol) = (best(raw), best(tokio), best(smol));
+    println!(
+        "{what} raw async-nats {raw:>9.0} msg/s | ruststream-tokio {tokio:>9.0} msg/s (ratio {:.3}) | ruststream-smol {smol:>9.0} msg/s (ratio {:.3}, smol/tokio {:.3})",
+        tokio / raw,
+        smol / raw,
+        smol / tokio
+    );
 }
 
 fn main() {
@@ -228,44 +274,31 @@ fn main() {
         .unwrap();
     rt.block_on(async {
         println!("throughput: {n} messages of {PAYLOAD} B, {rounds} rounds, best round kept");
-        let (mut raw, mut ours) = (Vec::new(), Vec::new());
+        let (mut raw, mut ours, mut smol) = (Vec::new(), Vec::new(), Vec::new());
         for round in 0..rounds {
             raw.push(core_raw(&url, n, round).await);
-            ours.push(core_runtime(&url, n, round).await);
+            ours.push(on_tokio::core_runtime(&url, n, round).await);
+            smol.push(on_smol_thread(&url, n, 1000 + round, Scenario::Core));
         }
-        println!(
-            "core ack:      raw async-nats {:>9.0} msg/s | ruststream {:>9.0} msg/s | ratio {:.3}",
-            best(&raw),
-            best(&ours),
-            best(&ours) / best(&raw)
-        );
+        report("core ack:     ", &raw, &ours, &smol);
 
         if std::env::var("BENCH_ONLY").is_ok_and(|only| only == "core") {
             return;
         }
         let js = jetstream::new(async_nats::connect(url.as_str()).await.unwrap());
         fill_stream(&js, n).await;
-        let (mut raw, mut ours) = (Vec::new(), Vec::new());
+        let (mut raw, mut ours, mut smol) = (Vec::new(), Vec::new(), Vec::new());
         for round in 0..rounds {
-            if std::env::var_os("BENCH_RUNTIME_FIRST").is_some() {
-                ours.push(js_runtime(&url, n, round).await);
-                raw.push(js_raw(&url, n, round).await);
-            } else {
-                raw.push(js_raw(&url, n, round).await);
-                ours.push(js_runtime(&url, n, round).await);
-            }
+            raw.push(js_raw(&url, n, round).await);
+            ours.push(on_tokio::js_runtime(&url, n, round).await);
+            smol.push(on_smol_thread(&url, n, 1000 + round, Scenario::JetStream));
             if std::env::var_os("BENCH_VERBOSE").is_some() {
                 println!(
-                    "  round {round}: raw {:.0} msg/s, ruststream {:.0} msg/s",
-                    raw[round], ours[round]
+                    "  round {round}: raw {:.0}, tokio {:.0}, smol {:.0} msg/s",
+                    raw[round], ours[round], smol[round]
                 );
             }
         }
-        println!(
-            "jetstream ack: raw async-nats {:>9.0} msg/s | ruststream {:>9.0} msg/s | ratio {:.3}",
-            best(&raw),
-            best(&ours),
-            best(&ours) / best(&raw)
-        );
+        report("jetstream ack:", &raw, &ours, &smol);
     });
 }
