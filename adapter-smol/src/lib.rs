@@ -11,19 +11,20 @@
 //!
 //! # The Tokio reactor
 //! async-nats runs its connection on Tokio, and some of its JetStream calls (request timeouts,
-//! publish acknowledgements, pull requests) need a Tokio timer. This crate provides one through
-//! [async-compat](https://docs.rs/async-compat): every future that touches async-nats (the app's
-//! start and shutdown, each mount loop, each delivery and its handler) is polled inside
-//! `async_compat::Compat`. Outside any Tokio context (a plain smol application), that enters
-//! async-compat's own current-thread Tokio runtime, started once per process on a background
-//! thread named `async-compat/tokio-1` and kept for the life of the process; the client's
-//! socket I/O runs there. Inside an existing Tokio context, Compat uses that runtime instead. So a handler never panics for
-//! lack of a Tokio context, and may use Tokio types itself. Everything else (the mount loops,
-//! the handlers, the delay queue's one timer, shutdown and signals) runs on smol and
-//! async-io: tasks go to smol's global executor (`SMOL_THREADS` threads), timers to async-io.
+//! publish acknowledgements, pull requests) need a Tokio timer. Each app provides one
+//! explicitly: [`App::start`] starts a small current-thread Tokio runtime on a thread of the
+//! app's own (`ruststream-tokio-reactor`), and the app owns its lifetime: the end of
+//! [`Running::shutdown`] stops it. Every future that touches async-nats (start and shutdown,
+//! each mount loop, each delivery and its handler) is polled inside that runtime's context,
+//! so a handler never panics for lack of a Tokio context, and may use Tokio types itself.
+//! Everything else (the mount loops, the handlers, the delay queue's one timer, shutdown and
+//! signals) runs on smol and async-io: tasks go to smol's global executor (`SMOL_THREADS`
+//! threads), timers to async-io.
 //!
-//! That Tokio runtime's worker survives a panicking task, and nothing in this crate can stop it;
-//! if the connection to the server is lost, async-nats reconnects on it as it does on Tokio.
+//! If that thread ends under the app, [`Running::until_signal`] logs an error and returns at
+//! once with [`ShutdownReport::failure`] saying so, instead of hanging on a connection nobody
+//! drives. A future spawned outside any app (none of this crate's) falls back to
+//! [async-compat](https://docs.rs/async-compat)'s Tokio context.
 //!
 //! # How to drive it
 //! ```no_run

@@ -1,5 +1,5 @@
-//! The runtime-specific part: spawning, timers, the clock and signals, on smol, with the Tokio
-//! reactor async-nats needs provided by async-compat.
+//! The runtime-specific part: spawning, timers, the clock and signals, on smol, and the Tokio
+//! reactor async-nats needs: a small current-thread Tokio runtime on a thread each app owns.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -19,15 +19,119 @@ impl Drop for Task {
     }
 }
 
-/// Spawns `future` on smol's global executor, polled inside async-compat's Tokio context so
-/// that async-nats (and a handler using Tokio types) always finds a reactor and a timer. A
-/// panic is caught and reported by [`join`].
+/// Spawns `future` on smol's global executor. It is polled inside the Tokio context it is
+/// spawned from (the app's reactor), or async-compat's when there is none, so that
+/// async-nats (and a handler using Tokio types) always finds a reactor and a timer. A panic
+/// is caught and reported by [`join`].
 pub(crate) fn spawn<F>(future: F) -> Task
 where
     F: Future<Output = ()> + Send + 'static,
 {
     let guarded = AssertUnwindSafe(future).catch_unwind().map(|r| r.is_ok());
-    Task(Some(smol::spawn(Compat::new(guarded))))
+    let task = match tokio::runtime::Handle::try_current() {
+        Ok(handle) => smol::spawn(
+            Entered {
+                handle,
+                future: Box::pin(guarded),
+            }
+            .boxed(),
+        ),
+        Err(_) => smol::spawn(Compat::new(guarded).boxed()),
+    };
+    Task(Some(task))
+}
+
+/// A future polled inside a Tokio runtime's context.
+struct Entered<F> {
+    handle: tokio::runtime::Handle,
+    future: std::pin::Pin<Box<F>>,
+}
+
+impl<F: Future> Future for Entered<F> {
+    type Output = F::Output;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let _context = self.handle.enter();
+        self.future.as_mut().poll(cx)
+    }
+}
+
+/// The Tokio runtime an app's async-nats connection runs on: a current-thread runtime on a
+/// thread of its own (`ruststream-tokio-reactor`), started with the app and stopped at the
+/// end of its shutdown. If the thread ends before that, [`Reactor::failed`] says so, and the
+/// app reports it instead of hanging.
+#[derive(Debug, Clone)]
+pub(crate) struct Reactor {
+    handle: tokio::runtime::Handle,
+    alive: tokio::sync::watch::Receiver<bool>,
+    stop: std::sync::Arc<std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>>,
+}
+
+impl Reactor {
+    /// Starts the runtime's thread.
+    pub(crate) fn start() -> Result<Self, String> {
+        let (handle_tx, handle_rx) = std::sync::mpsc::channel();
+        let (alive_tx, alive) = tokio::sync::watch::channel(true);
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        std::thread::Builder::new()
+            .name("ruststream-tokio-reactor".to_owned())
+            .spawn(move || {
+                match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => {
+                        let _ = handle_tx.send(Ok(runtime.handle().clone()));
+                        // Drive the runtime until asked to stop (or the app is gone).
+                        let _ = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                            runtime.block_on(async {
+                                let _ = smol::unblock(move || stop_rx.recv()).await;
+                            })
+                        }));
+                    }
+                    Err(e) => {
+                        let _ = handle_tx.send(Err(e.to_string()));
+                    }
+                }
+                alive_tx.send_replace(false);
+            })
+            .map_err(|e| format!("cannot start the Tokio reactor thread: {e}"))?;
+        let handle = handle_rx
+            .recv()
+            .map_err(|_| "the Tokio reactor thread ended at start".to_owned())?
+            .map_err(|e| format!("cannot build the Tokio reactor: {e}"))?;
+        Ok(Self {
+            handle,
+            alive,
+            stop: std::sync::Arc::new(std::sync::Mutex::new(Some(stop_tx))),
+        })
+    }
+
+    /// Runs `future` inside this runtime's context.
+    pub(crate) async fn enter<F: Future>(&self, future: F) -> F::Output {
+        Entered {
+            handle: self.handle.clone(),
+            future: Box::pin(future),
+        }
+        .await
+    }
+
+    /// Resolves, with why, once the reactor thread has ended.
+    pub(crate) async fn failed(&self) -> String {
+        let mut alive = self.alive.clone();
+        let _ = alive.wait_for(|alive| !*alive).await;
+        "the Tokio reactor thread that runs the NATS connection has ended".to_owned()
+    }
+
+    /// Stops the runtime's thread (the end of a shutdown, or a test of what follows its loss).
+    pub(crate) fn stop(&self) {
+        if let Ok(mut stop) = self.stop.lock() {
+            stop.take();
+        }
+    }
 }
 
 /// Waits for a spawned task to end; a task that panicked is logged.
@@ -47,11 +151,6 @@ pub(crate) fn now() -> Instant {
 /// Sleeps until `at`, on async-io's timer.
 pub(crate) async fn sleep_until(at: Instant) {
     smol::Timer::at(at).await;
-}
-
-/// Runs `future` where async-nats can work: inside async-compat's Tokio context.
-pub(crate) async fn enter<F: Future>(future: F) -> F::Output {
-    Compat::new(future).await
 }
 
 /// Runs `future` for at most `limit`; `None` when time ran out.

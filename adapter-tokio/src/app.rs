@@ -25,6 +25,9 @@ const DEFAULT_CONFIRM: Duration = Duration::from_secs(5);
 /// The shortest confirmation wait, for consumers with a very short `ack_wait`.
 const MIN_CONFIRM: Duration = Duration::from_millis(50);
 
+/// How long the final flush and drain of a shutdown may take.
+const FINAL_FLUSH: Duration = Duration::from_secs(5);
+
 /// How long a graceful shutdown lets in-flight handlers finish, by default: 10 seconds.
 pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(10);
 
@@ -41,6 +44,10 @@ pub enum StartError {
     /// The connection could not be made. The message never holds the URL or credentials.
     #[error("cannot connect to NATS: {0}")]
     Connect(String),
+    /// The runtime the NATS connection needs could not be started (on smol: the app's Tokio
+    /// reactor thread).
+    #[error("cannot start the runtime: {0}")]
+    Runtime(String),
     /// The server refused or lacks what a mount needs (its stream, its consumer, a
     /// subscription).
     #[error("mount `{mount}`: {reason}")]
@@ -170,10 +177,15 @@ impl App {
     /// [`StartError::Connect`], and [`StartError::Server`] when the server lacks or refuses
     /// what a mount needs.
     pub async fn start(self) -> Result<Running, StartError> {
-        runtime::enter(self.start_here()).await
+        let reactor = runtime::Reactor::start().map_err(StartError::Runtime)?;
+        let started = reactor.enter(self.start_here(reactor.clone())).await;
+        if started.is_err() {
+            reactor.stop();
+        }
+        started
     }
 
-    async fn start_here(self) -> Result<Running, StartError> {
+    async fn start_here(self, reactor: runtime::Reactor) -> Result<Running, StartError> {
         let mut names = HashSet::new();
         let mut policies = Vec::with_capacity(self.mounts.len());
         for (mount, _) in &self.mounts {
@@ -290,6 +302,7 @@ impl App {
         tracing::info!(mounts = mount_count, "ruststream started");
 
         Ok(Running {
+            reactor,
             client,
             owns_client,
             shutdown: Arc::new(shutdown_tx),
@@ -475,10 +488,14 @@ pub struct ShutdownReport {
     /// Delayed Core copies still waiting at the end of the grace period, per mount: lost, as
     /// SETTLEMENT.md says (rule 14).
     pub lost_copies: Vec<(String, usize)>,
+    /// Why the app stopped on its own, if it did: the runtime the NATS connection ran on
+    /// ended under it (only possible on smol, whose app owns a Tokio reactor thread).
+    pub failure: Option<String>,
 }
 
 /// A started app.
 pub struct Running {
+    reactor: runtime::Reactor,
     client: Client,
     owns_client: bool,
     shutdown: Arc<watch::Sender<bool>>,
@@ -514,20 +531,42 @@ impl Running {
 
     /// Waits for SIGINT, SIGTERM, or a [`ShutdownHandle::shutdown`], then shuts down
     /// gracefully.
+    ///
+    /// Also returns if the runtime the NATS connection runs on ends under the app (on smol,
+    /// its Tokio reactor thread): that is logged as an error and reported in
+    /// [`ShutdownReport::failure`], and the app stops without waiting on the dead connection.
     pub async fn until_signal(self) -> ShutdownReport {
-        runtime::enter(self.until_signal_here()).await
+        let reactor = self.reactor.clone();
+        reactor.enter(self.until_signal_here()).await
     }
 
     async fn until_signal_here(self) -> ShutdownReport {
         let mut asked = self.shutdown.subscribe();
-        tokio::select! {
-            signal = runtime::termination_signal() => match signal {
-                Ok(name) => tracing::info!(signal = name, "shutting down"),
-                Err(e) => tracing::error!(error = %e, "cannot listen for signals; shutting down"),
-            },
-            _ = asked.wait_for(|stop| *stop) => tracing::info!("shutdown requested"),
-        }
-        self.shutdown_here().await
+        let failure = tokio::select! {
+            signal = runtime::termination_signal() => {
+                match signal {
+                    Ok(name) => tracing::info!(signal = name, "shutting down"),
+                    Err(e) => tracing::error!(error = %e, "cannot listen for signals; shutting down"),
+                }
+                None
+            }
+            _ = asked.wait_for(|stop| *stop) => {
+                tracing::info!("shutdown requested");
+                None
+            }
+            why = self.reactor.failed() => {
+                tracing::error!(error = %why, "the app cannot go on; stopping");
+                Some(why)
+            }
+        };
+        self.shutdown_here(failure).await
+    }
+
+    /// Stops the runtime the NATS connection runs on, as if it had died: on smol, the app's
+    /// Tokio reactor thread; nothing on tokio. For tests of what follows that loss.
+    #[doc(hidden)]
+    pub fn stop_reactor(&self) {
+        self.reactor.stop();
     }
 
     /// Shuts down gracefully (rule 14): stops consuming (no new pulls; Core subscriptions
@@ -535,13 +574,17 @@ impl Running {
     /// delayed copies that fall due within it, flushes, and drains the connection if the app
     /// opened it. Logs what was left behind, and returns it.
     pub async fn shutdown(self) -> ShutdownReport {
-        runtime::enter(self.shutdown_here()).await
+        let reactor = self.reactor.clone();
+        reactor.enter(self.shutdown_here(None)).await
     }
 
-    async fn shutdown_here(self) -> ShutdownReport {
+    async fn shutdown_here(self, failure: Option<String>) -> ShutdownReport {
         let deadline = runtime::now() + self.grace;
         self.shutdown.send_replace(true);
-        let mut report = ShutdownReport::default();
+        let mut report = ShutdownReport {
+            failure,
+            ..ShutdownReport::default()
+        };
         // A mount loop ends once its current delivery does: a Core delivery that waits with
         // every slot taken runs on the loop itself. Past the grace period it is abandoned, as
         // are handlers still holding a slot.
@@ -573,14 +616,22 @@ impl Running {
                 }
             }
         }
-        if let Err(e) = self.client.flush().await {
-            tracing::warn!(error = %e, "flush at shutdown failed");
+        // Nothing can reach the server once its connection's runtime is gone.
+        if report.failure.is_none() {
+            match runtime::timeout(FINAL_FLUSH, self.client.flush()).await {
+                Some(Ok(())) => {}
+                Some(Err(e)) => tracing::warn!(error = %e, "flush at shutdown failed"),
+                None => tracing::warn!("flush at shutdown timed out"),
+            }
+            if self.owns_client {
+                match runtime::timeout(FINAL_FLUSH, self.client.drain()).await {
+                    Some(Ok(())) => {}
+                    Some(Err(e)) => tracing::warn!(error = %e, "drain at shutdown failed"),
+                    None => tracing::warn!("drain at shutdown timed out"),
+                }
+            }
         }
-        if self.owns_client
-            && let Err(e) = self.client.drain().await
-        {
-            tracing::warn!(error = %e, "drain at shutdown failed");
-        }
+        self.reactor.stop();
         tracing::info!("ruststream stopped");
         report
     }

@@ -31,9 +31,30 @@ pub(crate) async fn sleep_until(at: Instant) {
     tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await;
 }
 
-/// Runs `future` where async-nats can work: on tokio, as it is.
-pub(crate) async fn enter<F: Future>(future: F) -> F::Output {
-    future.await
+/// The Tokio runtime async-nats runs on. On tokio it is the application's own: nothing to
+/// start, watch or stop.
+#[derive(Debug, Clone)]
+pub(crate) struct Reactor;
+
+impl Reactor {
+    /// The application's runtime.
+    pub(crate) fn start() -> Result<Self, String> {
+        Ok(Self)
+    }
+
+    /// Runs `future` where async-nats can work: on tokio, as it is.
+    pub(crate) async fn enter<F: Future>(&self, future: F) -> F::Output {
+        future.await
+    }
+
+    /// Resolves, with why, if the runtime stops under the app: never, on tokio (the
+    /// application owns its runtime, and the app runs on it).
+    pub(crate) async fn failed(&self) -> String {
+        std::future::pending().await
+    }
+
+    /// Stops the runtime at the end of a shutdown: nothing to do on tokio.
+    pub(crate) fn stop(&self) {}
 }
 
 /// Runs `future` for at most `limit`; `None` when time ran out.

@@ -11,3 +11,26 @@ fn run<F: std::future::Future<Output = ()>>(scenario: F) {
 }
 
 include!("../scenarios.rs");
+
+/// smol only: the app owns the Tokio reactor thread its NATS connection runs on. If that
+/// thread ends, the app reports it and stops; it does not hang.
+#[test]
+fn smol_reactor_loss_is_reported_not_hung() {
+    run(async {
+        let server = NatsServer::start();
+        let running = App::new(&server.url())
+            .mount(
+                Mount::core_subject("reactor", "reactor.in"),
+                |_: Delivery| async { Outcome::Ack },
+            )
+            .start()
+            .await
+            .expect("the app starts");
+        running.stop_reactor();
+        let report = tokio::time::timeout(Duration::from_secs(20), running.until_signal())
+            .await
+            .expect("until_signal returns once the reactor is gone, instead of hanging");
+        let failure = report.failure.expect("the loss is reported");
+        assert!(failure.contains("reactor"), "{failure}");
+    });
+}
