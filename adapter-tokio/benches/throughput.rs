@@ -5,19 +5,23 @@
 //! ```
 //!
 //! Starts a private nats-server (from `NATS_SERVER_BIN` or `PATH`) and runs two scenarios on
-//! 100,000 messages of 512 B, each first through raw async-nats and then through the runtime:
+//! 100,000 messages of 512 B, each through raw async-nats, through `ruststream-tokio`, and
+//! through `ruststream-smol` (on a thread of its own, outside any Tokio context, with the
+//! app's own reactor thread):
 //!
 //! - **Core**: a subscriber on one subject whose handler acks. The publisher keeps at most
 //!   8,192 messages in flight (it waits for the handler count to catch up), so that neither
 //!   side drops messages as a slow consumer and both are measured end to end.
 //! - **JetStream**: 100,000 messages stored in a memory stream first; then a durable pull
 //!   consumer acks each one. Raw async-nats uses `consumer.messages()` and `ack()`; the
-//!   runtime uses its own pull loop (fetch only for free slots) and plans every `+ACK`. The
-//!   clock stops when the server reports every message acknowledged.
+//!   runtime uses its own pull loop (fetch only for free slots) and plans every `+ACK`. Each
+//!   side waits for its handler count first, then for the server to report every message
+//!   acknowledged (asking the server during the run would load it unevenly).
 //!
-//! Each scenario runs `ROUNDS` times, alternating raw and runtime; the best round of each is
-//! kept. Prints msg/s and the ratio runtime / raw. Environment: `BENCH_MESSAGES` overrides
-//! the count, `BENCH_ROUNDS` the rounds.
+//! Each scenario runs `BENCH_ROUNDS` times (default 3), alternating raw, tokio and smol; the
+//! best round of each is kept. Prints msg/s, runtime / raw, and smol / tokio. Environment:
+//! `BENCH_MESSAGES` overrides the count, `BENCH_ONLY=core` skips JetStream, `BENCH_VERBOSE=1`
+//! prints every JetStream round.
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, missing_docs)]
 
