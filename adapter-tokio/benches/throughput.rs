@@ -168,6 +168,16 @@ macro_rules! runtime_scenarios {
             use super::*;
             use $adapter as adapter;
 
+            /// A handler that counts each delivery and acks it.
+            fn acking(
+                counter: Arc<AtomicUsize>,
+            ) -> impl Fn(adapter::Delivery) -> std::future::Ready<adapter::Outcome> + Send + Sync + 'static {
+                move |_d| {
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    std::future::ready(adapter::Outcome::Ack)
+                }
+            }
+
             pub(crate) async fn core_runtime(url: &str, n: usize, round: usize) -> f64 {
                 let subject = format!("bench.core.rt.{round}");
                 let handled = Arc::new(AtomicUsize::new(0));
@@ -175,10 +185,7 @@ macro_rules! runtime_scenarios {
                 let running = adapter::App::new(url)
                     .mount(
                         adapter::Mount::core_subject("bench-core", &subject),
-                        move |_d: adapter::Delivery| {
-                            counter.fetch_add(1, Ordering::Relaxed);
-                            std::future::ready(adapter::Outcome::Ack)
-                        },
+                        acking(counter),
                     )
                     .start()
                     .await
@@ -203,10 +210,7 @@ macro_rules! runtime_scenarios {
                         adapter::Mount::jetstream("bench-js", "BENCH", &name)
                             .ack_wait(Duration::from_secs(30))
                             .concurrency(NonZeroUsize::new(512).unwrap()),
-                        move |_d: adapter::Delivery| {
-                            counter.fetch_add(1, Ordering::Relaxed);
-                            std::future::ready(adapter::Outcome::Ack)
-                        },
+                        acking(counter),
                     )
                     .start()
                     .await

@@ -203,24 +203,8 @@ pub(crate) async fn demo() -> Result<bool, Box<dyn std::error::Error>> {
         .await?
         .state
         .messages;
-    let mut core_seen = 0;
-    while let Ok(Some(_)) = tokio::time::timeout(
-        Duration::from_millis(100),
-        futures_util::StreamExt::next(&mut tap),
-    )
-    .await
-    {
-        core_seen += 1;
-    }
-    let mut region_seen = 0;
-    while let Ok(Some(_)) = tokio::time::timeout(
-        Duration::from_millis(100),
-        futures_util::StreamExt::next(&mut tap_region),
-    )
-    .await
-    {
-        region_seen += 1;
-    }
+    let core_seen = drain_count(&mut tap).await;
+    let region_seen = drain_count(&mut tap_region).await;
     let originals = |prefix: &str| ORDERS.iter().filter(|(s, _)| s.starts_with(prefix)).count();
     let core_copies =
         count(Disposition::Retried, "orders-core") + count(Disposition::Delayed, "orders-core");
@@ -292,6 +276,20 @@ pub(crate) async fn demo() -> Result<bool, Box<dyn std::error::Error>> {
         }
     );
     Ok(ok)
+}
+
+/// How many messages a wire tap holds: it reads until none comes for 100 ms.
+async fn drain_count(tap: &mut async_nats::Subscriber) -> usize {
+    let mut seen = 0;
+    while let Ok(Some(_)) = tokio::time::timeout(
+        Duration::from_millis(100),
+        futures_util::StreamExt::next(tap),
+    )
+    .await
+    {
+        seen += 1;
+    }
+    seen
 }
 
 /// Sets up logging to stderr (plain when stderr is not a terminal), at `RUST_LOG` or `warn`.
