@@ -232,6 +232,12 @@ macro_rules! runtime_scenarios {
 runtime_scenarios!(on_tokio, ruststream_tokio);
 runtime_scenarios!(on_smol, ruststream_smol);
 
+/// Whether `BENCH_SIDES` (a comma-separated subset of `raw,tokio,smol`; all when unset) runs
+/// this side. For profiling one side alone.
+fn side(name: &str) -> bool {
+    std::env::var("BENCH_SIDES").map_or(true, |sides| sides.split(',').any(|s| s.trim() == name))
+}
+
 fn best(v: &[f64]) -> f64 {
     v.iter().copied().fold(0.0, f64::max)
 }
@@ -284,9 +290,15 @@ fn main() {
         println!("throughput: {n} messages of {PAYLOAD} B, {rounds} rounds, best round kept");
         let (mut raw, mut ours, mut smol) = (Vec::new(), Vec::new(), Vec::new());
         for round in 0..rounds {
-            raw.push(core_raw(&url, n, round).await);
-            ours.push(on_tokio::core_runtime(&url, n, round).await);
-            smol.push(on_smol_thread(&url, n, 1000 + round, Scenario::Core));
+            if side("raw") {
+                raw.push(core_raw(&url, n, round).await);
+            }
+            if side("tokio") {
+                ours.push(on_tokio::core_runtime(&url, n, round).await);
+            }
+            if side("smol") {
+                smol.push(on_smol_thread(&url, n, 1000 + round, Scenario::Core));
+            }
         }
         report("core ack:     ", &raw, &ours, &smol);
 

@@ -79,7 +79,9 @@ pub use header::{
     is_dropped_directive, is_retry_count, parse_retry_count,
 };
 pub use message::{Message, Publication};
-pub use plan::{Action, Disposition, Event, Log, MAX_ACTIONS, Outcome, Plan, plan};
+pub use plan::{
+    Action, Disposition, Event, Log, MAX_ACTIONS, Outcome, Plan, plan, plan_with_clock,
+};
 pub use policy::{
     AckPolicy, ConsumerFacts, DEFAULT_DEAD_LETTER_RETRY_DELAY, DeclarationError,
     DeclarationErrorKind, DeclarationWarning, DeclarationWarningKind, Descriptor, MountDeclaration,

@@ -383,6 +383,22 @@ pub fn plan<'p>(
     policy: &'p MountPolicy,
     now: Instant,
 ) -> Plan<'p> {
+    plan_with_clock(delivery, event, policy, || now)
+}
+
+/// [`plan`], reading the clock only when the plan needs it.
+///
+/// The one decision that depends on the time is the deadline of a Core copy armed for
+/// `retry_after(d)` with `d > 0` ([`Action::ScheduleCopy`]): `clock` is called once for that
+/// plan, and never for any other. An adapter passes its clock here so that the common plans
+/// (every settlement, every arrival) cost no clock read. The result is the plan
+/// [`plan`] gives with `now = clock()`.
+pub fn plan_with_clock<'p>(
+    delivery: &Delivery<'_>,
+    event: Event,
+    policy: &'p MountPolicy,
+    clock: impl FnOnce() -> Instant,
+) -> Plan<'p> {
     let attempt = delivery.attempt();
     let limit = limit(attempt, policy);
     let jetstream = matches!(delivery.model, Model::JetStream(_));
@@ -464,7 +480,7 @@ pub fn plan<'p>(
                     Plan::new(Disposition::Delayed).with(Action::ScheduleCopy {
                         subject,
                         retry_count,
-                        at: deadline(now, delay),
+                        at: deadline(clock(), delay),
                     })
                 }
             }

@@ -11,7 +11,7 @@ use proptest::prelude::*;
 use ruststream_core::{
     AckReply, Action, DROPPED_DIRECTIVES, DelayQueue, Delivery, Disposition, Event, Headers,
     Message, MountDeclaration, MountPolicy, Outcome, RETRY_COUNT_HEADER, RetryCount,
-    RetryCountReading, Settlement, Subject, plan,
+    RetryCountReading, Settlement, Subject, plan, plan_with_clock,
 };
 
 fn base() -> Instant {
@@ -166,6 +166,20 @@ proptest! {
             prop_assert_eq!(e, Event::Arrived);
             prop_assert!(actions.iter().all(|a| matches!(a, Action::Log(_))));
         }
+    }
+
+    /// `plan_with_clock` reads its clock exactly once for a plan that arms a copy and never
+    /// otherwise, and plans what `plan` plans at that instant.
+    #[test]
+    fn the_clock_is_read_only_to_arm_a_copy(d in delivery(), e in event(), p in policy(), now in now()) {
+        let reads = std::cell::Cell::new(0u32);
+        let lazy = plan_with_clock(&d, e, &p, || {
+            reads.set(reads.get() + 1);
+            now
+        });
+        prop_assert_eq!(&lazy, &plan(&d, e, &p, now));
+        let arms = lazy.actions().iter().any(|a| matches!(a, Action::ScheduleCopy { .. }));
+        prop_assert_eq!(reads.get(), u32::from(arms), "{}", lazy);
     }
 
     /// A copy published after attempt n carries n; a delayed copy is never due before now.
