@@ -261,6 +261,7 @@ impl App {
                 }
                 _ => None,
             };
+            let literal_subjects = literal_subjects(&policy);
             let ctx = Arc::new(MountContext {
                 index,
                 name: Arc::from(mount.name()),
@@ -270,6 +271,7 @@ impl App {
                 dead_letters,
                 delayed: delay_tx.clone(),
                 jetstream_names,
+                literal_subjects,
                 observer: self.observer.clone(),
             });
             // A Core mount runs one delivery on its own task besides those holding a slot.
@@ -407,6 +409,17 @@ async fn dead_letter_sink(
         }
         None => DeadLetterSink::Plain,
     })
+}
+
+/// The literal subjects a mount's deliveries come on: a Core subject, or a wildcard's copy
+/// subject. Each is shared, once, by every delivery that comes on it.
+fn literal_subjects(policy: &MountPolicy) -> Vec<async_nats::Subject> {
+    let subject = match policy.descriptor() {
+        Descriptor::CoreSubject(s) => s.as_str(),
+        Descriptor::CoreWildcard { copy_subject, .. } => copy_subject.as_str(),
+        Descriptor::JetStream { .. } => return Vec::new(),
+    };
+    vec![async_nats::Subject::from(subject)]
 }
 
 /// The Core subscriptions of a mount: its subject or wildcard, in its queue group if any,

@@ -40,7 +40,8 @@ pub struct Settled {
     /// What the handler returned; `None` when it did not run (past the limit), panicked
     /// (reported as `Some(Outcome::None)`), or the payload did not decode.
     pub outcome: Option<Outcome>,
-    /// Whether the handler ran.
+    /// Whether the handler was given the delivery: `false` past the limit (rule 3); `true`
+    /// with `outcome == None` when a typed handler's payload did not decode.
     pub handler_ran: bool,
     /// What the plan amounted to.
     pub disposition: Disposition,
@@ -61,7 +62,23 @@ pub(crate) struct MountContext {
     pub(crate) dead_letters: DeadLetterSink,
     pub(crate) delayed: mpsc::UnboundedSender<(PendingCopy, Instant)>,
     pub(crate) jetstream_names: Option<(Arc<str>, Arc<str>)>,
+    /// The mount's literal subjects (its Core subject, or its wildcard's copy subject), shared:
+    /// see [`MountContext::subject`].
+    pub(crate) literal_subjects: Vec<async_nats::Subject>,
     pub(crate) observer: Option<Observer>,
+}
+
+impl MountContext {
+    /// `subject` for a handler's delivery. A delivered subject is its own buffer, and its first
+    /// clone allocates a shared one; a delivery on one of the mount's literal subjects gets the
+    /// mount's copy instead, which is shared already (a reference count, no allocation).
+    pub(crate) fn subject(&self, subject: &async_nats::Subject) -> async_nats::Subject {
+        self.literal_subjects
+            .iter()
+            .find(|s| *s == subject)
+            .unwrap_or(subject)
+            .clone()
+    }
 }
 
 /// A publish that failed; the plan stopped there.
@@ -193,6 +210,76 @@ fn log(ctx: &MountContext, msg: &async_nats::Message, delivery: &CoreDelivery<'_
     }
 }
 
+/// Hands a Core copy to the app's delay queue.
+fn schedule_copy(
+    ctx: &MountContext,
+    msg: &async_nats::Message,
+    subject: &ruststream_core::Subject,
+    retry_count: ruststream_core::RetryCount,
+    at: Instant,
+) -> Result<(), PublishFailed> {
+    let copy = PendingCopy {
+        mount: ctx.index,
+        publication: core_message(msg).copy(subject, retry_count),
+    };
+    ctx.delayed
+        .send((copy, at))
+        .map_err(|_| PublishFailed("the delay queue has stopped".to_owned()))
+}
+
+/// Executes `plan` at once when nothing in it goes to the client (logs, and copies handed to
+/// the delay queue), as [`execute`] would: `Some` with the result. `None`, having done
+/// nothing, when the plan publishes or settles: then [`execute`] it.
+pub(crate) fn execute_now(
+    ctx: &MountContext,
+    msg: &async_nats::Message,
+    delivery: &CoreDelivery<'_>,
+    plan: &Plan<'_>,
+) -> Option<Result<(), PublishFailed>> {
+    let now = |a: &Action<'_>| matches!(a, Action::Log(_) | Action::ScheduleCopy { .. });
+    if !plan.actions().iter().all(now) {
+        return None;
+    }
+    for action in plan {
+        match *action {
+            Action::Log(l) => log(ctx, msg, delivery, l),
+            Action::ScheduleCopy {
+                subject,
+                retry_count,
+                at,
+            } => {
+                if let Err(e) = schedule_copy(ctx, msg, subject, retry_count, at) {
+                    return Some(Err(e));
+                }
+            }
+            _ => unreachable!("checked above: only logs and scheduled copies"),
+        }
+    }
+    Some(Ok(()))
+}
+
+/// Executes the logs of a plan that holds nothing else (an arrival that runs the handler).
+pub(crate) fn execute_logs(
+    ctx: &MountContext,
+    msg: &async_nats::Message,
+    delivery: &CoreDelivery<'_>,
+    plan: &Plan<'_>,
+) {
+    for action in plan {
+        if let Action::Log(l) = *action {
+            log(ctx, msg, delivery, l);
+        }
+    }
+}
+
+/// Whether executing `plan` waits for the server: a dead letter is confirmed (rule 8) before
+/// anything else happens. Every other action goes out without waiting for a reply.
+pub(crate) fn waits_for_confirmation(plan: &Plan<'_>) -> bool {
+    plan.actions()
+        .iter()
+        .any(|a| matches!(a, Action::PublishDeadLetter { .. }))
+}
+
 /// Executes `plan` in order. Stops at the first publish that fails and returns its error; the
 /// caller then plans `Event::PublishFailed`.
 pub(crate) async fn execute(
@@ -233,13 +320,7 @@ pub(crate) async fn execute(
                 retry_count,
                 at,
             } => {
-                let copy = PendingCopy {
-                    mount: ctx.index,
-                    publication: core_message(msg).copy(subject, retry_count),
-                };
-                if ctx.delayed.send((copy, at)).is_err() {
-                    return Err(PublishFailed("the delay queue has stopped".to_owned()));
-                }
+                schedule_copy(ctx, msg, subject, retry_count, at)?;
             }
             Action::PublishDeadLetter { subject } => {
                 Box::pin(publish_dead_letter(

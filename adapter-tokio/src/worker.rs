@@ -3,17 +3,23 @@
 use std::future::Future;
 use std::num::NonZeroUsize;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use futures_util::{FutureExt, StreamExt};
 use ruststream_core::{
-    AckReply, Delivery as CoreDelivery, Event, Outcome, PendingCopy, RetryCountReading, plan,
+    AckReply, Delivery as CoreDelivery, Event, Outcome, PendingCopy, Plan, RetryCountReading,
+    plan_with_clock,
 };
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tracing::Instrument;
 
-use crate::exec::{MountContext, Settled, execute, header_pairs, publish_plain};
+use crate::exec::{
+    MountContext, PublishFailed, Settled, execute, execute_logs, execute_now, header_pairs,
+    publish_plain, waits_for_confirmation,
+};
 use crate::handler::{Delivery, JetStreamInfo};
 use crate::runtime;
 
@@ -50,7 +56,7 @@ fn handler_delivery(
     };
     Delivery {
         mount: ctx.name.clone(),
-        subject: msg.subject.clone(),
+        subject: ctx.subject(&msg.subject),
         reply: msg.reply.clone(),
         headers: msg.headers.clone(),
         payload: msg.payload.clone(),
@@ -67,123 +73,284 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
         .unwrap_or("(non-string panic payload)")
 }
 
-/// Runs the handler, catching a panic (rule 13) and a payload that does not decode.
-async fn run_handler(ctx: &MountContext, delivery: Delivery) -> Event {
-    let (subject, attempt) = (delivery.subject.clone(), delivery.attempt.get());
-    let started = std::panic::catch_unwind(AssertUnwindSafe(|| ctx.handler.call(delivery)));
-    let result = match started {
-        Ok(Ok(future)) => AssertUnwindSafe(future).catch_unwind().await.map(Ok),
-        Ok(Err(decode)) => Ok(Err(decode)),
-        Err(panic) => Err(panic),
-    };
-    match result {
-        Ok(Ok(outcome)) => Event::Handled(outcome),
-        Ok(Err(decode)) => {
-            tracing::warn!(mount = %ctx.name, %subject, attempt, error = %decode, "payload does not decode: at-limit path");
-            Event::Undecodable
+/// A handler that has started and not finished, its panic caught (rule 13).
+type HandlerRun = futures_util::future::CatchUnwind<AssertUnwindSafe<crate::OutcomeFuture>>;
+
+/// The rest of a delivery that has to wait for its handler or for a dead letter's
+/// confirmation, to be run wherever its caller decides.
+pub(crate) type Waiting = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// Where a waiting delivery stands.
+enum Stage {
+    /// Its handler is running.
+    Handling(HandlerRun),
+    /// Its event is known (`None`: the handler did not run), and its plan publishes a dead
+    /// letter, which has to be confirmed.
+    Decided(Option<Event>),
+}
+
+/// What the core needs to know of a delivered message. `None` for a JetStream message whose
+/// ack reply subject cannot be read (logged): without it there is no attempt count and nothing
+/// to settle with, and running the handler would make the retry limit vanish, so it is
+/// neither handled nor settled.
+fn read<'m>(
+    ctx: &MountContext,
+    model: Model,
+    msg: &'m async_nats::Message,
+) -> Option<CoreDelivery<'m>> {
+    match model {
+        Model::Core => {
+            let reading = match msg.headers {
+                None => RetryCountReading::default(),
+                Some(_) => RetryCountReading::read(header_pairs(msg)),
+            };
+            Some(CoreDelivery::core(&msg.subject, reading))
         }
-        Err(panic) => {
-            tracing::error!(mount = %ctx.name, %subject, attempt, panic = panic_message(&*panic), "handler panicked: treated as no outcome");
-            Event::Handled(Outcome::None)
+        Model::JetStream => {
+            let reply = msg.reply.as_ref().map_or(&b""[..], |r| r.as_bytes());
+            match AckReply::parse(reply) {
+                Ok(r) => Some(CoreDelivery::jetstream(&msg.subject, r)),
+                Err(e) => {
+                    tracing::error!(mount = %ctx.name, subject = %msg.subject, error = %e,
+                        "JetStream message with an unreadable ack reply subject: not handled, not settled");
+                    None
+                }
+            }
         }
     }
 }
 
-/// The life of one delivery: arrival check, handler, plan, execution, and the re-plan after a
-/// failed publish.
-pub(crate) async fn process(ctx: Arc<MountContext>, model: Model, msg: async_nats::Message) {
-    let reply = msg.reply.as_ref().map_or(&b""[..], |r| r.as_bytes());
-    let delivery = match model {
-        Model::Core => {
-            CoreDelivery::core(&msg.subject, RetryCountReading::read(header_pairs(&msg)))
+/// Starts the handler on the delivery: its run, or at once the event when it could not start
+/// (a payload that does not decode, or a panic in the call itself).
+fn start_handler(
+    ctx: &MountContext,
+    msg: &async_nats::Message,
+    delivery: &CoreDelivery<'_>,
+) -> Result<HandlerRun, Event> {
+    let given = handler_delivery(ctx, msg, delivery);
+    match std::panic::catch_unwind(AssertUnwindSafe(|| ctx.handler.call(given))) {
+        Ok(Ok(future)) => Ok(AssertUnwindSafe(future).catch_unwind()),
+        Ok(Err(decode)) => {
+            tracing::warn!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
+                error = %decode, "payload does not decode: at-limit path");
+            Err(Event::Undecodable)
         }
-        Model::JetStream => match AckReply::parse(reply) {
-            Ok(r) => CoreDelivery::jetstream(&msg.subject, r),
-            Err(e) => {
-                // Without the reply subject there is no attempt count and nothing to settle
-                // with; running the handler would make the retry limit vanish.
-                tracing::error!(mount = %ctx.name, subject = %msg.subject, error = %e,
-                    "JetStream message with an unreadable ack reply subject: not handled, not settled");
-                return;
-            }
-        },
-    };
+        Err(panic) => Err(panicked(ctx, msg, delivery, &*panic)),
+    }
+}
+
+/// The event of a handler run that ended.
+fn handled(
+    ctx: &MountContext,
+    msg: &async_nats::Message,
+    delivery: &CoreDelivery<'_>,
+    result: std::thread::Result<Outcome>,
+) -> Event {
+    match result {
+        Ok(outcome) => Event::Handled(outcome),
+        Err(panic) => panicked(ctx, msg, delivery, &*panic),
+    }
+}
+
+/// A handler that panicked counts as no outcome (rule 13).
+fn panicked(
+    ctx: &MountContext,
+    msg: &async_nats::Message,
+    delivery: &CoreDelivery<'_>,
+    panic: &(dyn std::any::Any + Send),
+) -> Event {
+    tracing::error!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
+        panic = panic_message(panic), "handler panicked: treated as no outcome");
+    Event::Handled(Outcome::None)
+}
+
+fn delivery_span(
+    ctx: &MountContext,
+    msg: &async_nats::Message,
+    delivery: &CoreDelivery<'_>,
+) -> tracing::Span {
     let stream_sequence = match delivery.model {
         ruststream_core::Model::JetStream(r) => Some(r.stream_sequence),
         ruststream_core::Model::Core(_) => None,
     };
     let attempt = delivery.attempt().get();
-    let span = tracing::info_span!("delivery", mount = %ctx.name, subject = %msg.subject, attempt, stream_sequence);
-    async {
-        let arrival = plan(&delivery, Event::Arrived, &ctx.policy, runtime::now());
-        let (event, decided) = if arrival.runs_handler() {
-            // An arrival plan that runs the handler holds only logs.
-            let _ = execute(&ctx, &msg, &delivery, &arrival).await;
-            let event = run_handler(&ctx, handler_delivery(&ctx, &msg, &delivery)).await;
-            (Some(event), plan(&delivery, event, &ctx.policy, runtime::now()))
-        } else {
-            (None, arrival)
-        };
-        let decided = match execute(&ctx, &msg, &delivery, &decided).await {
-            Ok(()) => decided,
-            Err(e) => {
-                tracing::error!(error = %e.0, plan = %decided, "publish failed: the plan stopped before its settlement; planning the recovery");
-                let recovery = plan(&delivery, Event::PublishFailed, &ctx.policy, runtime::now());
-                match execute(&ctx, &msg, &delivery, &recovery).await {
-                    Ok(()) => tracing::warn!(plan = %recovery, "recovery sent"),
-                    Err(e) => tracing::error!(error = %e.0, plan = %recovery, "recovery plan failed too"),
-                }
-                recovery
-            }
-        };
-        let outcome = match event {
-            Some(Event::Handled(o)) => Some(o),
-            _ => None,
-        };
-        let disposition = decided.disposition();
-        tracing::event!(
-            target: "ruststream::settlement",
-            tracing::Level::DEBUG,
-            outcome = ?outcome,
-            disposition = disposition.as_str(),
-            wire = %decided,
-            "settled"
-        );
-        if let Some(observer) = &ctx.observer {
-            observer(&Settled {
-                mount: ctx.name.clone(),
-                subject: msg.subject.clone(),
-                attempt,
-                stream_sequence,
-                outcome,
-                handler_ran: event.is_some(),
-                disposition,
-                wire: decided.to_string(),
-            });
-        }
-    }
-    .instrument(span)
-    .await;
+    tracing::info_span!("delivery", mount = %ctx.name, subject = %msg.subject, attempt, stream_sequence)
 }
 
-/// Starts handling one JetStream delivery in its slot. The delivery is first driven on the
-/// mount's own task; if it finishes without waiting (a handler that returns at once, and publishes that
-/// the client buffers), nothing is spawned. At its first real wait it moves, as it is, to a
-/// task of its own, so slow handlers run concurrently and in parallel. The slot is freed when
-/// the delivery is settled.
+/// Handles one delivery on the calling task, as far as it goes without waiting for its
+/// handler or for the server: the arrival check (rule 3), the handler's first poll, the plan,
+/// and its execution. Returns the rest, boxed, when the handler has not finished at its first
+/// poll or the plan publishes a dead letter (confirmed before anything else, rule 8); the
+/// caller runs that where it decides. A publish the client cannot take at once is awaited
+/// here: that is the mount's back-pressure.
+///
+/// Nothing is boxed, and the clock is not read, for a delivery whose handler returns at once
+/// and whose plan only logs or settles: the common case stays cheap.
+pub(crate) async fn process(
+    ctx: &Arc<MountContext>,
+    model: Model,
+    msg: async_nats::Message,
+) -> Option<Waiting> {
+    let delivery = read(ctx, model, &msg)?;
+    let span = delivery_span(ctx, &msg, &delivery);
+    let (arrival, started) = {
+        let _entered = span.enter();
+        let arrival = plan_with_clock(&delivery, Event::Arrived, &ctx.policy, runtime::now);
+        let started = arrival.runs_handler().then(|| {
+            // An arrival plan that runs the handler holds only logs.
+            execute_logs(ctx, &msg, &delivery, &arrival);
+            start_handler(ctx, &msg, &delivery)
+        });
+        (arrival, started)
+    };
+    let event = match started {
+        None => None,
+        Some(Err(event)) => Some(event),
+        Some(Ok(mut run)) => {
+            let first = std::future::poll_fn(|cx| {
+                let _entered = span.enter();
+                Poll::Ready(Pin::new(&mut run).poll(cx))
+            })
+            .await;
+            match first {
+                Poll::Ready(result) => {
+                    Some(span.in_scope(|| handled(ctx, &msg, &delivery, result)))
+                }
+                Poll::Pending => {
+                    let rest = finish(ctx.clone(), model, msg, Stage::Handling(run));
+                    return Some(Box::pin(rest.instrument(span)));
+                }
+            }
+        }
+    };
+    let decided = match event {
+        None => arrival,
+        Some(event) => plan_with_clock(&delivery, event, &ctx.policy, runtime::now),
+    };
+    if waits_for_confirmation(&decided) {
+        let rest = finish(ctx.clone(), model, msg, Stage::Decided(event));
+        return Some(Box::pin(rest.instrument(span)));
+    }
+    let executed = span.in_scope(|| execute_now(ctx, &msg, &delivery, &decided));
+    if let Some(Ok(())) = executed {
+        span.in_scope(|| report(ctx, &msg, &delivery, event, &decided));
+        return None;
+    }
+    // Polled in place, inside the span: the future is large, and moving it costs.
+    let mut settling = std::pin::pin!(settle(ctx, &msg, &delivery, event, decided, executed));
+    std::future::poll_fn(|cx| {
+        let _entered = span.enter();
+        settling.as_mut().poll(cx)
+    })
+    .await;
+    None
+}
+
+/// The rest of a delivery that had to wait: its handler's end, its plan (made again, the same
+/// for the same event), and the execution.
+async fn finish(ctx: Arc<MountContext>, model: Model, msg: async_nats::Message, stage: Stage) {
+    // Read before, so it reads again.
+    let Some(delivery) = read(&ctx, model, &msg) else {
+        return;
+    };
+    let event = match stage {
+        Stage::Handling(run) => Some(handled(&ctx, &msg, &delivery, run.await)),
+        Stage::Decided(event) => event,
+    };
+    let decided = plan_with_clock(
+        &delivery,
+        event.unwrap_or(Event::Arrived),
+        &ctx.policy,
+        runtime::now,
+    );
+    let executed = execute_now(&ctx, &msg, &delivery, &decided);
+    settle(&ctx, &msg, &delivery, event, decided, executed).await;
+}
+
+/// Executes a delivery's plan (unless [`execute_now`] has, with `executed`), plans and
+/// executes the recovery if a publish failed, and reports the settlement.
+async fn settle(
+    ctx: &MountContext,
+    msg: &async_nats::Message,
+    delivery: &CoreDelivery<'_>,
+    event: Option<Event>,
+    decided: Plan<'_>,
+    executed: Option<Result<(), PublishFailed>>,
+) {
+    let executed = match executed {
+        Some(result) => result,
+        None => execute(ctx, msg, delivery, &decided).await,
+    };
+    let decided = match executed {
+        Ok(()) => decided,
+        Err(e) => {
+            tracing::error!(error = %e.0, plan = %decided, "publish failed: the plan stopped before its settlement; planning the recovery");
+            let recovery =
+                plan_with_clock(delivery, Event::PublishFailed, &ctx.policy, runtime::now);
+            match execute(ctx, msg, delivery, &recovery).await {
+                Ok(()) => tracing::warn!(plan = %recovery, "recovery sent"),
+                Err(e) => {
+                    tracing::error!(error = %e.0, plan = %recovery, "recovery plan failed too")
+                }
+            }
+            recovery
+        }
+    };
+    report(ctx, msg, delivery, event, &decided);
+}
+
+/// Reports a settled delivery: the `ruststream::settlement` event and the observer.
+fn report(
+    ctx: &MountContext,
+    msg: &async_nats::Message,
+    delivery: &CoreDelivery<'_>,
+    event: Option<Event>,
+    decided: &Plan<'_>,
+) {
+    let outcome = match event {
+        Some(Event::Handled(o)) => Some(o),
+        _ => None,
+    };
+    let disposition = decided.disposition();
+    tracing::event!(
+        target: "ruststream::settlement",
+        tracing::Level::DEBUG,
+        outcome = ?outcome,
+        disposition = disposition.as_str(),
+        wire = %decided,
+        "settled"
+    );
+    if let Some(observer) = &ctx.observer {
+        observer(&Settled {
+            mount: ctx.name.clone(),
+            subject: msg.subject.clone(),
+            attempt: delivery.attempt().get(),
+            stream_sequence: match delivery.model {
+                ruststream_core::Model::JetStream(r) => Some(r.stream_sequence),
+                ruststream_core::Model::Core(_) => None,
+            },
+            outcome,
+            handler_ran: event.is_some(),
+            disposition,
+            wire: decided.to_string(),
+        });
+    }
+}
+
+/// Starts handling one JetStream delivery in its slot: on the mount's own task first, and if
+/// it has to wait ([`process`]), the rest on a task of its own, so slow handlers run
+/// concurrently and in parallel. The slot is freed when the delivery is settled.
 async fn start_delivery(
     ctx: Arc<MountContext>,
     model: Model,
     msg: async_nats::Message,
     permit: OwnedSemaphorePermit,
 ) {
-    let mut delivery = Box::pin(async move {
-        process(ctx, model, msg).await;
-        drop(permit);
-    });
-    let first = std::future::poll_fn(|cx| std::task::Poll::Ready(delivery.as_mut().poll(cx))).await;
-    if first.is_pending() {
-        runtime::spawn(delivery);
+    if let Some(rest) = process(&ctx, model, msg).await {
+        runtime::spawn(async move {
+            rest.await;
+            drop(permit);
+        });
     }
 }
 
@@ -242,29 +409,28 @@ pub(crate) async fn core_loop(
     }
 }
 
-/// Drives a Core delivery on the current task; if it has to wait, moves it to a task of its
-/// own holding a slot, or, with no slot free, finishes it here (whichever comes first).
+/// Handles a Core delivery on the current task; if it has to wait ([`process`]), moves the
+/// rest to a task of its own holding a slot, or, with no slot free, finishes it here
+/// (whichever comes first).
 async fn run_inline_first(
     ctx: &Arc<MountContext>,
     slots: &Arc<Semaphore>,
     msg: async_nats::Message,
 ) {
-    let mut delivery = Box::pin(process(ctx.clone(), Model::Core, msg));
-    let first = std::future::poll_fn(|cx| std::task::Poll::Ready(delivery.as_mut().poll(cx))).await;
-    if first.is_ready() {
+    let Some(mut rest) = process(ctx, Model::Core, msg).await else {
         return;
-    }
+    };
     tokio::select! {
         biased;
-        () = &mut delivery => {}
+        () = &mut rest => {}
         permit = slots.clone().acquire_owned() => match permit {
             Ok(permit) => {
                 runtime::spawn(async move {
-                    delivery.await;
+                    rest.await;
                     drop(permit);
                 });
             }
-            Err(_) => delivery.await,
+            Err(_) => rest.await,
         },
     }
 }
