@@ -11,7 +11,7 @@ use ruststream_core::{AckPolicy, ConsumerFacts, DeclarationError, Descriptor, Mo
 use serde::de::DeserializeOwned;
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 
-use crate::exec::{DeadLetterSink, MountContext, Observer, Settled};
+use crate::exec::{DeadLetterSink, MountContext, Observer, Settled, intern};
 use crate::handler::{Handler, Json};
 use crate::mount::Mount;
 use crate::runtime;
@@ -257,14 +257,14 @@ impl App {
         {
             let jetstream_names = match policy.descriptor() {
                 Descriptor::JetStream { stream, consumer } => {
-                    Some((Arc::from(stream.as_str()), Arc::from(consumer.as_str())))
+                    Some((intern(stream), intern(consumer)))
                 }
                 _ => None,
             };
             let literal_subjects = literal_subjects(&policy);
             let ctx = Arc::new(MountContext {
                 index,
-                name: Arc::from(mount.name()),
+                name: intern(mount.name()),
                 policy,
                 handler,
                 client: client.clone(),
@@ -280,7 +280,7 @@ impl App {
                 None => mount.concurrency.get() - 1,
             };
             let semaphore = Arc::new(Semaphore::new(permits));
-            slots.push((ctx.name.clone(), semaphore.clone(), permits));
+            slots.push((ctx.name, semaphore.clone(), permits));
             let task = match consumer {
                 Some(consumer) => runtime::spawn(jetstream_loop(
                     ctx,
@@ -516,7 +516,7 @@ pub struct Running {
     loops: Vec<runtime::Task>,
     delay_task: runtime::Task,
     lost: oneshot::Receiver<Vec<usize>>,
-    slots: Vec<(Arc<str>, Arc<Semaphore>, usize)>,
+    slots: Vec<(&'static str, Arc<Semaphore>, usize)>,
     grace: Duration,
 }
 

@@ -4,8 +4,9 @@
 //! and this module does it over async-nats, in order, stopping at the first publish that
 //! fails (the core's adapter obligations).
 
+use std::collections::BTreeSet;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use async_nats::header::{HeaderName, HeaderValue};
@@ -29,8 +30,8 @@ pub(crate) enum DeadLetterSink {
 /// A settled delivery, as [`App::on_settled`](crate::App::on_settled) observers see it.
 #[derive(Debug, Clone)]
 pub struct Settled {
-    /// The mount's name.
-    pub mount: Arc<str>,
+    /// The mount's name (kept once per process: see [`Delivery::mount`](crate::Delivery::mount)).
+    pub mount: &'static str,
     /// The subject the delivery came on.
     pub subject: async_nats::Subject,
     /// Its attempt number, from 1.
@@ -55,13 +56,13 @@ pub(crate) type Observer = Arc<dyn Fn(&Settled) + Send + Sync>;
 /// Everything a mount's deliveries are executed with.
 pub(crate) struct MountContext {
     pub(crate) index: usize,
-    pub(crate) name: Arc<str>,
+    pub(crate) name: &'static str,
     pub(crate) policy: MountPolicy,
     pub(crate) handler: Arc<dyn crate::Handler>,
     pub(crate) client: Client,
     pub(crate) dead_letters: DeadLetterSink,
     pub(crate) delayed: mpsc::UnboundedSender<(PendingCopy, Instant)>,
-    pub(crate) jetstream_names: Option<(Arc<str>, Arc<str>)>,
+    pub(crate) jetstream_names: Option<(&'static str, &'static str)>,
     /// The mount's literal subjects (its Core subject, or its wildcard's copy subject), shared:
     /// see [`MountContext::subject`].
     pub(crate) literal_subjects: Vec<async_nats::Subject>,
@@ -79,6 +80,21 @@ impl MountContext {
             .unwrap_or(subject)
             .clone()
     }
+}
+
+/// `name` kept for the life of the process, once per distinct name: mount, stream and
+/// consumer names, which every delivery carries, then cost no reference counting. A name is
+/// allocated the first time it is seen and never freed, so the memory this holds is bounded by
+/// the distinct names a process uses, not by how many apps it starts.
+pub(crate) fn intern(name: &str) -> &'static str {
+    static NAMES: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+    let mut names = NAMES.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(kept) = names.get(name) {
+        return kept;
+    }
+    let kept: &'static str = Box::leak(name.into());
+    names.insert(kept);
+    kept
 }
 
 /// A publish that failed; the plan stopped there.

@@ -2,7 +2,6 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 
 use async_nats::{HeaderMap, Subject};
 use bytes::Bytes;
@@ -15,10 +14,10 @@ pub type OutcomeFuture = Pin<Box<dyn Future<Output = Outcome> + Send + 'static>>
 /// What a JetStream delivery's ack reply subject says about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JetStreamInfo {
-    /// The stream's name.
-    pub stream: Arc<str>,
-    /// The consumer's name.
-    pub consumer: Arc<str>,
+    /// The stream's name (kept once per process, as [`Delivery::mount`]).
+    pub stream: &'static str,
+    /// The consumer's name (kept once per process, as [`Delivery::mount`]).
+    pub consumer: &'static str,
     /// How many times the message has been delivered to this consumer, this time included.
     pub delivered: u64,
     /// The message's sequence in the stream.
@@ -35,7 +34,12 @@ pub struct JetStreamInfo {
 #[derive(Debug, Clone)]
 pub struct Delivery {
     /// The name of the mount it came through.
-    pub mount: Arc<str>,
+    ///
+    /// Mount, stream and consumer names are kept once per process, for its life, so that every
+    /// delivery carries them for free (no allocation, no reference count). Each distinct name
+    /// is allocated once, the first time an app starts with it; starting apps again and again
+    /// with the same names allocates nothing more.
+    pub mount: &'static str,
     /// The subject it was published to.
     pub subject: Subject,
     /// Its reply subject, for a Core request (on JetStream, the ack reply subject, which the

@@ -42,10 +42,10 @@ fn handler_delivery(
     msg: &async_nats::Message,
     core: &CoreDelivery<'_>,
 ) -> Delivery {
-    let jetstream = match (core.model, &ctx.jetstream_names) {
+    let jetstream = match (core.model, ctx.jetstream_names) {
         (ruststream_core::Model::JetStream(r), Some((stream, consumer))) => Some(JetStreamInfo {
-            stream: stream.clone(),
-            consumer: consumer.clone(),
+            stream,
+            consumer,
             delivered: r.delivered,
             stream_sequence: r.stream_sequence,
             consumer_sequence: r.consumer_sequence,
@@ -55,7 +55,7 @@ fn handler_delivery(
         _ => None,
     };
     Delivery {
-        mount: ctx.name.clone(),
+        mount: ctx.name,
         subject: ctx.subject(&msg.subject),
         reply: msg.reply.clone(),
         headers: msg.headers.clone(),
@@ -322,7 +322,7 @@ fn report(
     );
     if let Some(observer) = &ctx.observer {
         observer(&Settled {
-            mount: ctx.name.clone(),
+            mount: ctx.name,
             subject: msg.subject.clone(),
             attempt: delivery.attempt().get(),
             stream_sequence: match delivery.model {

@@ -187,10 +187,10 @@ pub(crate) async fn demo() -> Result<bool, Box<dyn std::error::Error>> {
     let count = |d: Disposition, mount: &str| {
         settled
             .iter()
-            .filter(|s| s.disposition == d && &*s.mount == mount)
+            .filter(|s| s.disposition == d && s.mount == mount)
             .count()
     };
-    let js_settled = settled.iter().filter(|s| &*s.mount == "orders-js").count() as u64;
+    let js_settled = settled.iter().filter(|s| s.mount == "orders-js").count() as u64;
     let info = js
         .get_stream("DEMO_ORDERS")
         .await?
