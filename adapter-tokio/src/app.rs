@@ -411,15 +411,16 @@ async fn dead_letter_sink(
     })
 }
 
-/// The literal subjects a mount's deliveries come on: a Core subject, or a wildcard's copy
-/// subject. Each is shared, once, by every delivery that comes on it.
+/// The literal subjects a mount's deliveries come on (a Core subject, or a wildcard's copy
+/// subject), kept once per process like the names, so that every delivery on one shares it
+/// for free.
 fn literal_subjects(policy: &MountPolicy) -> Vec<async_nats::Subject> {
     let subject = match policy.descriptor() {
         Descriptor::CoreSubject(s) => s.as_str(),
         Descriptor::CoreWildcard { copy_subject, .. } => copy_subject.as_str(),
         Descriptor::JetStream { .. } => return Vec::new(),
     };
-    vec![async_nats::Subject::from(subject)]
+    vec![async_nats::Subject::from_static(intern(subject))]
 }
 
 /// The Core subscriptions of a mount: its subject or wildcard, in its queue group if any,

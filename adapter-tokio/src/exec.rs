@@ -72,7 +72,7 @@ pub(crate) struct MountContext {
 impl MountContext {
     /// `subject` for a handler's delivery. A delivered subject is its own buffer, and its first
     /// clone allocates a shared one; a delivery on one of the mount's literal subjects gets the
-    /// mount's copy instead, which is shared already (a reference count, no allocation).
+    /// mount's copy instead, which costs nothing to clone (no allocation, no reference count).
     pub(crate) fn subject(&self, subject: &async_nats::Subject) -> async_nats::Subject {
         self.literal_subjects
             .iter()
@@ -83,7 +83,8 @@ impl MountContext {
 }
 
 /// `name` kept for the life of the process, once per distinct name: mount, stream and
-/// consumer names, which every delivery carries, then cost no reference counting. A name is
+/// consumer names and mounts' literal subjects, which every delivery carries, then cost no
+/// reference counting. A name is
 /// allocated the first time it is seen and never freed, so the memory this holds is bounded by
 /// the distinct names a process uses, not by how many apps it starts.
 pub(crate) fn intern(name: &str) -> &'static str {

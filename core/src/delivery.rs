@@ -64,6 +64,7 @@ pub struct Delivery<'a> {
 impl<'a> Delivery<'a> {
     /// A Core NATS delivery on `subject` whose headers gave `retry_count`
     /// (see [`RetryCountReading::read`]).
+    #[inline]
     pub fn core(subject: &'a str, retry_count: RetryCountReading) -> Self {
         Self {
             subject,
@@ -73,6 +74,7 @@ impl<'a> Delivery<'a> {
 
     /// A JetStream delivery on `subject` with the metadata of its ack reply subject
     /// (see [`AckReply::parse`]).
+    #[inline]
     pub fn jetstream(subject: &'a str, reply: AckReply<'a>) -> Self {
         Self {
             subject,
@@ -82,6 +84,7 @@ impl<'a> Delivery<'a> {
 
     /// The attempt number (rule 1): `delivered` on JetStream (a parsed reply never has 0; a
     /// hand-built 0 counts as 1), retry count + 1 on Core.
+    #[inline]
     pub fn attempt(&self) -> Attempt {
         match self.model {
             Model::Core(reading) => Attempt::after(reading.count_or_zero()),

@@ -251,6 +251,7 @@ pub struct Plan<'p> {
 }
 
 impl<'p> Plan<'p> {
+    #[inline]
     fn new(disposition: Disposition) -> Self {
         Self {
             actions: ArrayVec::new(),
@@ -258,6 +259,7 @@ impl<'p> Plan<'p> {
         }
     }
 
+    #[inline]
     fn with(mut self, action: Action<'p>) -> Self {
         // At most MAX_ACTIONS by construction: no plan below pushes more than three.
         self.actions.push(action);
@@ -265,17 +267,20 @@ impl<'p> Plan<'p> {
     }
 
     /// The actions, in the order they must run.
+    #[inline]
     pub fn actions(&self) -> &[Action<'p>] {
         &self.actions
     }
 
     /// What the plan amounts to.
+    #[inline]
     pub fn disposition(&self) -> Disposition {
         self.disposition
     }
 
     /// Whether the handler should run: true only for the plan of [`Event::Arrived`] below or
     /// at the limit.
+    #[inline]
     pub fn runs_handler(&self) -> bool {
         self.disposition == Disposition::RunHandler
     }
