@@ -6,8 +6,10 @@
 //! `max_attempts`, and dead letters that are confirmed before anything is settled.
 //!
 //! The public API is `ruststream-tokio`'s, item for item: switching runtime means changing the
-//! crate name and the executor, nothing else. The execution code is the same source files
-//! (compiled into each crate); only `runtime.rs` (spawn, timers, clock, signals) differs.
+//! crate name and the executor, nothing else. Both crates give `ruststream-adapter` (the
+//! execution code, generic over its `Runtime` trait) their runtime; this crate's is smol
+//! (`runtime.rs`: spawn, timers, clock, signals, and the Tokio reactor), the only source file
+//! besides this one.
 //!
 //! # The Tokio reactor
 //! async-nats runs its connection on Tokio, and some of its JetStream calls (request timeouts,
@@ -47,24 +49,18 @@
 
 #![warn(missing_docs)]
 
-#[path = "../../adapter-tokio/src/app.rs"]
-mod app;
-#[path = "../../adapter-tokio/src/exec.rs"]
-mod exec;
-#[path = "../../adapter-tokio/src/handler.rs"]
-mod handler;
-#[path = "../../adapter-tokio/src/mount.rs"]
-mod mount;
 mod runtime;
-#[path = "../../adapter-tokio/src/worker.rs"]
-mod worker;
 
-pub use app::{App, DEFAULT_GRACE_PERIOD, Running, ShutdownHandle, ShutdownReport, StartError};
-pub use exec::Settled;
-pub use handler::{DecodeError, Delivery, Handler, JetStreamInfo, Json, OutcomeFuture};
-pub use mount::{DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY, Mount};
-pub use ruststream_core::{Attempt, DeclarationError, Disposition, Outcome};
+pub use runtime::Runtime;
 
-/// Re-exported so applications can build [`App::with_options`] and read headers without
-/// naming async-nats themselves.
-pub use async_nats;
+/// A set of mounts to run against one NATS connection, on this crate's runtime.
+pub type App = ruststream_adapter::App<Runtime>;
+
+/// A started app, on this crate's runtime.
+pub type Running = ruststream_adapter::Running<Runtime>;
+
+pub use ruststream_adapter::{
+    Attempt, DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY, DEFAULT_GRACE_PERIOD, DecodeError,
+    DeclarationError, Delivery, Disposition, Handler, JetStreamInfo, Json, Mount, Outcome,
+    OutcomeFuture, Settled, ShutdownHandle, ShutdownReport, StartError, async_nats,
+};

@@ -8,8 +8,17 @@ use std::time::{Duration, Instant};
 use async_compat::Compat;
 use futures_util::FutureExt;
 
-/// A spawned task. Dropping it detaches it (as a tokio `JoinHandle` does); [`join`] waits.
-pub(crate) struct Task(Option<smol::Task<bool>>);
+/// The runtime this crate runs ruststream on: smol's global executor and async-io, with a
+/// Tokio reactor thread per app for async-nats.
+///
+/// It fixes `ruststream-adapter`'s generic [`App`](crate::App) and [`Running`](crate::Running);
+/// applications do not name it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Runtime;
+
+/// A spawned task. Dropping it detaches it (as a tokio `JoinHandle` does); `join` waits.
+#[allow(unreachable_pub)] // public only as `Runtime::Task`; applications never name it
+pub struct Task(Option<smol::Task<bool>>);
 
 impl Drop for Task {
     fn drop(&mut self) {
@@ -19,26 +28,80 @@ impl Drop for Task {
     }
 }
 
-/// Spawns `future` on smol's global executor. It is polled inside the Tokio context it is
-/// spawned from (the app's reactor), or async-compat's when there is none, so that
-/// async-nats (and a handler using Tokio types) always finds a reactor and a timer. A panic
-/// is caught and reported by [`join`].
-pub(crate) fn spawn<F>(future: F) -> Task
-where
-    F: Future<Output = ()> + Send + 'static,
-{
-    let guarded = AssertUnwindSafe(future).catch_unwind().map(|r| r.is_ok());
-    let task = match tokio::runtime::Handle::try_current() {
-        Ok(handle) => smol::spawn(
-            Entered {
-                handle,
-                future: Box::pin(guarded),
+impl ruststream_adapter::Runtime for Runtime {
+    type Task = Task;
+    type Reactor = Reactor;
+
+    /// Spawns `future` on smol's global executor. It is polled inside the Tokio context it is
+    /// spawned from (the app's reactor), or async-compat's when there is none, so that
+    /// async-nats (and a handler using Tokio types) always finds a reactor and a timer. A
+    /// panic is caught and reported by `join`.
+    fn spawn<F>(future: F) -> Task
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let guarded = AssertUnwindSafe(future).catch_unwind().map(|r| r.is_ok());
+        let task = match tokio::runtime::Handle::try_current() {
+            Ok(handle) => smol::spawn(
+                Entered {
+                    handle,
+                    future: Box::pin(guarded),
+                }
+                .boxed(),
+            ),
+            Err(_) => smol::spawn(Compat::new(guarded).boxed()),
+        };
+        Task(Some(task))
+    }
+
+    async fn join(mut task: Task) {
+        if let Some(task) = task.0.take()
+            && !task.await
+        {
+            tracing::error!("a ruststream task ended abnormally");
+        }
+    }
+
+    fn now() -> Instant {
+        Instant::now()
+    }
+
+    /// On async-io's timer.
+    async fn sleep_until(at: Instant) {
+        smol::Timer::at(at).await;
+    }
+
+    async fn timeout<F>(limit: Duration, future: F) -> Option<F::Output>
+    where
+        F: Future + Send,
+    {
+        smol::future::or(async { Some(future.await) }, async {
+            smol::Timer::after(limit).await;
+            None
+        })
+        .await
+    }
+
+    /// With async-signal, off the Tokio reactor.
+    async fn termination_signal() -> std::io::Result<&'static str> {
+        #[cfg(unix)]
+        {
+            use async_signal::{Signal, Signals};
+            use futures_util::StreamExt;
+            let mut signals = Signals::new([Signal::Term, Signal::Int])?;
+            match signals.next().await {
+                Some(Ok(Signal::Term)) => Ok("SIGTERM"),
+                Some(Ok(_)) => Ok("SIGINT"),
+                Some(Err(e)) => Err(e),
+                None => Err(std::io::Error::other("the signal stream ended")),
             }
-            .boxed(),
-        ),
-        Err(_) => smol::spawn(Compat::new(guarded).boxed()),
-    };
-    Task(Some(task))
+        }
+        #[cfg(not(unix))]
+        {
+            std::future::pending::<()>().await;
+            Ok("never")
+        }
+    }
 }
 
 /// A future polled inside a Tokio runtime's context.
@@ -61,18 +124,19 @@ impl<F: Future> Future for Entered<F> {
 
 /// The Tokio runtime an app's async-nats connection runs on: a current-thread runtime on a
 /// thread of its own (`ruststream-tokio-reactor`), started with the app and stopped at the
-/// end of its shutdown. If the thread ends before that, [`Reactor::failed`] says so, and the
+/// end of its shutdown. If the thread ends before that, its `failed` future says so, and the
 /// app reports it instead of hanging.
 #[derive(Debug, Clone)]
-pub(crate) struct Reactor {
+#[allow(unreachable_pub)] // public only as `Runtime::Reactor`; applications never name it
+pub struct Reactor {
     handle: tokio::runtime::Handle,
     alive: tokio::sync::watch::Receiver<bool>,
     stop: std::sync::Arc<std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>>,
 }
 
-impl Reactor {
+impl ruststream_adapter::Reactor for Reactor {
     /// Starts the runtime's thread.
-    pub(crate) fn start() -> Result<Self, String> {
+    fn start() -> Result<Self, String> {
         let (handle_tx, handle_rx) = std::sync::mpsc::channel();
         let (alive_tx, alive) = tokio::sync::watch::channel(true);
         let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
@@ -111,77 +175,29 @@ impl Reactor {
     }
 
     /// Runs `future` inside this runtime's context.
-    pub(crate) async fn enter<F: Future>(&self, future: F) -> F::Output {
+    fn enter<F>(&self, future: F) -> impl Future<Output = F::Output> + Send
+    where
+        F: Future + Send,
+    {
         Entered {
             handle: self.handle.clone(),
             future: Box::pin(future),
         }
-        .await
     }
 
     /// Resolves, with why, once the reactor thread has ended.
-    pub(crate) async fn failed(&self) -> String {
+    fn failed(&self) -> impl Future<Output = String> + Send {
         let mut alive = self.alive.clone();
-        let _ = alive.wait_for(|alive| !*alive).await;
-        "the Tokio reactor thread that runs the NATS connection has ended".to_owned()
+        async move {
+            let _ = alive.wait_for(|alive| !*alive).await;
+            "the Tokio reactor thread that runs the NATS connection has ended".to_owned()
+        }
     }
 
     /// Stops the runtime's thread (the end of a shutdown, or a test of what follows its loss).
-    pub(crate) fn stop(&self) {
+    fn stop(&self) {
         if let Ok(mut stop) = self.stop.lock() {
             stop.take();
         }
-    }
-}
-
-/// Waits for a spawned task to end; a task that panicked is logged.
-pub(crate) async fn join(mut task: Task) {
-    if let Some(task) = task.0.take()
-        && !task.await
-    {
-        tracing::error!("a ruststream task ended abnormally");
-    }
-}
-
-/// The clock: the one read an adapter makes per plan.
-pub(crate) fn now() -> Instant {
-    Instant::now()
-}
-
-/// Sleeps until `at`, on async-io's timer.
-pub(crate) async fn sleep_until(at: Instant) {
-    smol::Timer::at(at).await;
-}
-
-/// Runs `future` for at most `limit`; `None` when time ran out.
-pub(crate) async fn timeout<F: Future>(limit: Duration, future: F) -> Option<F::Output> {
-    smol::future::or(async { Some(future.await) }, async {
-        smol::Timer::after(limit).await;
-        None
-    })
-    .await
-}
-
-/// Resolves at the first SIGINT or SIGTERM (Ctrl-C only, off Unix).
-///
-/// # Errors
-/// The I/O error of installing a signal handler.
-pub(crate) async fn termination_signal() -> std::io::Result<&'static str> {
-    #[cfg(unix)]
-    {
-        use async_signal::{Signal, Signals};
-        use futures_util::StreamExt;
-        let mut signals = Signals::new([Signal::Term, Signal::Int])?;
-        match signals.next().await {
-            Some(Ok(Signal::Term)) => Ok("SIGTERM"),
-            Some(Ok(_)) => Ok("SIGINT"),
-            Some(Err(e)) => Err(e),
-            None => Err(std::io::Error::other("the signal stream ended")),
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        std::future::pending::<()>().await;
-        Ok("never")
     }
 }

@@ -28,8 +28,9 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The decisions are made by `ruststream-core`'s planner; this crate only executes its plans
-//! over async-nats, with one `match` per action ([`exec`](crate) module).
+//! The decisions are made by `ruststream-core`'s planner; `ruststream-adapter` executes its
+//! plans over async-nats, with one `match` per action. This crate gives it its runtime: tokio
+//! (`runtime.rs`, the only source file besides this one).
 //!
 //! # Behaviour worth knowing
 //! - `AckError::Unsupported` (a Core delivery asked to `ack`, `drop`, or `retry` without a
@@ -44,19 +45,18 @@
 
 #![warn(missing_docs)]
 
-mod app;
-mod exec;
-mod handler;
-mod mount;
 mod runtime;
-mod worker;
 
-pub use app::{App, DEFAULT_GRACE_PERIOD, Running, ShutdownHandle, ShutdownReport, StartError};
-pub use exec::Settled;
-pub use handler::{DecodeError, Delivery, Handler, JetStreamInfo, Json, OutcomeFuture};
-pub use mount::{DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY, Mount};
-pub use ruststream_core::{Attempt, DeclarationError, Disposition, Outcome};
+pub use runtime::Runtime;
 
-/// Re-exported so applications can build [`App::with_options`] and read headers without
-/// naming async-nats themselves.
-pub use async_nats;
+/// A set of mounts to run against one NATS connection, on this crate's runtime.
+pub type App = ruststream_adapter::App<Runtime>;
+
+/// A started app, on this crate's runtime.
+pub type Running = ruststream_adapter::Running<Runtime>;
+
+pub use ruststream_adapter::{
+    Attempt, DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY, DEFAULT_GRACE_PERIOD, DecodeError,
+    DeclarationError, Delivery, Disposition, Handler, JetStreamInfo, Json, Mount, Outcome,
+    OutcomeFuture, Settled, ShutdownHandle, ShutdownReport, StartError, async_nats,
+};

@@ -2,6 +2,7 @@
 
 use std::collections::HashSet;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,7 +15,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use crate::exec::{DeadLetterSink, MountContext, Observer, Settled, intern};
 use crate::handler::{Handler, Json};
 use crate::mount::Mount;
-use crate::runtime;
+use crate::runtime::{Reactor, Runtime};
 use crate::worker::{core_loop, delay_loop, jetstream_loop};
 use ruststream_core::Outcome;
 
@@ -74,15 +75,18 @@ enum Connect {
     Client(Client),
 }
 
-/// A set of mounts to run against one NATS connection. See the crate docs for an example.
-pub struct App {
+/// A set of mounts to run against one NATS connection, on the runtime `R`. See the crate docs
+/// for an example; applications name it through their runtime crate's alias
+/// (`ruststream_tokio::App`, `ruststream_smol::App`).
+pub struct App<R> {
     connect: Connect,
     mounts: Vec<(Mount, Arc<dyn Handler>)>,
     grace: Duration,
     observer: Option<Observer>,
+    runtime: PhantomData<fn() -> R>,
 }
 
-impl std::fmt::Debug for App {
+impl<R> std::fmt::Debug for App<R> {
     /// Shows the mounts, never the connection options (they may hold credentials).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("App")
@@ -99,13 +103,14 @@ impl std::fmt::Debug for App {
     }
 }
 
-impl App {
+impl<R: Runtime> App<R> {
     fn with_connect(connect: Connect) -> Self {
         Self {
             connect,
             mounts: Vec::new(),
             grace: DEFAULT_GRACE_PERIOD,
             observer: None,
+            runtime: PhantomData,
         }
     }
 
@@ -176,8 +181,8 @@ impl App {
     /// [`StartError::Declaration`] or [`StartError::DuplicateMount`] for a bad declaration,
     /// [`StartError::Connect`], and [`StartError::Server`] when the server lacks or refuses
     /// what a mount needs.
-    pub async fn start(self) -> Result<Running, StartError> {
-        let reactor = runtime::Reactor::start().map_err(StartError::Runtime)?;
+    pub async fn start(self) -> Result<Running<R>, StartError> {
+        let reactor = R::Reactor::start().map_err(StartError::Runtime)?;
         let started = reactor.enter(self.start_here(reactor.clone())).await;
         if started.is_err() {
             reactor.stop();
@@ -185,7 +190,7 @@ impl App {
         started
     }
 
-    async fn start_here(self, reactor: runtime::Reactor) -> Result<Running, StartError> {
+    async fn start_here(self, reactor: R::Reactor) -> Result<Running<R>, StartError> {
         let mut names = HashSet::new();
         let mut policies = Vec::with_capacity(self.mounts.len());
         for (mount, _) in &self.mounts {
@@ -250,7 +255,7 @@ impl App {
         }
         // Once `start` returns, the server has processed every subscription: a message
         // published after that reaches the mounts.
-        round_trip(&client).await?;
+        round_trip::<R>(&client).await?;
 
         for (index, ((mount, handler, policy, consumer, dead_letters), subscribers)) in
             prepared.into_iter().zip(subscriptions).enumerate()
@@ -282,14 +287,14 @@ impl App {
             let semaphore = Arc::new(Semaphore::new(permits));
             slots.push((ctx.name, semaphore.clone(), permits));
             let task = match consumer {
-                Some(consumer) => runtime::spawn(jetstream_loop(
+                Some(consumer) => R::spawn(jetstream_loop::<R>(
                     ctx,
                     consumer,
                     semaphore,
                     mount.concurrency,
                     shutdown_rx.clone(),
                 )),
-                None => runtime::spawn(core_loop(ctx, subscribers, semaphore, shutdown_rx.clone())),
+                None => R::spawn(core_loop::<R>(ctx, subscribers, semaphore, shutdown_rx.clone())),
             };
             loops.push(task);
         }
@@ -297,8 +302,8 @@ impl App {
 
         let (lost_tx, lost_rx) = oneshot::channel();
         let delay_client = client.clone();
-        let delay_task = runtime::spawn(async move {
-            let lost = delay_loop(delay_client, delay_rx, finish_rx, mount_count).await;
+        let delay_task = R::spawn(async move {
+            let lost = delay_loop::<R>(delay_client, delay_rx, finish_rx, mount_count).await;
             let _ = lost_tx.send(lost);
         });
         tracing::info!(mounts = mount_count, "ruststream started");
@@ -458,7 +463,7 @@ const ROUND_TRIP_TIMEOUT: Duration = Duration::from_secs(10);
 /// async-nats' `flush` only writes the client's buffer to the socket; it does not wait for the
 /// server. The server handles one connection's operations in order, so a message the client
 /// publishes to itself comes back only after every earlier `SUB` took effect.
-async fn round_trip(client: &Client) -> Result<(), StartError> {
+async fn round_trip<R: Runtime>(client: &Client) -> Result<(), StartError> {
     use futures_util::StreamExt;
     let failed = |what: &str| StartError::Connect(format!("no round trip with the server: {what}"));
     let inbox = client.new_inbox();
@@ -474,7 +479,7 @@ async fn round_trip(client: &Client) -> Result<(), StartError> {
         .flush()
         .await
         .map_err(|e| failed(&e.kind().to_string()))?;
-    match runtime::timeout(ROUND_TRIP_TIMEOUT, echo.next()).await {
+    match R::timeout(ROUND_TRIP_TIMEOUT, echo.next()).await {
         Some(Some(_)) => Ok(()),
         Some(None) => Err(failed("the subscription closed")),
         None => Err(failed("timed out")),
@@ -507,21 +512,21 @@ pub struct ShutdownReport {
     pub failure: Option<String>,
 }
 
-/// A started app.
-pub struct Running {
-    reactor: runtime::Reactor,
+/// A started app, on the runtime `R` (named through the runtime crate's alias).
+pub struct Running<R: Runtime> {
+    reactor: R::Reactor,
     client: Client,
     owns_client: bool,
     shutdown: Arc<watch::Sender<bool>>,
     finish: watch::Sender<Option<Instant>>,
-    loops: Vec<runtime::Task>,
-    delay_task: runtime::Task,
+    loops: Vec<R::Task>,
+    delay_task: R::Task,
     lost: oneshot::Receiver<Vec<usize>>,
     slots: Vec<(&'static str, Arc<Semaphore>, usize)>,
     grace: Duration,
 }
 
-impl std::fmt::Debug for Running {
+impl<R: Runtime> std::fmt::Debug for Running<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Running")
             .field(
@@ -532,7 +537,7 @@ impl std::fmt::Debug for Running {
     }
 }
 
-impl Running {
+impl<R: Runtime> Running<R> {
     /// The NATS client the app runs on.
     pub fn client(&self) -> &Client {
         &self.client
@@ -557,7 +562,7 @@ impl Running {
     async fn until_signal_here(self) -> ShutdownReport {
         let mut asked = self.shutdown.subscribe();
         let failure = tokio::select! {
-            signal = runtime::termination_signal() => {
+            signal = R::termination_signal() => {
                 match signal {
                     Ok(name) => tracing::info!(signal = name, "shutting down"),
                     Err(e) => tracing::error!(error = %e, "cannot listen for signals; shutting down"),
@@ -593,7 +598,7 @@ impl Running {
     }
 
     async fn shutdown_here(self, failure: Option<String>) -> ShutdownReport {
-        let deadline = runtime::now() + self.grace;
+        let deadline = R::now() + self.grace;
         self.shutdown.send_replace(true);
         let mut report = ShutdownReport {
             failure,
@@ -604,13 +609,13 @@ impl Running {
         // are handlers still holding a slot.
         let mut loop_stuck = Vec::with_capacity(self.loops.len());
         for task in self.loops {
-            let left = deadline.saturating_duration_since(runtime::now());
-            loop_stuck.push(runtime::timeout(left, runtime::join(task)).await.is_none());
+            let left = deadline.saturating_duration_since(R::now());
+            loop_stuck.push(R::timeout(left, R::join(task)).await.is_none());
         }
         for ((name, semaphore, total), stuck) in self.slots.iter().zip(loop_stuck) {
-            let left = deadline.saturating_duration_since(runtime::now());
+            let left = deadline.saturating_duration_since(R::now());
             let all = u32::try_from(*total).unwrap_or(u32::MAX);
-            let done = runtime::timeout(left, semaphore.acquire_many(all)).await;
+            let done = R::timeout(left, semaphore.acquire_many(all)).await;
             let running = match done {
                 Some(_) => 0,
                 None => total - semaphore.available_permits(),
@@ -621,7 +626,7 @@ impl Running {
             }
         }
         self.finish.send_replace(Some(deadline));
-        runtime::join(self.delay_task).await;
+        R::join(self.delay_task).await;
         if let Ok(lost) = self.lost.await {
             for ((name, _, _), n) in self.slots.iter().zip(lost) {
                 if n > 0 {
@@ -632,13 +637,13 @@ impl Running {
         }
         // Nothing can reach the server once its connection's runtime is gone.
         if report.failure.is_none() {
-            match runtime::timeout(FINAL_FLUSH, self.client.flush()).await {
+            match R::timeout(FINAL_FLUSH, self.client.flush()).await {
                 Some(Ok(())) => {}
                 Some(Err(e)) => tracing::warn!(error = %e, "flush at shutdown failed"),
                 None => tracing::warn!("flush at shutdown timed out"),
             }
             if self.owns_client {
-                match runtime::timeout(FINAL_FLUSH, self.client.drain()).await {
+                match R::timeout(FINAL_FLUSH, self.client.drain()).await {
                     Some(Ok(())) => {}
                     Some(Err(e)) => tracing::warn!(error = %e, "drain at shutdown failed"),
                     None => tracing::warn!("drain at shutdown timed out"),

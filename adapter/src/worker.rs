@@ -21,7 +21,7 @@ use crate::exec::{
     publish_plain, waits_for_confirmation,
 };
 use crate::handler::{Delivery, JetStreamInfo};
-use crate::runtime;
+use crate::runtime::Runtime;
 
 /// How long one JetStream pull request waits for messages; also the longest a shutdown waits
 /// for an outstanding pull to end.
@@ -186,7 +186,7 @@ fn delivery_span(
 ///
 /// Nothing is boxed, and the clock is not read, for a delivery whose handler returns at once
 /// and whose plan only logs or settles: the common case stays cheap.
-pub(crate) async fn process(
+pub(crate) async fn process<R: Runtime>(
     ctx: &Arc<MountContext>,
     model: Model,
     msg: async_nats::Message,
@@ -195,7 +195,7 @@ pub(crate) async fn process(
     let span = delivery_span(ctx, &msg, &delivery);
     let (arrival, started) = {
         let _entered = span.enter();
-        let arrival = plan_with_clock(&delivery, Event::Arrived, &ctx.policy, runtime::now);
+        let arrival = plan_with_clock(&delivery, Event::Arrived, &ctx.policy, R::now);
         let started = arrival.runs_handler().then(|| {
             // An arrival plan that runs the handler holds only logs.
             execute_logs(ctx, &msg, &delivery, &arrival);
@@ -217,7 +217,7 @@ pub(crate) async fn process(
                     Some(span.in_scope(|| handled(ctx, &msg, &delivery, result)))
                 }
                 Poll::Pending => {
-                    let rest = finish(ctx.clone(), model, msg, Stage::Handling(run));
+                    let rest = finish::<R>(ctx.clone(), model, msg, Stage::Handling(run));
                     return Some(Box::pin(rest.instrument(span)));
                 }
             }
@@ -225,10 +225,10 @@ pub(crate) async fn process(
     };
     let decided = match event {
         None => arrival,
-        Some(event) => plan_with_clock(&delivery, event, &ctx.policy, runtime::now),
+        Some(event) => plan_with_clock(&delivery, event, &ctx.policy, R::now),
     };
     if waits_for_confirmation(&decided) {
-        let rest = finish(ctx.clone(), model, msg, Stage::Decided(event));
+        let rest = finish::<R>(ctx.clone(), model, msg, Stage::Decided(event));
         return Some(Box::pin(rest.instrument(span)));
     }
     let executed = span.in_scope(|| execute_now(ctx, &msg, &delivery, &decided));
@@ -237,7 +237,7 @@ pub(crate) async fn process(
         return None;
     }
     // Polled in place, inside the span: the future is large, and moving it costs.
-    let mut settling = std::pin::pin!(settle(ctx, &msg, &delivery, event, decided, executed));
+    let mut settling = std::pin::pin!(settle::<R>(ctx, &msg, &delivery, event, decided, executed));
     std::future::poll_fn(|cx| {
         let _entered = span.enter();
         settling.as_mut().poll(cx)
@@ -248,7 +248,7 @@ pub(crate) async fn process(
 
 /// The rest of a delivery that had to wait: its handler's end, its plan (made again, the same
 /// for the same event), and the execution.
-async fn finish(ctx: Arc<MountContext>, model: Model, msg: async_nats::Message, stage: Stage) {
+async fn finish<R: Runtime>(ctx: Arc<MountContext>, model: Model, msg: async_nats::Message, stage: Stage) {
     // Read before, so it reads again.
     let Some(delivery) = read(&ctx, model, &msg) else {
         return;
@@ -261,15 +261,15 @@ async fn finish(ctx: Arc<MountContext>, model: Model, msg: async_nats::Message, 
         &delivery,
         event.unwrap_or(Event::Arrived),
         &ctx.policy,
-        runtime::now,
+        R::now,
     );
     let executed = execute_now(&ctx, &msg, &delivery, &decided);
-    settle(&ctx, &msg, &delivery, event, decided, executed).await;
+    settle::<R>(&ctx, &msg, &delivery, event, decided, executed).await;
 }
 
 /// Executes a delivery's plan (unless [`execute_now`] has, with `executed`), plans and
 /// executes the recovery if a publish failed, and reports the settlement.
-async fn settle(
+async fn settle<R: Runtime>(
     ctx: &MountContext,
     msg: &async_nats::Message,
     delivery: &CoreDelivery<'_>,
@@ -286,7 +286,7 @@ async fn settle(
         Err(e) => {
             tracing::error!(error = %e.0, plan = %decided, "publish failed: the plan stopped before its settlement; planning the recovery");
             let recovery =
-                plan_with_clock(delivery, Event::PublishFailed, &ctx.policy, runtime::now);
+                plan_with_clock(delivery, Event::PublishFailed, &ctx.policy, R::now);
             match execute(ctx, msg, delivery, &recovery).await {
                 Ok(()) => tracing::warn!(plan = %recovery, "recovery sent"),
                 Err(e) => {
@@ -340,14 +340,14 @@ fn report(
 /// Starts handling one JetStream delivery in its slot: on the mount's own task first, and if
 /// it has to wait ([`process`]), the rest on a task of its own, so slow handlers run
 /// concurrently and in parallel. The slot is freed when the delivery is settled.
-async fn start_delivery(
+async fn start_delivery<R: Runtime>(
     ctx: Arc<MountContext>,
     model: Model,
     msg: async_nats::Message,
     permit: OwnedSemaphorePermit,
 ) {
-    if let Some(rest) = process(&ctx, model, msg).await {
-        runtime::spawn(async move {
+    if let Some(rest) = process::<R>(&ctx, model, msg).await {
+        R::spawn(async move {
             rest.await;
             drop(permit);
         });
@@ -376,7 +376,7 @@ async fn slot(
 /// delivery that has to wait takes a slot and moves to a task of its own; with every slot
 /// taken, this task waits for a slot or for the delivery itself, so at most `slots + 1`
 /// deliveries run at once (the app gives Core mounts `concurrency - 1` slots).
-pub(crate) async fn core_loop(
+pub(crate) async fn core_loop<R: Runtime>(
     ctx: Arc<MountContext>,
     subscribers: Vec<async_nats::Subscriber>,
     slots: Arc<Semaphore>,
@@ -396,12 +396,12 @@ pub(crate) async fn core_loop(
             _ = shutdown.changed() => None,
         };
         let Some(msg) = msg else { break };
-        run_inline_first(&ctx, &slots, msg).await;
+        run_inline_first::<R>(&ctx, &slots, msg).await;
         // Then what is already buffered, without waiting (the runtime's cooperative budget
         // ends this run).
         while !shutdown.has_changed().unwrap_or(true) {
             match messages.next().now_or_never() {
-                Some(Some(msg)) => run_inline_first(&ctx, &slots, msg).await,
+                Some(Some(msg)) => run_inline_first::<R>(&ctx, &slots, msg).await,
                 Some(None) => break 'consume,
                 None => break,
             }
@@ -412,12 +412,12 @@ pub(crate) async fn core_loop(
 /// Handles a Core delivery on the current task; if it has to wait ([`process`]), moves the
 /// rest to a task of its own holding a slot, or, with no slot free, finishes it here
 /// (whichever comes first).
-async fn run_inline_first(
+async fn run_inline_first<R: Runtime>(
     ctx: &Arc<MountContext>,
     slots: &Arc<Semaphore>,
     msg: async_nats::Message,
 ) {
-    let Some(mut rest) = process(ctx, Model::Core, msg).await else {
+    let Some(mut rest) = process::<R>(ctx, Model::Core, msg).await else {
         return;
     };
     tokio::select! {
@@ -425,7 +425,7 @@ async fn run_inline_first(
         () = &mut rest => {}
         permit = slots.clone().acquire_owned() => match permit {
             Ok(permit) => {
-                runtime::spawn(async move {
+                R::spawn(async move {
                     rest.await;
                     drop(permit);
                 });
@@ -451,7 +451,7 @@ async fn run_inline_first(
 /// At shutdown no new request goes out; outstanding ones are received to their end (at most
 /// [`PULL_EXPIRES`], or [`PULL_GRACE`] later for lost ones) and their messages handled, so
 /// none waits for `ack_wait`.
-pub(crate) async fn jetstream_loop(
+pub(crate) async fn jetstream_loop<R: Runtime>(
     ctx: Arc<MountContext>,
     consumer: async_nats::jetstream::consumer::PullConsumer,
     slots: Arc<Semaphore>,
@@ -477,7 +477,7 @@ pub(crate) async fn jetstream_loop(
     let mut backoff = Duration::from_millis(50);
     // Every request expires on the server by then; one not ended by then was lost (a server
     // restart forgets its waiting requests), and its slots are taken back.
-    let mut requests_end = runtime::now();
+    let mut requests_end = R::now();
     loop {
         stopping |= *shutdown.borrow();
         let free = slots.available_permits();
@@ -495,7 +495,7 @@ pub(crate) async fn jetstream_loop(
             match consumer.request_batch(request, inbox.clone()).await {
                 Ok(()) => {
                     outstanding += free;
-                    requests_end = runtime::now() + PULL_EXPIRES + PULL_GRACE;
+                    requests_end = R::now() + PULL_EXPIRES + PULL_GRACE;
                     backoff = Duration::from_millis(50);
                     match reserved.as_mut() {
                         Some(r) => r.merge(permits),
@@ -506,7 +506,7 @@ pub(crate) async fn jetstream_loop(
                     drop(permits);
                     tracing::warn!(mount = %ctx.name, error = %e, "pull request failed; retrying");
                     tokio::select! {
-                        _ = runtime::sleep_until(runtime::now() + backoff) => {}
+                        _ = R::sleep_until(R::now() + backoff) => {}
                         _ = shutdown.changed() => {}
                     }
                     backoff = (backoff * 2).min(Duration::from_secs(2));
@@ -528,7 +528,7 @@ pub(crate) async fn jetstream_loop(
         let next = tokio::select! {
             next = replies.next() => next,
             _ = shutdown.changed(), if !stopping => continue,
-            () = runtime::sleep_until(requests_end) => {
+            () = R::sleep_until(requests_end) => {
                 tracing::warn!(mount = %ctx.name, outstanding, "pull requests never ended; their slots are taken back");
                 outstanding = 0;
                 reserved = None;
@@ -550,7 +550,7 @@ pub(crate) async fn jetstream_loop(
                         Err(_) => break,
                     },
                 };
-                start_delivery(ctx.clone(), Model::JetStream, msg, permit).await;
+                start_delivery::<R>(ctx.clone(), Model::JetStream, msg, permit).await;
             }
             Some(StatusCode::IDLE_HEARTBEAT) => {}
             Some(status) => {
@@ -578,7 +578,7 @@ pub(crate) async fn jetstream_loop(
 /// Runs until `finish` holds a deadline and then until the queue is empty or the deadline
 /// has passed (the end of the shutdown grace period). Gives how many copies were still
 /// waiting then, per mount index: those are lost (SETTLEMENT.md, rule 14).
-pub(crate) async fn delay_loop(
+pub(crate) async fn delay_loop<R: Runtime>(
     client: async_nats::Client,
     mut incoming: mpsc::UnboundedReceiver<(PendingCopy, std::time::Instant)>,
     mut finish: watch::Receiver<Option<std::time::Instant>>,
@@ -591,7 +591,7 @@ pub(crate) async fn delay_loop(
             while let Ok((copy, at)) = incoming.try_recv() {
                 queue.handle_copy(copy, at);
             }
-            if queue.is_empty() || runtime::now() >= end {
+            if queue.is_empty() || R::now() >= end {
                 break;
             }
         }
@@ -603,8 +603,8 @@ pub(crate) async fn delay_loop(
                 Some((copy, at)) => queue.handle_copy(copy, at),
                 None => break,
             },
-            _ = runtime::sleep_until(next.unwrap_or_else(runtime::now)), if next.is_some() => {
-                let due: Vec<PendingCopy> = queue.handle_timeout(runtime::now()).collect();
+            _ = R::sleep_until(next.unwrap_or_else(R::now)), if next.is_some() => {
+                let due: Vec<PendingCopy> = queue.handle_timeout(R::now()).collect();
                 for copy in due {
                     let subject = copy.publication.subject.clone();
                     if let Err(e) = publish_plain(&client, copy.publication).await {
@@ -612,7 +612,7 @@ pub(crate) async fn delay_loop(
                     }
                 }
             }
-            _ = runtime::sleep_until(end.unwrap_or_else(runtime::now)), if end.is_some() => break,
+            _ = R::sleep_until(end.unwrap_or_else(R::now)), if end.is_some() => break,
         }
     }
     while let Ok((copy, at)) = incoming.try_recv() {

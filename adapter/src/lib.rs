@@ -1,0 +1,35 @@
+//! # ruststream-adapter
+//!
+//! The part of ruststream's adapters that does not depend on the async runtime: the app and
+//! its start-up checks, the mount loops, handlers, and the execution of `ruststream-core`'s
+//! plans over async-nats. It is generic over a small [`Runtime`] trait (spawn, timers, the
+//! clock, signals, and the Tokio [`Reactor`] async-nats needs), in the style of quinn's.
+//!
+//! Applications use a runtime crate instead, which implements the trait and fixes it:
+//! `ruststream-tokio` or `ruststream-smol`. Each exports the same items under the same names
+//! (its `App` and `Running` are aliases of [`App`] and [`Running`] on its runtime), so that
+//! switching runtime means changing the crate name and the executor, nothing else. The crate
+//! docs of `ruststream-tokio` describe the behaviour; it is the same on every runtime.
+//!
+//! The decisions are made by `ruststream-core`'s planner: this crate only executes its plans
+//! over async-nats, with one `match` per action.
+
+#![warn(missing_docs)]
+
+mod app;
+mod exec;
+mod handler;
+mod mount;
+mod runtime;
+mod worker;
+
+pub use app::{App, DEFAULT_GRACE_PERIOD, Running, ShutdownHandle, ShutdownReport, StartError};
+pub use exec::Settled;
+pub use handler::{DecodeError, Delivery, Handler, JetStreamInfo, Json, OutcomeFuture};
+pub use mount::{DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY, Mount};
+pub use runtime::{Reactor, Runtime};
+pub use ruststream_core::{Attempt, DeclarationError, Disposition, Outcome};
+
+/// Re-exported so applications can build [`App::with_options`] and read headers without
+/// naming async-nats themselves.
+pub use async_nats;
