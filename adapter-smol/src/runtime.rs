@@ -54,6 +54,17 @@ impl ruststream_adapter::Runtime for Runtime {
         Task(Some(task))
     }
 
+    /// On the smol executor the reactor thread runs beside the Tokio runtime: the connection
+    /// and the mount loop share one thread, and a delivery that settles at once (handler,
+    /// plan, ack) never crosses to another.
+    fn spawn_next_to<F>(reactor: &Reactor, future: F) -> Task
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let guarded = AssertUnwindSafe(future).catch_unwind().map(|r| r.is_ok());
+        Task(Some(reactor.executor.spawn(guarded)))
+    }
+
     async fn join(mut task: Task) {
         if let Some(task) = task.0.take()
             && !task.await
@@ -124,12 +135,15 @@ impl<F: Future> Future for Entered<F> {
 
 /// The Tokio runtime an app's async-nats connection runs on: a current-thread runtime on a
 /// thread of its own (`ruststream-tokio-reactor`), started with the app and stopped at the
-/// end of its shutdown. If the thread ends before that, its `failed` future says so, and the
+/// end of its shutdown. The thread also runs a smol executor for the app's mount loops, so
+/// that the connection and the loops share it. If the thread ends before that, its `failed` future says so, and the
 /// app reports it instead of hanging.
 #[derive(Debug, Clone)]
 #[allow(unreachable_pub)] // public only as `Runtime::Reactor`; applications never name it
 pub struct Reactor {
     handle: tokio::runtime::Handle,
+    /// The smol executor the reactor thread runs beside the Tokio runtime, for the mount loops.
+    executor: std::sync::Arc<smol::Executor<'static>>,
     alive: tokio::sync::watch::Receiver<bool>,
     stop: std::sync::Arc<std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>>,
 }
@@ -140,6 +154,8 @@ impl ruststream_adapter::Reactor for Reactor {
         let (handle_tx, handle_rx) = std::sync::mpsc::channel();
         let (alive_tx, alive) = tokio::sync::watch::channel(true);
         let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let executor = std::sync::Arc::new(smol::Executor::new());
+        let loops = executor.clone();
         std::thread::Builder::new()
             .name("ruststream-tokio-reactor".to_owned())
             .spawn(move || {
@@ -149,11 +165,12 @@ impl ruststream_adapter::Reactor for Reactor {
                 {
                     Ok(runtime) => {
                         let _ = handle_tx.send(Ok(runtime.handle().clone()));
-                        // Drive the runtime until asked to stop (or the app is gone).
+                        // Drive the runtime, and the mount loops' executor inside it, until
+                        // asked to stop (or the app is gone).
                         let _ = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                            runtime.block_on(async {
+                            runtime.block_on(loops.run(async {
                                 let _ = smol::unblock(move || stop_rx.recv()).await;
-                            })
+                            }))
                         }));
                     }
                     Err(e) => {
@@ -169,6 +186,7 @@ impl ruststream_adapter::Reactor for Reactor {
             .map_err(|e| format!("cannot build the Tokio reactor: {e}"))?;
         Ok(Self {
             handle,
+            executor,
             alive,
             stop: std::sync::Arc::new(std::sync::Mutex::new(Some(stop_tx))),
         })

@@ -56,7 +56,7 @@ pub type App = ruststream_adapter::App<Runtime>;
 pub type Running = ruststream_adapter::Running<Runtime>;
 
 pub use ruststream_adapter::{
-    Attempt, DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY, DEFAULT_GRACE_PERIOD, DecodeError,
-    DeclarationError, Delivery, Disposition, Handler, JetStreamInfo, Json, Mount, Outcome,
+    Attempt, DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY, DEFAULT_GRACE_PERIOD, DeclarationError,
+    DecodeError, Delivery, Disposition, Handler, JetStreamInfo, Json, Mount, Outcome,
     OutcomeFuture, Settled, ShutdownHandle, ShutdownReport, StartError, async_nats,
 };

@@ -22,6 +22,15 @@ impl ruststream_adapter::Runtime for Runtime {
         tokio::spawn(future)
     }
 
+    /// As [`spawn`](ruststream_adapter::Runtime::spawn): the reactor is the application's
+    /// runtime, which runs every task.
+    fn spawn_next_to<F>(_reactor: &Reactor, future: F) -> Self::Task
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        tokio::spawn(future)
+    }
+
     async fn join(task: Self::Task) {
         if let Err(e) = task.await {
             tracing::error!(error = %e, "a ruststream task ended abnormally");

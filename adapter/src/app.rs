@@ -287,14 +287,20 @@ impl<R: Runtime> App<R> {
             let semaphore = Arc::new(Semaphore::new(permits));
             slots.push((ctx.name, semaphore.clone(), permits));
             let task = match consumer {
-                Some(consumer) => R::spawn(jetstream_loop::<R>(
-                    ctx,
-                    consumer,
-                    semaphore,
-                    mount.concurrency,
-                    shutdown_rx.clone(),
-                )),
-                None => R::spawn(core_loop::<R>(ctx, subscribers, semaphore, shutdown_rx.clone())),
+                Some(consumer) => R::spawn_next_to(
+                    &reactor,
+                    jetstream_loop::<R>(
+                        ctx,
+                        consumer,
+                        semaphore,
+                        mount.concurrency,
+                        shutdown_rx.clone(),
+                    ),
+                ),
+                None => R::spawn_next_to(
+                    &reactor,
+                    core_loop::<R>(ctx, subscribers, semaphore, shutdown_rx.clone()),
+                ),
             };
             loops.push(task);
         }
@@ -598,7 +604,13 @@ impl<R: Runtime> Running<R> {
     }
 
     async fn shutdown_here(self, failure: Option<String>) -> ShutdownReport {
-        let deadline = R::now() + self.grace;
+        // With the reactor gone, nothing that runs next to it can end: no grace period.
+        let grace = if failure.is_some() {
+            Duration::ZERO
+        } else {
+            self.grace
+        };
+        let deadline = R::now() + grace;
         self.shutdown.send_replace(true);
         let mut report = ShutdownReport {
             failure,

@@ -29,6 +29,14 @@ pub trait Runtime: Send + Sync + 'static {
     where
         F: Future<Output = ()> + Send + 'static;
 
+    /// Spawns one of the app's mount loops next to `reactor`, where the NATS connection's
+    /// events are handled. A delivery that settles at once runs on its mount loop, so there
+    /// it never crosses threads; one that waits moves to [`spawn`](Self::spawn). Implemented
+    /// as [`spawn`](Self::spawn) where the reactor is the application's own runtime.
+    fn spawn_next_to<F>(reactor: &Self::Reactor, future: F) -> Self::Task
+    where
+        F: Future<Output = ()> + Send + 'static;
+
     /// Waits for a spawned task to end; one that panicked is logged at error level.
     fn join(task: Self::Task) -> impl Future<Output = ()> + Send;
 

@@ -248,7 +248,12 @@ pub(crate) async fn process<R: Runtime>(
 
 /// The rest of a delivery that had to wait: its handler's end, its plan (made again, the same
 /// for the same event), and the execution.
-async fn finish<R: Runtime>(ctx: Arc<MountContext>, model: Model, msg: async_nats::Message, stage: Stage) {
+async fn finish<R: Runtime>(
+    ctx: Arc<MountContext>,
+    model: Model,
+    msg: async_nats::Message,
+    stage: Stage,
+) {
     // Read before, so it reads again.
     let Some(delivery) = read(&ctx, model, &msg) else {
         return;
@@ -285,8 +290,7 @@ async fn settle<R: Runtime>(
         Ok(()) => decided,
         Err(e) => {
             tracing::error!(error = %e.0, plan = %decided, "publish failed: the plan stopped before its settlement; planning the recovery");
-            let recovery =
-                plan_with_clock(delivery, Event::PublishFailed, &ctx.policy, R::now);
+            let recovery = plan_with_clock(delivery, Event::PublishFailed, &ctx.policy, R::now);
             match execute(ctx, msg, delivery, &recovery).await {
                 Ok(()) => tracing::warn!(plan = %recovery, "recovery sent"),
                 Err(e) => {
@@ -478,7 +482,7 @@ pub(crate) async fn jetstream_loop<R: Runtime>(
     // Every request expires on the server by then; one not ended by then was lost (a server
     // restart forgets its waiting requests), and its slots are taken back.
     let mut requests_end = R::now();
-    loop {
+    'pull: loop {
         stopping |= *shutdown.borrow();
         let free = slots.available_permits();
         let wanted = !stopping && free > 0 && (outstanding == 0 || free >= threshold);
@@ -535,39 +539,56 @@ pub(crate) async fn jetstream_loop<R: Runtime>(
                 continue;
             }
         };
-        let Some(msg) = next else {
+        let Some(mut msg) = next else {
             tracing::error!(mount = %ctx.name, "the pull inbox closed; the mount stops");
             break;
         };
-        match msg.status {
-            None | Some(StatusCode::OK) => {
-                outstanding = outstanding.saturating_sub(1);
-                let permit = match reserved.as_mut().and_then(|r| r.split(1)) {
-                    Some(p) => p,
-                    // More than requested (should not happen): wait for a slot, never drop it.
-                    None => match slots.clone().acquire_owned().await {
-                        Ok(p) => p,
-                        Err(_) => break,
-                    },
-                };
-                start_delivery::<R>(ctx.clone(), Model::JetStream, msg, permit).await;
-            }
-            Some(StatusCode::IDLE_HEARTBEAT) => {}
-            Some(status) => {
-                // The request ended (expired, or terminated by the server): free the slots of
-                // the messages it will not bring.
-                let unfilled = msg
-                    .headers
-                    .as_ref()
-                    .and_then(|h| h.get("Nats-Pending-Messages"))
-                    .and_then(|v| v.as_str().trim().parse::<usize>().ok())
-                    .unwrap_or(outstanding)
-                    .min(outstanding);
-                outstanding -= unfilled;
-                if let Some(r) = reserved.as_mut() {
-                    drop(r.split(unfilled));
+        // This message, then those already buffered, without a `select!` and a timer each,
+        // until a new request is due (or none is outstanding, or shutdown begins).
+        loop {
+            match msg.status {
+                None | Some(StatusCode::OK) => {
+                    outstanding = outstanding.saturating_sub(1);
+                    let permit = match reserved.as_mut().and_then(|r| r.split(1)) {
+                        Some(p) => p,
+                        // More than requested (should not happen): wait for a slot, never
+                        // drop it.
+                        None => match slots.clone().acquire_owned().await {
+                            Ok(p) => p,
+                            Err(_) => break 'pull,
+                        },
+                    };
+                    start_delivery::<R>(ctx.clone(), Model::JetStream, msg, permit).await;
                 }
-                tracing::trace!(mount = %ctx.name, %status, unfilled, "pull request ended");
+                Some(StatusCode::IDLE_HEARTBEAT) => {}
+                Some(status) => {
+                    // The request ended (expired, or terminated by the server): free the
+                    // slots of the messages it will not bring.
+                    let unfilled = msg
+                        .headers
+                        .as_ref()
+                        .and_then(|h| h.get("Nats-Pending-Messages"))
+                        .and_then(|v| v.as_str().trim().parse::<usize>().ok())
+                        .unwrap_or(outstanding)
+                        .min(outstanding);
+                    outstanding -= unfilled;
+                    if let Some(r) = reserved.as_mut() {
+                        drop(r.split(unfilled));
+                    }
+                    tracing::trace!(mount = %ctx.name, %status, unfilled, "pull request ended");
+                }
+            }
+            let request_due = !stopping && slots.available_permits() >= threshold;
+            if request_due || outstanding == 0 || shutdown.has_changed().unwrap_or(true) {
+                break;
+            }
+            match replies.next().now_or_never() {
+                Some(Some(next)) => msg = next,
+                Some(None) => {
+                    tracing::error!(mount = %ctx.name, "the pull inbox closed; the mount stops");
+                    break 'pull;
+                }
+                None => break,
             }
         }
     }
