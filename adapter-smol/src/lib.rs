@@ -11,7 +11,7 @@
 //! (`runtime.rs`: spawn, timers, clock, signals, and the Tokio reactor), the only source file
 //! besides this one.
 //!
-//! # The Tokio reactor
+//! # The Tokio reactor, and where things run
 //! async-nats runs its connection on Tokio, and some of its JetStream calls (request timeouts,
 //! publish acknowledgements, pull requests) need a Tokio timer. Each app provides one
 //! explicitly: [`App::start`] starts a small current-thread Tokio runtime on a thread of the
@@ -19,9 +19,21 @@
 //! [`Running::shutdown`] stops it. Every future that touches async-nats (start and shutdown,
 //! each mount loop, each delivery and its handler) is polled inside that runtime's context,
 //! so a handler never panics for lack of a Tokio context, and may use Tokio types itself.
-//! Everything else (the mount loops, the handlers, the delay queue's one timer, shutdown and
-//! signals) runs on smol and async-io: tasks go to smol's global executor (`SMOL_THREADS`
-//! threads), timers to async-io.
+//!
+//! Everything else runs on smol and async-io:
+//! - **The mount loops** run on a `smol::Executor` that the same thread drives inside the Tokio
+//!   runtime, beside the connection. A handler is first polled there, on its mount's loop; a
+//!   delivery whose handler returns at once is planned and settled there too, so its message
+//!   and its ack never cross threads.
+//! - **A delivery that waits** (a handler still pending at its first poll, or a dead letter
+//!   waiting for its confirmation) moves to smol's global executor (`SMOL_THREADS` threads).
+//!
+//!   The cost of sharing the thread: a handler's code up to its first `.await` runs on the
+//!   reactor thread, and while it runs the app's connection waits (as on a current-thread
+//!   tokio runtime). Keep that part short; blocking or CPU-heavy work belongs in
+//!   `smol::unblock`.
+//! - **The delay queue's one timer, shutdown and signals** run on smol's global executor,
+//!   async-io timers and async-signal.
 //!
 //! If that thread ends under the app, [`Running::until_signal`] logs an error and returns at
 //! once with [`ShutdownReport::failure`] saying so, instead of hanging on a connection nobody
