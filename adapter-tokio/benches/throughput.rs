@@ -25,7 +25,7 @@
 //! best round of each is kept. Prints msg/s, runtime / raw, and smol / tokio. Environment:
 //! `BENCH_MESSAGES` overrides the count, `BENCH_ONLY=core` skips JetStream, `BENCH_VERBOSE=1`
 //! prints every round, and `BENCH_SIDES` (a comma-separated subset of `raw,tokio,smol`) runs
-//! Core on those sides only, for profiling one alone.
+//! those sides only, for profiling one alone.
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, missing_docs)]
 
@@ -327,6 +327,19 @@ fn best(v: &[f64]) -> f64 {
     v.iter().copied().fold(0.0, f64::max)
 }
 
+/// With `BENCH_VERBOSE`, prints one round of each side (0 for a side not run).
+fn verbose_round(round: usize, raw: &[f64], tokio: &[f64], smol: &[f64]) {
+    if std::env::var_os("BENCH_VERBOSE").is_some() {
+        let at = |v: &[f64]| v.get(round).copied().unwrap_or(0.0);
+        println!(
+            "  round {round}: raw {:.0}, tokio {:.0}, smol {:.0} msg/s",
+            at(raw),
+            at(tokio),
+            at(smol)
+        );
+    }
+}
+
 /// Prints one scenario's line: each side's best round, runtime / raw, and smol / tokio.
 fn report(what: &str, raw: &[f64], tokio: &[f64], smol: &[f64]) {
     let (raw, tokio, smol) = (best(raw), best(tokio), best(smol));
@@ -361,15 +374,7 @@ fn main() {
             if side("smol") {
                 smol.push(core_runtime(Side::Smol, &url, n, 1000 + round).await);
             }
-            if std::env::var_os("BENCH_VERBOSE").is_some() {
-                let at = |v: &[f64]| v.get(round).copied().unwrap_or(0.0);
-                println!(
-                    "  round {round}: raw {:.0}, tokio {:.0}, smol {:.0} msg/s",
-                    at(&raw),
-                    at(&ours),
-                    at(&smol)
-                );
-            }
+            verbose_round(round, &raw, &ours, &smol);
         }
         report("core ack:     ", &raw, &ours, &smol);
 
@@ -380,15 +385,16 @@ fn main() {
         fill_stream(&js, n).await;
         let (mut raw, mut ours, mut smol) = (Vec::new(), Vec::new(), Vec::new());
         for round in 0..rounds {
-            raw.push(js_raw(&url, n, round).await);
-            ours.push(js_runtime(Side::Tokio, &url, n, round).await);
-            smol.push(js_runtime(Side::Smol, &url, n, 1000 + round).await);
-            if std::env::var_os("BENCH_VERBOSE").is_some() {
-                println!(
-                    "  round {round}: raw {:.0}, tokio {:.0}, smol {:.0} msg/s",
-                    raw[round], ours[round], smol[round]
-                );
+            if side("raw") {
+                raw.push(js_raw(&url, n, round).await);
             }
+            if side("tokio") {
+                ours.push(js_runtime(Side::Tokio, &url, n, round).await);
+            }
+            if side("smol") {
+                smol.push(js_runtime(Side::Smol, &url, n, 1000 + round).await);
+            }
+            verbose_round(round, &raw, &ours, &smol);
         }
         report("jetstream ack:", &raw, &ours, &smol);
     });
