@@ -587,7 +587,7 @@ fn rule_05_retry_count_header_parsing_on_the_wire() {
         eventually("mixed-case handled", || (attempts(&r) == [3]).then_some(())).await;
         // Not digits: ignored with a warning, attempt 1; the copy carries a clean value.
         core_publish(&tc, "c05.in", headers(&[("x-ruststream-retry-count", "lots")]), b"junk").await;
-        logged(&["WARN", "mount=core-hdr-05", "not digits"]).await;
+        logged(&["WARN", "mount=core-hdr-05", "not digits", "header=[\"lots\"]"]).await;
         let seen = wire.at_least(3).await;
         let copy = &seen[2];
         assert_eq!(copy.headers, [("x-ruststream-retry-count".to_owned(), "1".to_owned())]);
@@ -745,6 +745,42 @@ fn rule_11_refused_mount_consumes_nothing() {
         quiet(300).await;
         assert!(attempts(&r).is_empty());
         assert_eq!(tc.stream_len("ORDERS").await, 1);
+    });
+}
+
+#[test]
+fn server_without_jetstream_refuses_a_jetstream_mount_saying_why_and_runs_core() {
+    run(async {
+        let server = NatsServer::start_without_jetstream();
+        let r = runs();
+        let e = start_err(&server, |a| {
+            a.mount(js_mount("orders-js"), scripted(&r, |_, _| Outcome::Ack))
+        })
+        .await;
+        let text = e.to_string();
+        assert!(matches!(e, StartError::Server { .. }), "{e:?}");
+        assert!(text.contains("mount `orders-js`"), "{text}");
+        assert!(text.contains("is JetStream enabled"), "{text}");
+        assert!(attempts(&r).is_empty());
+
+        // Core mounts need no JetStream: a dead-letter subject no stream can store falls
+        // back to a flushed plain publish.
+        let tc = TestClient::connect(&server).await;
+        let dlq = Wire::watch(&tc.client, "nojs.dlq").await;
+        let ev = events();
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("orders-core", "nojs.in")
+                    .max_attempts(1)
+                    .dead_letter("nojs.dlq"),
+                scripted(&r, |_, _| Outcome::Retry),
+            )
+        })
+        .await;
+        core_publish(&tc, "nojs.in", HeaderMap::new(), b"p").await;
+        assert_eq!(dlq.at_least(1).await[0].payload, b"p"[..]);
+        assert_eq!(settled(&ev, 1).await[0].disposition, Disposition::DeadLettered);
+        app.shutdown().await;
     });
 }
 

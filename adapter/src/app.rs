@@ -337,6 +337,22 @@ impl<R: Runtime> App<R> {
     }
 }
 
+/// An error of the server's JetStream API, said plainly when nothing answered it: a server
+/// without JetStream enabled has no responder for `$JS.API`.
+fn jetstream_error(e: &(dyn std::error::Error + 'static)) -> String {
+    use async_nats::jetstream::context::{RequestError, RequestErrorKind};
+    let no_responders = std::iter::successors(Some(e), |e| e.source())
+        .filter_map(|e| e.downcast_ref::<RequestError>())
+        .any(|r| r.kind() == RequestErrorKind::NoResponders);
+    if no_responders {
+        format!(
+            "{e}: nothing answers the JetStream API; is JetStream enabled on the server (`nats-server -js`)?"
+        )
+    } else {
+        e.to_string()
+    }
+}
+
 /// Binds the mount's durable, or creates it (explicit ack, the mount's `ack_wait`, no
 /// `max_deliver`), and checks it against rule 11. The consumer is never changed.
 async fn bind_consumer(
@@ -350,7 +366,7 @@ async fn bind_consumer(
     let stream_handle = js
         .get_stream(stream)
         .await
-        .map_err(|e| server_error(name, format!("stream `{stream}`: {e}")))?;
+        .map_err(|e| server_error(name, format!("stream `{stream}`: {}", jetstream_error(&e))))?;
     let config = pull::Config {
         durable_name: Some(consumer.to_owned()),
         ack_policy: JsAckPolicy::Explicit,
@@ -365,7 +381,10 @@ async fn bind_consumer(
         .map_err(|e| {
             server_error(
                 name,
-                format!("consumer `{consumer}` on stream `{stream}`: {e}"),
+                format!(
+                    "consumer `{consumer}` on stream `{stream}`: {}",
+                    jetstream_error(&e)
+                ),
             )
         })?;
     let info = &bound.cached_info().config;

@@ -212,10 +212,17 @@ fn log(ctx: &MountContext, msg: &async_nats::Message, delivery: &CoreDelivery<'_
         Log::Unsupported(e) => {
             tracing::debug!(mount = %ctx.name, subject = %msg.subject, attempt, error = %e, "AckError::Unsupported")
         }
-        Log::RetryCountIgnored { values } => tracing::warn!(
-            mount = %ctx.name, subject = %msg.subject, values,
-            "x-ruststream-retry-count values that are not digits were ignored"
-        ),
+        Log::RetryCountIgnored { values } => {
+            // Every value of the header as it came, so the bad ones can be seen.
+            let header: Vec<String> = header_pairs(msg)
+                .filter(|(name, _)| ruststream_core::is_retry_count(name))
+                .map(|(_, value)| String::from_utf8_lossy(value).into_owned())
+                .collect();
+            tracing::warn!(
+                mount = %ctx.name, subject = %msg.subject, values, ?header,
+                "x-ruststream-retry-count values that are not digits were ignored"
+            )
+        }
         Log::LetGo => tracing::warn!(
             mount = %ctx.name, subject = %msg.subject, attempt,
             "max_attempts reached and no dead-letter subject is declared: the Core delivery is let go"

@@ -42,6 +42,7 @@ pub struct NatsServer {
     port: u16,
     store: tempfile::TempDir,
     bin: PathBuf,
+    jetstream: bool,
 }
 
 impl NatsServer {
@@ -59,11 +60,25 @@ impl NatsServer {
     /// When the binary is missing, no port or store can be had, or the server does not
     /// listen within 10 s.
     pub fn try_start() -> Result<Self, String> {
+        Self::try_start_with(true)
+    }
+
+    /// Starts a server without JetStream (Core NATS only), for tests of what a mount does
+    /// there.
+    ///
+    /// # Panics
+    /// As [`start`](Self::start).
+    pub fn start_without_jetstream() -> Self {
+        Self::try_start_with(false).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn try_start_with(jetstream: bool) -> Result<Self, String> {
         let mut server = Self {
             child: None,
             port: 0,
             store: tempfile::tempdir().map_err(|e| format!("no temporary store: {e}"))?,
             bin: nats_server_bin()?,
+            jetstream,
         };
         server.spawn()?;
         Ok(server)
@@ -79,9 +94,14 @@ impl NatsServer {
             0 => "-1".to_owned(),
             known => known.to_string(),
         };
-        let child = Command::new(&self.bin)
-            .args(["-a", "127.0.0.1", "-p", &port_arg, "-js", "-sd"])
-            .arg(self.store.path().join("jetstream"))
+        let mut command = Command::new(&self.bin);
+        command.args(["-a", "127.0.0.1", "-p", &port_arg]);
+        if self.jetstream {
+            command
+                .args(["-js", "-sd"])
+                .arg(self.store.path().join("jetstream"));
+        }
+        let child = command
             .arg("--ports_file_dir")
             .arg(&ports_dir)
             .stdout(Stdio::null())
