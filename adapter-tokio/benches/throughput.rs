@@ -327,6 +327,31 @@ fn best(v: &[f64]) -> f64 {
     v.iter().copied().fold(0.0, f64::max)
 }
 
+/// Runs `rounds` rounds of one scenario, alternating the sides `BENCH_SIDES` selects (the smol
+/// app's rounds are numbered from 1000, so no subject or durable is shared), and prints its
+/// line.
+async fn scenario(
+    what: &str,
+    rounds: usize,
+    raw: impl AsyncFn(usize) -> f64,
+    runtime: impl AsyncFn(Side, usize) -> f64,
+) {
+    let (mut on_raw, mut on_tokio, mut on_smol) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds {
+        if side("raw") {
+            on_raw.push(raw(round).await);
+        }
+        if side("tokio") {
+            on_tokio.push(runtime(Side::Tokio, round).await);
+        }
+        if side("smol") {
+            on_smol.push(runtime(Side::Smol, 1000 + round).await);
+        }
+        verbose_round(round, &on_raw, &on_tokio, &on_smol);
+    }
+    report(what, &on_raw, &on_tokio, &on_smol);
+}
+
 /// With `BENCH_VERBOSE`, prints one round of each side (0 for a side not run).
 fn verbose_round(round: usize, raw: &[f64], tokio: &[f64], smol: &[f64]) {
     if std::env::var_os("BENCH_VERBOSE").is_some() {
@@ -363,39 +388,26 @@ fn main() {
         .unwrap();
     rt.block_on(async {
         println!("throughput: {n} messages of {PAYLOAD} B, {rounds} rounds, best round kept");
-        let (mut raw, mut ours, mut smol) = (Vec::new(), Vec::new(), Vec::new());
-        for round in 0..rounds {
-            if side("raw") {
-                raw.push(core_raw(&url, n, round).await);
-            }
-            if side("tokio") {
-                ours.push(core_runtime(Side::Tokio, &url, n, round).await);
-            }
-            if side("smol") {
-                smol.push(core_runtime(Side::Smol, &url, n, 1000 + round).await);
-            }
-            verbose_round(round, &raw, &ours, &smol);
-        }
-        report("core ack:     ", &raw, &ours, &smol);
+        let url = url.as_str();
+        scenario(
+            "core ack:     ",
+            rounds,
+            async |round| core_raw(url, n, round).await,
+            async |on, round| core_runtime(on, url, n, round).await,
+        )
+        .await;
 
         if std::env::var("BENCH_ONLY").is_ok_and(|only| only == "core") {
             return;
         }
-        let js = jetstream::new(async_nats::connect(url.as_str()).await.unwrap());
+        let js = jetstream::new(async_nats::connect(url).await.unwrap());
         fill_stream(&js, n).await;
-        let (mut raw, mut ours, mut smol) = (Vec::new(), Vec::new(), Vec::new());
-        for round in 0..rounds {
-            if side("raw") {
-                raw.push(js_raw(&url, n, round).await);
-            }
-            if side("tokio") {
-                ours.push(js_runtime(Side::Tokio, &url, n, round).await);
-            }
-            if side("smol") {
-                smol.push(js_runtime(Side::Smol, &url, n, 1000 + round).await);
-            }
-            verbose_round(round, &raw, &ours, &smol);
-        }
-        report("jetstream ack:", &raw, &ours, &smol);
+        scenario(
+            "jetstream ack:",
+            rounds,
+            async |round| js_raw(url, n, round).await,
+            async |on, round| js_runtime(on, url, n, round).await,
+        )
+        .await;
     });
 }
