@@ -884,6 +884,28 @@ fn rule_14_delayed_core_copies_left_at_shutdown_are_reported_lost() {
 }
 
 #[test]
+fn rule_14_delayed_core_copies_due_within_the_grace_period_are_published() {
+    run(async {
+        let (server, tc, r, ev) = core_case().await;
+        // The grace period is 2 s (see `start`); the copy falls due 1 s after the handler.
+        let app = start(&server, &ev, |a| {
+            a.mount(Mount::core_subject("core-due-14", "c14d.in"), scripted(&r, |_, _| Outcome::RetryAfter(Duration::from_secs(1))))
+        })
+        .await;
+        let wire = Wire::watch(&tc.client, "c14d.in").await;
+        core_publish(&tc, "c14d.in", HeaderMap::new(), b"x").await;
+        settled(&ev, 1).await;
+        let asked = Instant::now();
+        let report = app.shutdown().await;
+        assert!(report.lost_copies.is_empty(), "{report:?}");
+        let seen = wire.at_least(2).await;
+        assert_eq!(seen[1].headers, [("x-ruststream-retry-count".to_owned(), "1".to_owned())]);
+        assert!(seen[1].at >= asked, "the copy went out during the shutdown");
+        assert!(asked.elapsed() < Duration::from_secs(2), "shutdown ended once the queue was empty");
+    });
+}
+
+#[test]
 fn rule_14_shutdown_abandons_a_hung_handler_after_the_grace_period() {
     run(async {
         let server = NatsServer::start();

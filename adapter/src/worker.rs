@@ -606,6 +606,9 @@ pub(crate) async fn delay_loop<R: Runtime>(
     mount_count: usize,
 ) -> Vec<usize> {
     let mut queue = ruststream_core::DelayQueue::new();
+    // The mounts' senders close with their loops, at shutdown, before the deadline is set:
+    // copies already queued are still published until then.
+    let mut open = true;
     loop {
         let end = *finish.borrow();
         if let Some(end) = end {
@@ -620,9 +623,9 @@ pub(crate) async fn delay_loop<R: Runtime>(
         tokio::select! {
             biased;
             changed = finish.changed() => if changed.is_err() { break },
-            item = incoming.recv() => match item {
+            item = incoming.recv(), if open => match item {
                 Some((copy, at)) => queue.handle_copy(copy, at),
-                None => break,
+                None => open = false,
             },
             _ = R::sleep_until(next.unwrap_or_else(R::now)), if next.is_some() => {
                 let due: Vec<PendingCopy> = queue.handle_timeout(R::now()).collect();
