@@ -244,6 +244,7 @@ fn row_05_jetstream_at_limit_dead_letter_then_term() {
         assert_eq!(hdrs, &want, "dead letter headers byte for byte, directives aside");
         eventually_info(&tc, |i| i.num_ack_pending == 0 && i.num_pending == 0).await;
         assert_eq!(dispositions(&ev), [Disposition::Retried, Disposition::DeadLettered]);
+        logged(&["WARN", "mount=js-dlq", "attempt=2", "dead_letter=dlq.orders", "dead letter published"]).await;
         app.shutdown().await;
     });
 }
@@ -496,6 +497,7 @@ fn row_15_core_at_limit_dead_letter() {
         assert_eq!(&stored[0].2[..], b"p15");
         // The delivery as it arrived: the attempt-2 copy, with its retry-count header.
         assert_eq!(stored[0].1, [("Trace-Id".to_owned(), "t15".to_owned()), ("x-ruststream-retry-count".to_owned(), "1".to_owned())]);
+        logged(&["WARN", "mount=core-dlq-15", "dead_letter=dlq.c15", "dead letter published"]).await;
         app.shutdown().await;
     });
 }
@@ -760,7 +762,7 @@ fn server_without_jetstream_refuses_a_jetstream_mount_saying_why_and_runs_core()
         let text = e.to_string();
         assert!(matches!(e, StartError::Server { .. }), "{e:?}");
         assert!(text.contains("mount `orders-js`"), "{text}");
-        assert!(text.contains("is JetStream enabled"), "{text}");
+        assert!(text.contains("JetStream is not enabled on the server"), "{text}");
         assert!(attempts(&r).is_empty());
 
         // Core mounts need no JetStream: a dead-letter subject no stream can store falls

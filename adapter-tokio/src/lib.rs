@@ -33,15 +33,19 @@
 //! (`runtime.rs`, the only source file besides this one).
 //!
 //! # Behaviour worth knowing
-//! - `AckError::Unsupported` (a Core delivery asked to `ack`, `drop`, or `retry` without a
-//!   limit) is logged at **debug** level: a healthy Core service acks every message, and a
-//!   warning per message would flood its logs. The settlement trace is at debug level under
-//!   the target `ruststream::settlement`; dead letters and limits reached are warnings.
+//! - `AckError::Unsupported` is logged for a Core delivery whose outcome JetStream would
+//!   have answered on the wire: `ack`, `drop`, and `retry` below the limit (before its copy)
+//!   or without one; not for `retry_after`, which only arms a copy, nor at the limit. It is
+//!   at **debug** level: a healthy Core service acks every message, and a warning per
+//!   message would flood its logs. The settlement trace is at debug level under the target
+//!   `ruststream::settlement`; a dead letter published and confirmed, and a Core delivery
+//!   let go at the limit, are warnings.
 //! - A handler that panics is logged at error level and counts as no outcome (rule 13).
 //! - A JetStream mount pulls only as many messages as it has free handler slots
 //!   ([`Mount::concurrency`]).
-//! - Delayed Core copies wait in one in-process queue driven by one timer; copies still
-//!   waiting when a shutdown's grace period ends are lost and reported.
+//! - Delayed Core copies wait in one in-process queue driven by one timer. A shutdown
+//!   publishes those that fall due within its grace period; those still waiting when it ends
+//!   are lost and reported.
 
 #![warn(missing_docs)]
 

@@ -338,16 +338,16 @@ impl<R: Runtime> App<R> {
 }
 
 /// An error of the server's JetStream API, said plainly when nothing answered it: a server
-/// without JetStream enabled has no responder for `$JS.API`.
+/// without JetStream enabled has no responder for `$JS.API` (async-nats then says "requested
+/// JetStream resource does not exist", which reads as a missing stream).
 fn jetstream_error(e: &(dyn std::error::Error + 'static)) -> String {
     use async_nats::jetstream::context::{RequestError, RequestErrorKind};
     let no_responders = std::iter::successors(Some(e), |e| e.source())
         .filter_map(|e| e.downcast_ref::<RequestError>())
         .any(|r| r.kind() == RequestErrorKind::NoResponders);
     if no_responders {
-        format!(
-            "{e}: nothing answers the JetStream API; is JetStream enabled on the server (`nats-server -js`)?"
-        )
+        "JetStream is not enabled on the server: nothing answers its API (start nats-server with `-js`)"
+            .to_owned()
     } else {
         e.to_string()
     }

@@ -352,6 +352,10 @@ pub(crate) async fn execute(
                     core_message(msg).dead_letter(subject),
                 ))
                 .await?;
+                tracing::warn!(
+                    mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
+                    dead_letter = %subject, "dead letter published and confirmed"
+                );
             }
             Action::Log(l) => log(ctx, msg, delivery, l),
         }
