@@ -676,6 +676,12 @@ fn rule_11_bad_declarations_are_refused_naming_the_mount() {
         // Dead letters that would come back to the mount: an endless loop, refused.
         let e = start_err(&server, |a| a.mount(js_mount("dlq-loop").max_attempts(2).dead_letter("orders.dlq"), noop)).await;
         assert!(declaration_error(&e).contains("mount `dlq-loop`") && declaration_error(&e).contains("comes back"), "{e}");
+        // Both refusals came after the durable was created: it was removed again.
+        let left = tc.js.get_stream("ORDERS").await.expect("stream").consumer_info("worker").await;
+        assert!(
+            matches!(&left, Err(e) if e.kind() == adapter::async_nats::jetstream::context::ConsumerInfoErrorKind::NotFound),
+            "a refused start-up left its durable behind: {left:?}"
+        );
         let e = start_err(&server, |a| a.mount(Mount::core_subject("core-loop", "loop.x").max_attempts(2).dead_letter("loop.x"), noop)).await;
         assert!(declaration_error(&e).contains("mount `core-loop`") && declaration_error(&e).contains("comes back"), "{e}");
 

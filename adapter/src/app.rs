@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::consumer::{AckPolicy as JsAckPolicy, pull};
+use async_nats::jetstream::context::ConsumerInfoErrorKind;
 use async_nats::{Client, ConnectOptions};
 use ruststream_core::{AckPolicy, ConsumerFacts, DeclarationError, Descriptor, MountPolicy};
 use serde::de::DeserializeOwned;
@@ -219,26 +220,50 @@ impl<R: Runtime> App<R> {
         };
         let js = async_nats::jetstream::new(client.clone());
 
-        // Server-side checks, for every mount, before anything is consumed.
-        let mut prepared = Vec::with_capacity(self.mounts.len());
-        for ((mount, handler), policy) in self.mounts.into_iter().zip(policies) {
-            let name = mount.name().to_owned();
-            let consumer = match policy.descriptor() {
-                Descriptor::JetStream { stream, consumer } => {
-                    Some(bind_consumer(&js, &mount, &policy, stream, consumer).await?)
-                }
-                Descriptor::CoreSubject(_) | Descriptor::CoreWildcard { .. } => None,
-            };
-            let config = consumer.as_ref().map(|c| &c.cached_info().config);
-            let filter = config.map(|c| c.filter_subject.as_str());
-            // A dead-letter publish on a JetStream mount must fail before the server gives
-            // the delivery to another attempt: its confirmation waits at most half `ack_wait`.
-            let confirm_within =
-                config.map(|c| (c.ack_wait / 2).clamp(MIN_CONFIRM, DEFAULT_CONFIRM));
-            let dead_letters = dead_letter_sink(&js, &policy, filter, confirm_within).await?;
-            tracing::debug!(mount = %name, "mount checked");
-            prepared.push((mount, handler, policy, consumer, dead_letters));
+        // Server-side checks, for every mount, before anything is consumed. The durables
+        // created on the way are removed again if start-up is refused.
+        let mut created = Vec::new();
+        let checked = async {
+            let mut prepared = Vec::with_capacity(self.mounts.len());
+            for ((mount, handler), policy) in self.mounts.into_iter().zip(policies) {
+                let name = mount.name().to_owned();
+                let consumer = match policy.descriptor() {
+                    Descriptor::JetStream { stream, consumer } => Some(
+                        bind_consumer(&js, &mount, &policy, stream, consumer, &mut created).await?,
+                    ),
+                    Descriptor::CoreSubject(_) | Descriptor::CoreWildcard { .. } => None,
+                };
+                let config = consumer.as_ref().map(|c| &c.cached_info().config);
+                let filter = config.map(|c| c.filter_subject.as_str());
+                // A dead-letter publish on a JetStream mount must fail before the server
+                // gives the delivery to another attempt: its confirmation waits at most half
+                // `ack_wait`.
+                let confirm_within =
+                    config.map(|c| (c.ack_wait / 2).clamp(MIN_CONFIRM, DEFAULT_CONFIRM));
+                let dead_letters = dead_letter_sink(&js, &policy, filter, confirm_within).await?;
+                tracing::debug!(mount = %name, "mount checked");
+                prepared.push((mount, handler, policy, consumer, dead_letters));
+            }
+
+            // Subscribe every Core mount before any loop starts, so that a refused
+            // subscription stops start-up with nothing consumed.
+            let mut subscriptions = Vec::with_capacity(prepared.len());
+            for (mount, _, policy, _, _) in &prepared {
+                subscriptions.push(subscribe(&client, mount, policy).await?);
+            }
+            // Once `start` returns, the server has processed every subscription: a message
+            // published after that reaches the mounts.
+            round_trip::<R>(&client).await?;
+            Ok::<_, StartError>((prepared, subscriptions))
         }
+        .await;
+        let (prepared, subscriptions) = match checked {
+            Ok(checked) => checked,
+            Err(refused) => {
+                remove_created(&created).await;
+                return Err(refused);
+            }
+        };
 
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (finish_tx, finish_rx) = watch::channel(None);
@@ -246,16 +271,6 @@ impl<R: Runtime> App<R> {
         let mut loops = Vec::new();
         let mut slots = Vec::new();
         let mount_count = prepared.len();
-
-        // Subscribe every Core mount before any loop starts, so that a refused subscription
-        // stops start-up with nothing consumed.
-        let mut subscriptions = Vec::with_capacity(prepared.len());
-        for (mount, _, policy, _, _) in &prepared {
-            subscriptions.push(subscribe(&client, mount, policy).await?);
-        }
-        // Once `start` returns, the server has processed every subscription: a message
-        // published after that reaches the mounts.
-        round_trip::<R>(&client).await?;
 
         for (index, ((mount, handler, policy, consumer, dead_letters), subscribers)) in
             prepared.into_iter().zip(subscriptions).enumerate()
@@ -353,14 +368,31 @@ fn jetstream_error(e: &(dyn std::error::Error + 'static)) -> String {
     }
 }
 
+/// Removes the durables a refused start-up created, so that a refusal leaves the server as
+/// it found it. One that cannot be removed is logged.
+async fn remove_created(created: &[(async_nats::jetstream::stream::Stream, String)]) {
+    for (stream, consumer) in created {
+        match stream.delete_consumer(consumer).await {
+            Ok(_) => {
+                tracing::info!(%consumer, "start-up refused: the durable it created is removed")
+            }
+            Err(e) => {
+                tracing::warn!(%consumer, error = %e, "start-up refused: the durable it created could not be removed")
+            }
+        }
+    }
+}
+
 /// Binds the mount's durable, or creates it (explicit ack, the mount's `ack_wait`, no
-/// `max_deliver`), and checks it against rule 11. The consumer is never changed.
+/// `max_deliver`; recorded in `created`), and checks it against rule 11. An existing
+/// consumer is never changed.
 async fn bind_consumer(
     js: &async_nats::jetstream::Context,
     mount: &Mount,
     policy: &MountPolicy,
     stream: &str,
     consumer: &str,
+    created: &mut Vec<(async_nats::jetstream::stream::Stream, String)>,
 ) -> Result<async_nats::jetstream::consumer::PullConsumer, StartError> {
     let name = mount.name();
     let stream_handle = js
@@ -375,18 +407,30 @@ async fn bind_consumer(
         filter_subject: mount.filter_subject.clone().unwrap_or_default(),
         ..Default::default()
     };
-    let bound = stream_handle
-        .get_or_create_consumer(consumer, config)
-        .await
-        .map_err(|e| {
-            server_error(
-                name,
-                format!(
-                    "consumer `{consumer}` on stream `{stream}`: {}",
-                    jetstream_error(&e)
-                ),
-            )
-        })?;
+    let refused = |e: &(dyn std::error::Error + 'static)| {
+        server_error(
+            name,
+            format!(
+                "consumer `{consumer}` on stream `{stream}`: {}",
+                jetstream_error(e)
+            ),
+        )
+    };
+    let bound = match stream_handle.consumer_info(consumer).await {
+        Ok(_) => stream_handle
+            .get_consumer::<pull::Config>(consumer)
+            .await
+            .map_err(|e| refused(&*e))?,
+        Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => {
+            let bound = stream_handle
+                .create_consumer(config)
+                .await
+                .map_err(|e| refused(&e))?;
+            created.push((stream_handle, consumer.to_owned()));
+            bound
+        }
+        Err(e) => return Err(refused(&e)),
+    };
     let info = &bound.cached_info().config;
     let facts = ConsumerFacts {
         ack_policy: match info.ack_policy {
