@@ -39,7 +39,9 @@
 //!   at **debug** level: a healthy Core service acks every message, and a warning per
 //!   message would flood its logs. The settlement trace is at debug level under the target
 //!   `ruststream::settlement`; a dead letter published and confirmed, and a Core delivery
-//!   let go at the limit, are warnings.
+//!   let go at the limit, are warnings. Every log target starts with `ruststream` (the
+//!   runtime's own come from `ruststream_adapter`): `RUST_LOG=ruststream=debug` shows them
+//!   all.
 //! - A handler that panics is logged at error level and counts as no outcome (rule 13).
 //! - A JetStream mount pulls only as many messages as it has free handler slots
 //!   ([`Mount::concurrency`]).

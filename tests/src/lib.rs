@@ -31,7 +31,8 @@ fn log_buffer() -> &'static Arc<Mutex<Vec<u8>>> {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(
                 tracing_subscriber::EnvFilter::try_from_env("RUSTSTREAM_TEST_LOG").unwrap_or_else(
-                    |_| "ruststream=debug,ruststream_tokio=debug,ruststream_smol=debug".into(),
+                    // A target prefix: `ruststream::settlement` and every `ruststream_*` crate.
+                    |_| "ruststream=debug".into(),
                 ),
             )
             .with_ansi(false)
