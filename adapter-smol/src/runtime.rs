@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 use async_compat::Compat;
 use futures_util::FutureExt;
 
-/// The runtime this crate runs ruststream on: smol's global executor and async-io, with a
-/// Tokio reactor thread per app for async-nats.
+/// The runtime this crate runs ruststream on: smol's global executor and async-io, and a
+/// thread per app that runs the Tokio reactor async-nats needs and, beside it on a smol
+/// executor of its own, the app's mount loops.
 ///
 /// It fixes `ruststream-adapter`'s generic [`App`](crate::App) and [`Running`](crate::Running);
 /// applications do not name it.
