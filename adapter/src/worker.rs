@@ -164,15 +164,20 @@ fn panicked(
     Event::Handled(Outcome::None)
 }
 
+/// The delivery's stream sequence, on JetStream.
+fn stream_sequence(delivery: &CoreDelivery<'_>) -> Option<u64> {
+    match delivery.model {
+        ruststream_core::Model::JetStream(r) => Some(r.stream_sequence),
+        ruststream_core::Model::Core(_) => None,
+    }
+}
+
 fn delivery_span(
     ctx: &MountContext,
     msg: &async_nats::Message,
     delivery: &CoreDelivery<'_>,
 ) -> tracing::Span {
-    let stream_sequence = match delivery.model {
-        ruststream_core::Model::JetStream(r) => Some(r.stream_sequence),
-        ruststream_core::Model::Core(_) => None,
-    };
+    let stream_sequence = stream_sequence(delivery);
     let attempt = delivery.attempt().get();
     tracing::info_span!("delivery", mount = %ctx.name, subject = %msg.subject, attempt, stream_sequence)
 }
@@ -329,10 +334,7 @@ fn report(
             mount: ctx.name,
             subject: msg.subject.clone(),
             attempt: delivery.attempt().get(),
-            stream_sequence: match delivery.model {
-                ruststream_core::Model::JetStream(r) => Some(r.stream_sequence),
-                ruststream_core::Model::Core(_) => None,
-            },
+            stream_sequence: stream_sequence(delivery),
             outcome,
             handler_ran: event.is_some(),
             disposition,
