@@ -41,7 +41,7 @@ impl ruststream_adapter::Runtime for Runtime {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        let guarded = AssertUnwindSafe(future).catch_unwind().map(|r| r.is_ok());
+        let guarded = caught(future);
         let task = match tokio::runtime::Handle::try_current() {
             Ok(handle) => smol::spawn(
                 Entered {
@@ -62,7 +62,7 @@ impl ruststream_adapter::Runtime for Runtime {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        let guarded = AssertUnwindSafe(future).catch_unwind().map(|r| r.is_ok());
+        let guarded = caught(future);
         Task(Some(reactor.executor.spawn(guarded)))
     }
 
@@ -114,6 +114,14 @@ impl ruststream_adapter::Runtime for Runtime {
             Ok("never")
         }
     }
+}
+
+/// `future` with its panic caught: `true` when it ended normally, which is what `join` reads.
+fn caught<F>(future: F) -> impl Future<Output = bool> + Send + 'static
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    AssertUnwindSafe(future).catch_unwind().map(|r| r.is_ok())
 }
 
 /// A future polled inside a Tokio runtime's context.
