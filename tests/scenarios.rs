@@ -914,6 +914,29 @@ fn rule_14_delayed_core_copies_due_within_the_grace_period_are_published() {
 }
 
 #[test]
+fn rule_14_shutdown_with_idle_core_mounts_does_not_wait_for_the_grace_period() {
+    run(async {
+        let (server, tc, r, ev) = core_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(Mount::core_subject("core-idle-14", "c14i.in"), scripted(&r, |_, _| Outcome::Ack)).mount(
+                Mount::core_wildcard("core-idle-wild-14", "c14w.*", "c14w.retry"),
+                scripted(&r, |_, _| Outcome::Ack),
+            )
+        })
+        .await;
+        core_publish(&tc, "c14i.in", HeaderMap::new(), b"x").await;
+        core_publish(&tc, "c14w.a", HeaderMap::new(), b"y").await;
+        settled(&ev, 2).await;
+        let asked = Instant::now();
+        let report = app.shutdown().await;
+        let took = asked.elapsed();
+        // The grace period is 2 s (see `start`): idle mounts end at once.
+        assert!(took < Duration::from_secs(1), "shutdown took {took:?}");
+        assert!(report.abandoned.is_empty() && report.lost_copies.is_empty(), "{report:?}");
+    });
+}
+
+#[test]
 fn rule_14_shutdown_abandons_a_hung_handler_after_the_grace_period() {
     run(async {
         let server = NatsServer::start();

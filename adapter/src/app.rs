@@ -13,7 +13,7 @@ use ruststream_core::{AckPolicy, ConsumerFacts, DeclarationError, Descriptor, Mo
 use serde::de::DeserializeOwned;
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 
-use crate::exec::{DeadLetterSink, MountContext, Observer, Settled, intern};
+use crate::exec::{DeadLetterSink, LiteralSubject, MountContext, Observer, Settled, intern};
 use crate::handler::{Handler, Json};
 use crate::mount::Mount;
 use crate::runtime::{Reactor, Runtime};
@@ -281,7 +281,7 @@ impl<R: Runtime> App<R> {
                 }
                 _ => None,
             };
-            let literal_subjects = literal_subjects(&policy);
+            let literal_subject = literal_subject(&policy);
             let ctx = Arc::new(MountContext {
                 index,
                 name: intern(mount.name()),
@@ -291,7 +291,7 @@ impl<R: Runtime> App<R> {
                 dead_letters,
                 delayed: delay_tx.clone(),
                 jetstream_names,
-                literal_subjects,
+                literal_subject,
                 observer: self.observer.clone(),
             });
             // A Core mount runs one delivery on its own task besides those holding a slot.
@@ -485,16 +485,16 @@ async fn dead_letter_sink(
     })
 }
 
-/// The literal subjects a mount's deliveries come on (a Core subject, or a wildcard's copy
-/// subject), kept once per process like the names, so that every delivery on one shares it
+/// The literal subject a mount's deliveries come on (a Core subject, or a wildcard's copy
+/// subject), kept once per process like the names, so that every delivery on it shares it
 /// for free.
-fn literal_subjects(policy: &MountPolicy) -> Vec<async_nats::Subject> {
-    let subject = match policy.descriptor() {
-        Descriptor::CoreSubject(s) => s.as_str(),
-        Descriptor::CoreWildcard { copy_subject, .. } => copy_subject.as_str(),
-        Descriptor::JetStream { .. } => return Vec::new(),
-    };
-    vec![async_nats::Subject::from_static(intern(subject))]
+fn literal_subject(policy: &MountPolicy) -> LiteralSubject {
+    let kept = |s: &ruststream_core::Subject| async_nats::Subject::from_static(intern(s.as_str()));
+    match policy.descriptor() {
+        Descriptor::CoreSubject(s) => LiteralSubject::Every(kept(s)),
+        Descriptor::CoreWildcard { copy_subject, .. } => LiteralSubject::Some(kept(copy_subject)),
+        Descriptor::JetStream { .. } => LiteralSubject::None,
+    }
 }
 
 /// The Core subscriptions of a mount: its subject or wildcard, in its queue group if any,

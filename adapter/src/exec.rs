@@ -63,22 +63,32 @@ pub(crate) struct MountContext {
     pub(crate) dead_letters: DeadLetterSink,
     pub(crate) delayed: mpsc::UnboundedSender<(PendingCopy, Instant)>,
     pub(crate) jetstream_names: Option<(&'static str, &'static str)>,
-    /// The mount's literal subjects (its Core subject, or its wildcard's copy subject), shared:
-    /// see [`MountContext::subject`].
-    pub(crate) literal_subjects: Vec<async_nats::Subject>,
+    /// The mount's literal subject, shared: see [`MountContext::subject`].
+    pub(crate) literal_subject: LiteralSubject,
     pub(crate) observer: Option<Observer>,
+}
+
+/// A literal subject a mount's deliveries come on, kept once per process (see [`intern`]).
+pub(crate) enum LiteralSubject {
+    /// A Core subject: every delivery comes on it, as a subscription to a literal subject
+    /// receives that subject only.
+    Every(async_nats::Subject),
+    /// A wildcard's copy subject (rule 10): the copies come on it.
+    Some(async_nats::Subject),
+    /// A JetStream consumer's deliveries come on the subjects of its stream.
+    None,
 }
 
 impl MountContext {
     /// `subject` for a handler's delivery. A delivered subject is its own buffer, and its first
-    /// clone allocates a shared one; a delivery on one of the mount's literal subjects gets the
+    /// clone allocates a shared one; a delivery on the mount's literal subject gets the
     /// mount's copy instead, which costs nothing to clone (no allocation, no reference count).
     pub(crate) fn subject(&self, subject: &async_nats::Subject) -> async_nats::Subject {
-        self.literal_subjects
-            .iter()
-            .find(|s| *s == subject)
-            .unwrap_or(subject)
-            .clone()
+        match &self.literal_subject {
+            LiteralSubject::Every(literal) => literal.clone(),
+            LiteralSubject::Some(literal) if literal == subject => literal.clone(),
+            LiteralSubject::Some(_) | LiteralSubject::None => subject.clone(),
+        }
     }
 }
 

@@ -5,7 +5,7 @@ use std::num::NonZeroUsize;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_util::{FutureExt, StreamExt};
@@ -84,15 +84,17 @@ pub(crate) type Waiting = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 enum Stage {
     /// Its handler is running.
     Handling(HandlerRun),
-    /// Its event is known (`None`: the handler did not run), and its plan publishes a dead
-    /// letter, which has to be confirmed.
-    Decided(Option<Event>),
+    /// Its event is known (`None`: the handler did not run): its plan is made again (the same
+    /// for the same event) and executed. The error of [`execute_now`] if that already ran it
+    /// and failed.
+    Decided(Option<Event>, Option<PublishFailed>),
 }
 
 /// What the core needs to know of a delivered message. `None` for a JetStream message whose
 /// ack reply subject cannot be read (logged): without it there is no attempt count and nothing
 /// to settle with, and running the handler would make the retry limit vanish, so it is
 /// neither handled nor settled.
+#[inline]
 fn read<'m>(
     ctx: &MountContext,
     model: Model,
@@ -182,73 +184,158 @@ fn delivery_span(
     tracing::info_span!("delivery", mount = %ctx.name, subject = %msg.subject, attempt, stream_sequence)
 }
 
-/// Handles one delivery on the calling task, as far as it goes without waiting for its
-/// handler or for the server: the arrival check (rule 3), the handler's first poll, the plan,
-/// and its execution. Returns the rest, boxed, when the handler has not finished at its first
-/// poll or the plan publishes a dead letter (confirmed before anything else, rule 8); the
-/// caller runs that where it decides. A publish the client cannot take at once is awaited
-/// here: that is the mount's back-pressure.
-///
-/// Nothing is boxed, and the clock is not read, for a delivery whose handler returns at once
-/// and whose plan only logs or settles: the common case stays cheap.
-pub(crate) async fn process<R: Runtime>(
-    ctx: &Arc<MountContext>,
-    model: Model,
-    msg: async_nats::Message,
-) -> Option<Waiting> {
-    let delivery = read(ctx, model, &msg)?;
-    let span = delivery_span(ctx, &msg, &delivery);
-    let (arrival, started) = {
-        let _entered = span.enter();
-        let arrival = plan_with_clock(&delivery, Event::Arrived, &ctx.policy, R::now);
-        let started = arrival.runs_handler().then(|| {
-            // An arrival plan that runs the handler holds only logs.
-            execute_logs(ctx, &msg, &delivery, &arrival);
-            start_handler(ctx, &msg, &delivery)
-        });
-        (arrival, started)
-    };
-    let event = match started {
-        None => None,
-        Some(Err(event)) => Some(event),
-        Some(Ok(mut run)) => {
-            let first = std::future::poll_fn(|cx| {
-                let _entered = span.enter();
-                Poll::Ready(Pin::new(&mut run).poll(cx))
-            })
-            .await;
-            match first {
-                Poll::Ready(result) => {
-                    Some(span.in_scope(|| handled(ctx, &msg, &delivery, result)))
-                }
-                Poll::Pending => {
-                    let rest = finish::<R>(ctx.clone(), model, msg, Stage::Handling(run));
-                    return Some(Box::pin(rest.instrument(span)));
-                }
-            }
+/// What is left of a delivery after [`begin`].
+#[expect(
+    clippy::large_enum_variant,
+    reason = "lives on the stack for one step; boxing it would allocate for every JetStream delivery"
+)]
+enum Rest<'m> {
+    /// It waits for its handler, or for a dead letter's confirmation: the stage it resumes
+    /// from, on whichever task its caller decides.
+    Waits(Stage),
+    /// Its plan publishes or settles (or [`execute_now`] failed, `executed`): executed next,
+    /// on the same task, without waiting for a reply ([`carry_on`]).
+    Executing {
+        delivery: CoreDelivery<'m>,
+        event: Option<Event>,
+        decided: Plan<'m>,
+        executed: Option<Result<(), PublishFailed>>,
+    },
+}
+
+impl Rest<'_> {
+    /// The stage to resume from elsewhere, without what this borrows from the message, so
+    /// that the message can move.
+    fn into_stage(self) -> Stage {
+        match self {
+            Rest::Waits(stage) => stage,
+            Rest::Executing {
+                event, executed, ..
+            } => Stage::Decided(event, executed.and_then(Result::err)),
         }
+    }
+}
+
+/// Handles one delivery as far as it goes without awaiting anything, on the calling task,
+/// with its waker (`cx`): the arrival check (rule 3), the handler's first poll, the plan, and
+/// its execution when that only logs or hands a copy to the delay queue. `None` when that
+/// finished the delivery (or it was not readable: see [`read`]); otherwise its span and the
+/// rest.
+///
+/// This is a plain function, not a future, so that the common case (a handler that returns
+/// at once and a plan that only logs, as a Core ack does) costs no future to build or move,
+/// no allocation and no clock read.
+fn begin<'m, R: Runtime>(
+    ctx: &'m MountContext,
+    model: Model,
+    msg: &'m async_nats::Message,
+    cx: &mut Context<'_>,
+) -> Option<(tracing::Span, Rest<'m>)> {
+    let delivery = read(ctx, model, msg)?;
+    let span = delivery_span(ctx, msg, &delivery);
+    let entered = span.enter();
+    match decide::<R>(ctx, msg, delivery, cx) {
+        None => None,
+        Some(rest) => {
+            drop(entered);
+            Some((span, rest))
+        }
+    }
+}
+
+/// [`begin`] inside the delivery's span.
+#[inline]
+fn decide<'m, R: Runtime>(
+    ctx: &'m MountContext,
+    msg: &'m async_nats::Message,
+    delivery: CoreDelivery<'m>,
+    cx: &mut Context<'_>,
+) -> Option<Rest<'m>> {
+    let arrival = plan_with_clock(&delivery, Event::Arrived, &ctx.policy, R::now);
+    let event = if arrival.runs_handler() {
+        // An arrival plan that runs the handler holds only logs.
+        execute_logs(ctx, msg, &delivery, &arrival);
+        Some(match start_handler(ctx, msg, &delivery) {
+            Err(event) => event,
+            Ok(mut run) => match Pin::new(&mut run).poll(cx) {
+                Poll::Ready(result) => handled(ctx, msg, &delivery, result),
+                Poll::Pending => return Some(Rest::Waits(Stage::Handling(run))),
+            },
+        })
+    } else {
+        None
     };
     let decided = match event {
         None => arrival,
         Some(event) => plan_with_clock(&delivery, event, &ctx.policy, R::now),
     };
     if waits_for_confirmation(&decided) {
-        let rest = finish::<R>(ctx.clone(), model, msg, Stage::Decided(event));
-        return Some(Box::pin(rest.instrument(span)));
+        return Some(Rest::Waits(Stage::Decided(event, None)));
     }
-    let executed = span.in_scope(|| execute_now(ctx, &msg, &delivery, &decided));
+    let executed = execute_now(ctx, msg, &delivery, &decided);
     if let Some(Ok(())) = executed {
-        span.in_scope(|| report(ctx, &msg, &delivery, event, &decided));
+        report(ctx, msg, &delivery, event, &decided);
         return None;
     }
+    Some(Rest::Executing {
+        delivery,
+        event,
+        decided,
+        executed,
+    })
+}
+
+/// The rest of a delivery that has to wait, boxed, to be run wherever its caller decides.
+fn waiting<R: Runtime>(
+    ctx: &Arc<MountContext>,
+    model: Model,
+    msg: async_nats::Message,
+    span: tracing::Span,
+    stage: Stage,
+) -> Waiting {
+    Box::pin(finish::<R>(ctx.clone(), model, msg, stage).instrument(span))
+}
+
+/// Executes a [`Rest::Executing`] plan on the calling task (a publish the client cannot take
+/// at once is awaited here, which is the mount's back-pressure), inside the delivery's span.
+/// Gives back the span and the stage of a rest that waits.
+async fn carry_on<R: Runtime>(
+    ctx: &MountContext,
+    msg: &async_nats::Message,
+    span: tracing::Span,
+    rest: Rest<'_>,
+) -> Option<(tracing::Span, Stage)> {
+    let (delivery, event, decided, executed) = match rest {
+        Rest::Waits(stage) => return Some((span, stage)),
+        Rest::Executing {
+            delivery,
+            event,
+            decided,
+            executed,
+        } => (delivery, event, decided, executed),
+    };
     // Polled in place, inside the span: the future is large, and moving it costs.
-    let mut settling = std::pin::pin!(settle::<R>(ctx, &msg, &delivery, event, decided, executed));
+    let mut settling = std::pin::pin!(settle::<R>(ctx, msg, &delivery, event, decided, executed));
     std::future::poll_fn(|cx| {
         let _entered = span.enter();
         settling.as_mut().poll(cx)
     })
     .await;
     None
+}
+
+/// Handles one delivery on the calling task: [`begin`], then [`carry_on`]. Returns the rest,
+/// boxed, when the handler has not finished at its first poll or the plan publishes a dead
+/// letter (confirmed before anything else, rule 8); the caller runs that where it decides.
+pub(crate) async fn process<R: Runtime>(
+    ctx: &Arc<MountContext>,
+    model: Model,
+    msg: async_nats::Message,
+) -> Option<Waiting> {
+    let (span, rest) =
+        std::future::poll_fn(|cx| Poll::Ready(begin::<R>(ctx, model, &msg, cx))).await?;
+    let (span, stage) = carry_on::<R>(ctx, &msg, span, rest).await?;
+    Some(waiting::<R>(ctx, model, msg, span, stage))
 }
 
 /// The rest of a delivery that had to wait: its handler's end, its plan (made again, the same
@@ -263,9 +350,9 @@ async fn finish<R: Runtime>(
     let Some(delivery) = read(&ctx, model, &msg) else {
         return;
     };
-    let event = match stage {
-        Stage::Handling(run) => Some(handled(&ctx, &msg, &delivery, run.await)),
-        Stage::Decided(event) => event,
+    let (event, failed) = match stage {
+        Stage::Handling(run) => (Some(handled(&ctx, &msg, &delivery, run.await)), None),
+        Stage::Decided(event, failed) => (event, failed),
     };
     let decided = plan_with_clock(
         &delivery,
@@ -273,7 +360,10 @@ async fn finish<R: Runtime>(
         &ctx.policy,
         R::now,
     );
-    let executed = execute_now(&ctx, &msg, &delivery, &decided);
+    let executed = match failed {
+        Some(e) => Some(Err(e)),
+        None => execute_now(&ctx, &msg, &delivery, &decided),
+    };
     settle::<R>(&ctx, &msg, &delivery, event, decided, executed).await;
 }
 
@@ -386,46 +476,78 @@ pub(crate) async fn core_loop<R: Runtime>(
     ctx: Arc<MountContext>,
     subscribers: Vec<async_nats::Subscriber>,
     slots: Arc<Semaphore>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
     let mut subscribers = subscribers.into_iter();
-    let first = subscribers.next();
-    let mut messages = match (first, subscribers.next()) {
-        (Some(one), None) => futures_util::future::Either::Left(one),
-        (first, second) => futures_util::future::Either::Right(futures_util::stream::select_all(
-            first.into_iter().chain(second).chain(subscribers),
-        )),
-    };
-    'consume: loop {
-        let msg = tokio::select! {
-            msg = messages.next() => msg,
-            _ = shutdown.changed() => None,
-        };
-        let Some(msg) = msg else { break };
-        run_inline_first::<R>(&ctx, &slots, msg).await;
-        // Then what is already buffered, without waiting (the runtime's cooperative budget
-        // ends this run).
-        while !shutdown.has_changed().unwrap_or(true) {
-            match messages.next().now_or_never() {
-                Some(Some(msg)) => run_inline_first::<R>(&ctx, &slots, msg).await,
-                Some(None) => break 'consume,
-                None => break,
-            }
+    match (subscribers.next(), subscribers.next()) {
+        (Some(one), None) => consume::<R, _>(&ctx, one, &slots, shutdown).await,
+        (first, second) => {
+            let all = futures_util::stream::select_all(
+                first.into_iter().chain(second).chain(subscribers),
+            );
+            consume::<R, _>(&ctx, all, &slots, shutdown).await;
         }
     }
 }
 
-/// Handles a Core delivery on the current task; if it has to wait ([`process`]), moves the
-/// rest to a task of its own holding a slot, or, with no slot free, finishes it here
-/// (whichever comes first).
-async fn run_inline_first<R: Runtime>(
+/// At most this many Core deliveries are handled in one poll of a mount's task, so that a
+/// busy subscription does not starve the other tasks of a runtime that has no cooperative
+/// budget.
+const RUN: usize = 128;
+
+/// [`core_loop`] on its subscription, or on its subscriptions merged.
+///
+/// Deliveries that finish at once (a Core ack) are handled inside one poll of this task, one
+/// after another, each message handled where it was received: no future is built and no
+/// message moved for them. A run of them ends after [`RUN`] deliveries, when the runtime's
+/// cooperative budget runs out, or when none is buffered; the task then yields.
+async fn consume<R: Runtime, S>(
     ctx: &Arc<MountContext>,
+    mut messages: S,
     slots: &Arc<Semaphore>,
-    msg: async_nats::Message,
-) {
-    let Some(mut rest) = process::<R>(ctx, Model::Core, msg).await else {
+    mut shutdown: watch::Receiver<bool>,
+) where
+    S: futures_util::Stream<Item = async_nats::Message> + Unpin,
+{
+    if *shutdown.borrow_and_update() {
         return;
-    };
+    }
+    let mut closed = false;
+    while !closed {
+        let mut run = 0;
+        let handled = std::future::poll_fn(|cx| {
+            loop {
+                if run == RUN {
+                    run = 0;
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                run += 1;
+                let Some(msg) = std::task::ready!(messages.poll_next_unpin(cx)) else {
+                    closed = true;
+                    return Poll::Ready(None);
+                };
+                let waits = begin::<R>(ctx, Model::Core, &msg, cx)
+                    .map(|(span, rest)| (span, rest.into_stage()));
+                if let Some((span, stage)) = waits {
+                    return Poll::Ready(Some((msg, span, stage)));
+                }
+            }
+        });
+        let waits = tokio::select! {
+            waits = handled => waits,
+            _ = shutdown.changed() => break,
+        };
+        if let Some((msg, span, stage)) = waits {
+            let rest = waiting::<R>(ctx, Model::Core, msg, span, stage);
+            wait_for_slot_or_end::<R>(slots, rest).await;
+        }
+    }
+}
+
+/// Moves a Core delivery that has to wait to a task of its own holding a slot, or, with no
+/// slot free, finishes it here (whichever comes first).
+async fn wait_for_slot_or_end<R: Runtime>(slots: &Arc<Semaphore>, mut rest: Waiting) {
     tokio::select! {
         biased;
         () = &mut rest => {}
