@@ -21,11 +21,12 @@
 //!   side waits for its handler count first, then for the server to report every message
 //!   acknowledged (asking the server during the run would load it unevenly).
 //!
-//! Each scenario runs `BENCH_ROUNDS` times (default 3), alternating raw, tokio and smol; the
-//! best round of each is kept. Prints msg/s, runtime / raw, and smol / tokio. Environment:
-//! `BENCH_MESSAGES` overrides the count, `BENCH_ONLY=core` skips JetStream, `BENCH_VERBOSE=1`
-//! prints every round, and `BENCH_SIDES` (a comma-separated subset of `raw,tokio,smol`) runs
-//! those sides only, for profiling one alone.
+//! Each scenario runs `BENCH_ROUNDS` times (default 9), alternating raw, tokio and smol; the
+//! best round of each is kept. Prints msg/s, runtime / raw, and smol / tokio; then the same
+//! ratios as the median of the per-round ratios (one round of each side, run back to back).
+//! Environment: `BENCH_MESSAGES` overrides the count, `BENCH_ONLY=core` skips JetStream,
+//! `BENCH_VERBOSE=1` prints every round, and `BENCH_SIDES` (a comma-separated subset of
+//! `raw,tokio,smol`) runs those sides only, for profiling one alone.
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, missing_docs)]
 
@@ -365,8 +366,30 @@ fn verbose_round(round: usize, raw: &[f64], tokio: &[f64], smol: &[f64]) {
     }
 }
 
-/// Prints one scenario's line: each side's best round, runtime / raw, and smol / tokio.
+/// The median of the per-round ratios `a[i] / b[i]` (rounds run back to back share the
+/// machine's state, so pairing them cancels part of its drift); NaN when a side did not run.
+fn paired_median(a: &[f64], b: &[f64]) -> f64 {
+    let mut ratios: Vec<f64> = a.iter().zip(b).map(|(a, b)| a / b).collect();
+    if ratios.is_empty() {
+        return f64::NAN;
+    }
+    ratios.sort_by(f64::total_cmp);
+    let mid = ratios.len() / 2;
+    if ratios.len() % 2 == 1 {
+        ratios[mid]
+    } else {
+        (ratios[mid - 1] + ratios[mid]) / 2.0
+    }
+}
+
+/// Prints one scenario's lines: each side's best round, runtime / raw, and smol / tokio; then
+/// the same ratios as medians of paired rounds.
 fn report(what: &str, raw: &[f64], tokio: &[f64], smol: &[f64]) {
+    let (paired_tokio, paired_smol, paired_smol_tokio) = (
+        paired_median(tokio, raw),
+        paired_median(smol, raw),
+        paired_median(smol, tokio),
+    );
     let (raw, tokio, smol) = (best(raw), best(tokio), best(smol));
     println!(
         "{what} raw async-nats {raw:>9.0} msg/s | ruststream-tokio {tokio:>9.0} msg/s (ratio {:.3}) | ruststream-smol {smol:>9.0} msg/s (ratio {:.3}, smol/tokio {:.3})",
@@ -374,12 +397,15 @@ fn report(what: &str, raw: &[f64], tokio: &[f64], smol: &[f64]) {
         smol / raw,
         smol / tokio
     );
+    println!(
+        "{what} median of paired rounds: tokio/raw {paired_tokio:.3} | smol/raw {paired_smol:.3} | smol/tokio {paired_smol_tokio:.3}"
+    );
 }
 
 fn main() {
     // `cargo bench` passes `--bench`; a filter argument is not supported by this binary.
     let n = env_usize("BENCH_MESSAGES", 100_000);
-    let rounds = env_usize("BENCH_ROUNDS", 3);
+    let rounds = env_usize("BENCH_ROUNDS", 9);
     let server = server::NatsServer::try_start().unwrap_or_else(|e| panic!("{e}"));
     let url = server.url();
     let rt = tokio::runtime::Builder::new_multi_thread()
