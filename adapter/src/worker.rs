@@ -231,8 +231,10 @@ fn begin<'m, R: Runtime>(
     msg: &'m async_nats::Message,
     cx: &mut Context<'_>,
 ) -> Option<(tracing::Span, Rest<'m>)> {
-    let delivery = read(ctx, model, msg)?;
-    let span = delivery_span(ctx, msg, &delivery);
+    // Borrowed where it was built: the delivery is large, and moving it costs.
+    let read = read(ctx, model, msg);
+    let delivery = read.as_ref()?;
+    let span = delivery_span(ctx, msg, delivery);
     let entered = span.enter();
     match decide::<R>(ctx, msg, delivery, cx) {
         None => None,
@@ -248,17 +250,17 @@ fn begin<'m, R: Runtime>(
 fn decide<'m, R: Runtime>(
     ctx: &'m MountContext,
     msg: &'m async_nats::Message,
-    delivery: CoreDelivery<'m>,
+    delivery: &CoreDelivery<'m>,
     cx: &mut Context<'_>,
 ) -> Option<Rest<'m>> {
-    let arrival = plan_with_clock(&delivery, Event::Arrived, &ctx.policy, R::now);
+    let arrival = plan_with_clock(delivery, Event::Arrived, &ctx.policy, R::now);
     let event = if arrival.runs_handler() {
         // An arrival plan that runs the handler holds only logs.
-        execute_logs(ctx, msg, &delivery, &arrival);
-        Some(match start_handler(ctx, msg, &delivery) {
+        execute_logs(ctx, msg, delivery, &arrival);
+        Some(match start_handler(ctx, msg, delivery) {
             Err(event) => event,
             Ok(mut run) => match Pin::new(&mut run).poll(cx) {
-                Poll::Ready(result) => handled(ctx, msg, &delivery, result),
+                Poll::Ready(result) => handled(ctx, msg, delivery, result),
                 Poll::Pending => return Some(Rest::Waits(Stage::Handling(run))),
             },
         })
@@ -267,18 +269,18 @@ fn decide<'m, R: Runtime>(
     };
     let decided = match event {
         None => arrival,
-        Some(event) => plan_with_clock(&delivery, event, &ctx.policy, R::now),
+        Some(event) => plan_with_clock(delivery, event, &ctx.policy, R::now),
     };
     if waits_for_confirmation(&decided) {
         return Some(Rest::Waits(Stage::Decided(event, None)));
     }
-    let executed = execute_now(ctx, msg, &delivery, &decided);
+    let executed = execute_now(ctx, msg, delivery, &decided);
     if let Some(Ok(())) = executed {
-        report(ctx, msg, &delivery, event, &decided);
+        report(ctx, msg, delivery, event, &decided);
         return None;
     }
     Some(Rest::Executing {
-        delivery,
+        delivery: *delivery,
         event,
         decided,
         executed,
