@@ -38,7 +38,8 @@
 //! mount=<name> subject=<subject> attempt=<n> outcome=<ack|retry|retry_after:<ms>ms|drop|none|panic|unreadable>
 //! ```
 //!
-//! It runs until SIGINT or SIGTERM, then shuts down gracefully. Logs go to stderr
+//! It runs until SIGINT or SIGTERM, then shuts down gracefully (a second signal ends the grace
+//! period at once). Logs go to stderr
 //! (`RUST_LOG=ruststream=debug` shows every settlement).
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, missing_docs)]

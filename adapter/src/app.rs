@@ -3,12 +3,15 @@
 use std::collections::HashSet;
 use std::future::Future;
 use std::marker::PhantomData;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::consumer::{AckPolicy as JsAckPolicy, pull};
 use async_nats::jetstream::context::ConsumerInfoErrorKind;
 use async_nats::{Client, ConnectOptions};
+use futures_util::FutureExt;
+use futures_util::future::FusedFuture;
 use ruststream_core::{AckPolicy, ConsumerFacts, DeclarationError, Descriptor, MountPolicy};
 use serde::de::DeserializeOwned;
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
@@ -343,7 +346,8 @@ impl<R: Runtime> App<R> {
         })
     }
 
-    /// Starts the app and runs it until SIGINT or SIGTERM, then shuts down gracefully.
+    /// Starts the app and runs it until SIGINT or SIGTERM, then shuts down gracefully; a
+    /// second signal ends the grace period at once (see [`Running::until_signal`]).
     ///
     /// # Errors
     /// As [`start`](Self::start).
@@ -618,7 +622,9 @@ impl<R: Runtime> Running<R> {
     }
 
     /// Waits for SIGINT, SIGTERM, or a [`ShutdownHandle::shutdown`], then shuts down
-    /// gracefully.
+    /// gracefully. A second SIGINT or SIGTERM during the shutdown ends its grace period at
+    /// once: handlers still running are abandoned and delayed Core copies not yet due are
+    /// lost, both reported as when the grace period runs out.
     ///
     /// Also returns if the runtime the NATS connection runs on ends under the app (on smol,
     /// its Tokio reactor thread): that is logged as an error and reported in
@@ -647,7 +653,16 @@ impl<R: Runtime> Running<R> {
                 Some(why)
             }
         };
-        self.shutdown_here(failure).await
+        let again = async {
+            match R::termination_signal().await {
+                Ok(name) => {
+                    tracing::warn!(signal = name, "signalled again: the grace period ends now");
+                }
+                // Nothing to listen to: the grace period runs its course.
+                Err(_) => std::future::pending().await,
+            }
+        };
+        self.shutdown_here(failure, again).await
     }
 
     /// Stops the runtime the NATS connection runs on, as if it had died: on smol, the app's
@@ -663,17 +678,27 @@ impl<R: Runtime> Running<R> {
     /// opened it. Logs what was left behind, and returns it.
     pub async fn shutdown(self) -> ShutdownReport {
         let reactor = self.reactor.clone();
-        reactor.enter(self.shutdown_here(None)).await
+        reactor
+            .enter(self.shutdown_here(None, std::future::pending()))
+            .await
     }
 
-    async fn shutdown_here(self, failure: Option<String>) -> ShutdownReport {
+    /// The shutdown: `cut`, when it ends first, ends the grace period there.
+    async fn shutdown_here(
+        self,
+        failure: Option<String>,
+        cut: impl Future<Output = ()> + Send,
+    ) -> ShutdownReport {
         // With the reactor gone, nothing that runs next to it can end: no grace period.
         let grace = if failure.is_some() {
             Duration::ZERO
         } else {
             self.grace
         };
-        let deadline = R::now() + grace;
+        let mut grace_period = GracePeriod {
+            deadline: R::now() + grace,
+            cut: std::pin::pin!(cut.fuse()),
+        };
         self.shutdown.send_replace(true);
         let mut report = ShutdownReport {
             failure,
@@ -684,13 +709,13 @@ impl<R: Runtime> Running<R> {
         // are handlers still holding a slot.
         let mut loop_stuck = Vec::with_capacity(self.loops.len());
         for task in self.loops {
-            let left = deadline.saturating_duration_since(R::now());
-            loop_stuck.push(R::timeout(left, R::join(task)).await.is_none());
+            loop_stuck.push(grace_period.within::<R, _>(R::join(task)).await.is_none());
         }
         for ((name, semaphore, total), stuck) in self.slots.iter().zip(loop_stuck) {
-            let left = deadline.saturating_duration_since(R::now());
             let all = u32::try_from(*total).unwrap_or(u32::MAX);
-            let done = R::timeout(left, semaphore.acquire_many(all)).await;
+            let done = grace_period
+                .within::<R, _>(semaphore.acquire_many(all))
+                .await;
             let running = match done {
                 Some(_) => 0,
                 None => total - semaphore.available_permits(),
@@ -700,7 +725,7 @@ impl<R: Runtime> Running<R> {
                 report.abandoned.push((name.to_string(), running));
             }
         }
-        self.finish.send_replace(Some(deadline));
+        self.finish.send_replace(Some(grace_period.deadline));
         R::join(self.delay_task).await;
         if let Ok(lost) = self.lost.await {
             for ((name, _, _), n) in self.slots.iter().zip(lost) {
@@ -728,5 +753,29 @@ impl<R: Runtime> Running<R> {
         self.reactor.stop();
         tracing::info!("ruststream stopped");
         report
+    }
+}
+
+/// A shutdown's grace period: it ends at `deadline`, or earlier when `cut` ends (a second
+/// signal).
+struct GracePeriod<'c, F> {
+    deadline: Instant,
+    cut: Pin<&'c mut F>,
+}
+
+impl<F: FusedFuture<Output = ()>> GracePeriod<'_, F> {
+    /// `wait`'s output if it ends within the grace period; `None` once the period is over,
+    /// when it is cut short (from then on the deadline is now).
+    async fn within<R: Runtime, T>(&mut self, wait: impl Future<Output = T> + Send) -> Option<T> {
+        let left = self.deadline.saturating_duration_since(R::now());
+        let cut = &mut self.cut;
+        tokio::select! {
+            biased;
+            result = R::timeout(left, wait) => result,
+            () = cut, if !cut.is_terminated() => {
+                self.deadline = R::now();
+                None
+            }
+        }
     }
 }

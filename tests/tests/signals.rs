@@ -1,0 +1,144 @@
+//! Shutdown on SIGTERM and SIGINT (rule 14), on both adapters, through `until_signal`.
+//!
+//! Signals go to the whole process, so this binary holds a single test that runs its phases
+//! one after another: tokio first, then smol. The test sends the signals to its own process
+//! with the shell's `kill`. It listens for both signals itself from the start, so that a
+//! signal can never take the process down before the app under test listens.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ruststream_tests::{NatsServer, TestClient, eventually};
+
+/// Sends `signal` (`TERM` or `INT`) to this process, with the shell's own `kill` (procps'
+/// `kill(1)` is not on every machine).
+fn signal_self(signal: &str) {
+    let status = std::process::Command::new("sh")
+        .args(["-c", "kill -s \"$1\" \"$2\"", "sh", signal])
+        .arg(std::process::id().to_string())
+        .status()
+        .expect("sh runs");
+    assert!(status.success(), "kill -s {signal} failed: {status}");
+}
+
+/// Time for `until_signal` to be polled and listening.
+const LISTENING: Duration = Duration::from_millis(300);
+
+/// The phases on one adapter: `$adapter` is its crate, `$spawn` spawns a `Send + 'static`
+/// future on its runtime and gives something to `.await` for the output.
+macro_rules! phases {
+    ($adapter:ident, $spawn:expr) => {{
+        use $adapter::{App, Delivery, Mount, Outcome};
+        let server = NatsServer::start();
+        let tc = TestClient::connect(&server).await;
+        let name = stringify!($adapter);
+
+        // One signal: in-flight handlers finish within the grace period, nothing abandoned.
+        let started = Arc::new(AtomicBool::new(false));
+        let finished = Arc::new(AtomicBool::new(false));
+        let (s, f) = (started.clone(), finished.clone());
+        let running = App::new(&server.url())
+            .grace_period(Duration::from_secs(30))
+            .mount(Mount::core_subject(name, "sig.slow"), move |_: Delivery| {
+                let (s, f) = (s.clone(), f.clone());
+                async move {
+                    s.store(true, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    f.store(true, Ordering::SeqCst);
+                    Outcome::Ack
+                }
+            })
+            .start()
+            .await
+            .expect("the app starts");
+        let report = $spawn(running.until_signal());
+        tokio::time::sleep(LISTENING).await;
+        tc.client.publish("sig.slow", "x".into()).await.unwrap();
+        tc.client.flush().await.unwrap();
+        eventually("the slow handler to start", || {
+            started.load(Ordering::SeqCst).then_some(())
+        })
+        .await;
+        let asked = Instant::now();
+        signal_self("TERM");
+        let report = tokio::time::timeout(Duration::from_secs(10), report)
+            .await
+            .expect("until_signal returns after SIGTERM");
+        assert!(
+            finished.load(Ordering::SeqCst),
+            "{name}: the in-flight handler finished first"
+        );
+        assert!(report.abandoned.is_empty(), "{name}: {report:?}");
+        assert!(
+            asked.elapsed() < Duration::from_secs(5),
+            "{name}: took {:?}",
+            asked.elapsed()
+        );
+
+        // A second signal during the shutdown: the grace period (30 s) ends at once, and the
+        // hung handler is reported abandoned.
+        let started = Arc::new(AtomicBool::new(false));
+        let s = started.clone();
+        let running = App::new(&server.url())
+            .grace_period(Duration::from_secs(30))
+            .mount(Mount::core_subject(name, "sig.hang"), move |_: Delivery| {
+                let s = s.clone();
+                async move {
+                    s.store(true, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_secs(120)).await;
+                    Outcome::Ack
+                }
+            })
+            .start()
+            .await
+            .expect("the app starts");
+        let report = $spawn(running.until_signal());
+        tokio::time::sleep(LISTENING).await;
+        tc.client.publish("sig.hang", "x".into()).await.unwrap();
+        tc.client.flush().await.unwrap();
+        eventually("the hung handler to start", || {
+            started.load(Ordering::SeqCst).then_some(())
+        })
+        .await;
+        let asked = Instant::now();
+        signal_self("TERM");
+        tokio::time::sleep(LISTENING).await;
+        signal_self("INT");
+        let report = tokio::time::timeout(Duration::from_secs(10), report)
+            .await
+            .expect("the second signal ends the grace period");
+        assert!(
+            asked.elapsed() < Duration::from_secs(5),
+            "{name}: took {:?}",
+            asked.elapsed()
+        );
+        assert_eq!(report.abandoned, [(name.to_owned(), 1)], "{name}");
+    }};
+}
+
+#[test]
+fn sigterm_shuts_down_gracefully_and_a_second_signal_ends_the_grace_period() {
+    ruststream_tests::capture_logs();
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            // Listening from the start: once Tokio has registered a handler for a signal, it
+            // stays registered for the life of the process, so no signal takes it down.
+            use tokio::signal::unix::{SignalKind, signal};
+            let _term = signal(SignalKind::terminate()).unwrap();
+            let _int = signal(SignalKind::interrupt()).unwrap();
+            phases!(ruststream_tokio, |f| {
+                let task = tokio::spawn(f);
+                async { task.await.unwrap() }
+            });
+        });
+    smol::block_on(async_compat::Compat::new(async {
+        phases!(ruststream_smol, smol::spawn);
+    }));
+}
