@@ -914,6 +914,81 @@ fn rule_14_delayed_core_copies_due_within_the_grace_period_are_published() {
 }
 
 #[test]
+fn rule_14_no_core_delivery_starts_once_shutdown_has_begun() {
+    run(async {
+        let (server, tc, r, ev) = core_case().await;
+        // Three apps in turn: each time the mount's task could pick the next buffered message
+        // over the shutdown, so a loop that does not put the shutdown first fails here almost
+        // surely.
+        for round in 0..3 {
+            let subject = format!("c14s.{round}");
+            let started = Arc::new(Mutex::new(0usize));
+            let count = started.clone();
+            // Concurrency 1: the slow delivery runs on the mount's task; the others stay
+            // buffered.
+            let app = start(&server, &ev, |a| {
+                a.mount(
+                    Mount::core_subject("core-stop-14", &subject).concurrency(std::num::NonZeroUsize::MIN),
+                    move |_d: Delivery| {
+                        *count.lock().unwrap() += 1;
+                        async {
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                            Outcome::Ack
+                        }
+                    },
+                )
+            })
+            .await;
+            for _ in 0..20 {
+                tc.client.publish(subject.clone(), bytes::Bytes::from_static(b"slow")).await.expect("publish");
+            }
+            tc.client.flush().await.expect("flush");
+            eventually("the first handler to start", || (*started.lock().unwrap() > 0).then_some(())).await;
+            let asked = Instant::now();
+            let report = app.shutdown().await;
+            assert!(asked.elapsed() < Duration::from_secs(1), "shutdown took {:?}", asked.elapsed());
+            assert!(report.abandoned.is_empty(), "{report:?}");
+            quiet(300).await;
+            assert_eq!(*started.lock().unwrap(), 1, "round {round}: only the delivery in flight when shutdown began ran");
+        }
+        assert!(r.lock().unwrap().is_empty());
+    });
+}
+
+#[test]
+fn a_panicking_observer_is_logged_and_the_mount_goes_on() {
+    run(async {
+        let (server, tc, r, _) = core_case().await;
+        capture_logs();
+        let calls = Arc::new(Mutex::new(0usize));
+        let seen = calls.clone();
+        let app = App::new(&server.url())
+            .on_settled(move |_| {
+                let n = {
+                    let mut n = seen.lock().unwrap();
+                    *n += 1;
+                    *n
+                };
+                if n == 1 {
+                    panic!("observer bug");
+                }
+            })
+            .mount(Mount::core_subject("observer-panics", "obs.in"), scripted(&r, |_, _| Outcome::Ack))
+            .start()
+            .await
+            .expect("the app starts");
+        for _ in 0..3 {
+            core_publish(&tc, "obs.in", HeaderMap::new(), b"x").await;
+        }
+        eventually("three handler runs", || (r.lock().unwrap().len() == 3).then_some(())).await;
+        eventually("three observer calls", || (*calls.lock().unwrap() == 3).then_some(())).await;
+        logged(&["ERROR", "mount=observer-panics", "on_settled observer panicked", "observer bug"]).await;
+        let report = app.shutdown().await;
+        assert!(report.abandoned.is_empty(), "{report:?}");
+    });
+}
+
+#[test]
 fn rule_14_shutdown_with_idle_core_mounts_does_not_wait_for_the_grace_period() {
     run(async {
         let (server, tc, r, ev) = core_case().await;

@@ -168,6 +168,8 @@ impl<R: Runtime> App<R> {
     }
 
     /// Calls `observer` after every settlement, from the task that settled it. Keep it quick.
+    /// A panic in it is caught and logged as an error; the delivery stays settled and the
+    /// mount goes on.
     #[must_use]
     pub fn on_settled(mut self, observer: impl Fn(&Settled) + Send + Sync + 'static) -> Self {
         self.observer = Some(Arc::new(observer));

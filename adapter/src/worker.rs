@@ -422,7 +422,7 @@ fn report(
         "settled"
     );
     if let Some(observer) = &ctx.observer {
-        observer(&Settled {
+        let settled = Settled {
             mount: ctx.name,
             subject: msg.subject.clone(),
             attempt: delivery.attempt().get(),
@@ -431,7 +431,12 @@ fn report(
             handler_ran: event.is_some(),
             disposition,
             wire: decided.to_string(),
-        });
+        };
+        // It runs on the mount's task: a panic must not end the mount.
+        if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(|| observer(&settled))) {
+            tracing::error!(mount = %ctx.name, subject = %msg.subject, panic = panic_message(&*panic),
+                "on_settled observer panicked; the delivery is settled, the mount goes on");
+        }
     }
 }
 
@@ -514,11 +519,16 @@ async fn consume<R: Runtime, S>(
     if *shutdown.borrow_and_update() {
         return;
     }
-    let mut closed = false;
-    while !closed {
+    // Checked before each delivery starts (an atomic load): once shutdown has begun, none
+    // does. The receiver below wakes the task for it when it is idle.
+    let stopping = shutdown.clone();
+    loop {
         let mut run = 0;
         let handled = std::future::poll_fn(|cx| {
             loop {
+                if stopping.has_changed().unwrap_or(true) {
+                    return Poll::Ready(Err(()));
+                }
                 if run == RUN {
                     run = 0;
                     cx.waker().wake_by_ref();
@@ -526,24 +536,25 @@ async fn consume<R: Runtime, S>(
                 }
                 run += 1;
                 let Some(msg) = std::task::ready!(messages.poll_next_unpin(cx)) else {
-                    closed = true;
-                    return Poll::Ready(None);
+                    return Poll::Ready(Err(()));
                 };
                 let waits = begin::<R>(ctx, Model::Core, &msg, cx)
                     .map(|(span, rest)| (span, rest.into_stage()));
                 if let Some((span, stage)) = waits {
-                    return Poll::Ready(Some((msg, span, stage)));
+                    return Poll::Ready(Ok((msg, span, stage)));
                 }
             }
         });
+        // Shutdown first, so that it wins over a subscription that always has a message.
         let waits = tokio::select! {
-            waits = handled => waits,
+            biased;
             _ = shutdown.changed() => break,
+            waits = handled => waits,
         };
-        if let Some((msg, span, stage)) = waits {
-            let rest = waiting::<R>(ctx, Model::Core, msg, span, stage);
-            wait_for_slot_or_end::<R>(slots, rest).await;
-        }
+        // Shutdown has begun, or the subscription ended.
+        let Ok((msg, span, stage)) = waits else { break };
+        let rest = waiting::<R>(ctx, Model::Core, msg, span, stage);
+        wait_for_slot_or_end::<R>(slots, rest).await;
     }
 }
 
