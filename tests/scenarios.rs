@@ -951,6 +951,8 @@ fn rule_14_no_core_delivery_starts_once_shutdown_has_begun() {
             quiet(300).await;
             assert_eq!(*started.lock().unwrap(), 1, "round {round}: only the delivery in flight when shutdown began ran");
         }
+        // The buffered ones are lost (Core cannot redeliver), and said so.
+        logged(&["WARN", "mount=core-stop-14", "received but not handled when shutdown began"]).await;
         assert!(r.lock().unwrap().is_empty());
     });
 }

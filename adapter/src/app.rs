@@ -675,7 +675,9 @@ impl<R: Runtime> Running<R> {
     }
 
     /// Shuts down gracefully (rule 14): stops consuming (no new pulls; Core subscriptions
-    /// end), lets in-flight handlers finish and settle within the grace period, publishes
+    /// end; Core messages already received and not yet given to a handler are lost, as Core
+    /// NATS cannot redeliver them, and their count is logged as a warning per mount), lets
+    /// in-flight handlers finish and settle within the grace period, publishes
     /// delayed copies that fall due within it, flushes, and drains the connection if the app
     /// opened it. Logs what was left behind, and returns it.
     pub async fn shutdown(self) -> ShutdownReport {

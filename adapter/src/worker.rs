@@ -556,6 +556,46 @@ async fn consume<R: Runtime, S>(
         let rest = waiting::<R>(ctx, Model::Core, msg, span, stage);
         wait_for_slot_or_end::<R>(slots, rest).await;
     }
+    let unhandled = count_buffered(&mut messages).await;
+    if unhandled > 0 {
+        tracing::warn!(mount = %ctx.name, messages = unhandled,
+            "Core messages received but not handled when shutdown began: lost (Core NATS cannot redeliver them)");
+    }
+}
+
+/// How many messages a Core subscription holds, received and not yet handed to a handler,
+/// taking them out. At most one yield is spent waiting for the runtime's cooperative budget
+/// each time it runs out.
+async fn count_buffered<S>(messages: &mut S) -> usize
+where
+    S: futures_util::Stream<Item = async_nats::Message> + Unpin,
+{
+    let mut count = 0;
+    let mut yielded = false;
+    loop {
+        match messages.next().now_or_never() {
+            Some(Some(_)) => {
+                count += 1;
+                yielded = false;
+            }
+            Some(None) => return count,
+            None if yielded => return count,
+            None => {
+                // Nothing buffered, or the budget ran out: look once more after a yield.
+                yielded = true;
+                let mut once = false;
+                std::future::poll_fn(|cx| {
+                    if std::mem::replace(&mut once, true) {
+                        Poll::Ready(())
+                    } else {
+                        cx.waker().wake_by_ref();
+                        Poll::Pending
+                    }
+                })
+                .await;
+            }
+        }
+    }
 }
 
 /// Moves a Core delivery that has to wait to a task of its own holding a slot, or, with no
