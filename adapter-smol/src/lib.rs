@@ -35,6 +35,11 @@
 //! - **The delay queue's one timer, shutdown and signals** run on smol's global executor,
 //!   async-io timers and async-signal.
 //!
+//! When a shutdown's grace period ends with a handler still running on a mount's loop (a
+//! Core mount whose slots were all taken), that handler stops where it is, with the reactor
+//! thread: it is neither polled again nor dropped. It is reported in
+//! [`ShutdownReport::abandoned`] like any other. (On tokio it would run on, detached.)
+//!
 //! If that thread ends under the app, [`Running::until_signal`] logs an error and returns at
 //! once with [`ShutdownReport::failure`] saying so, instead of hanging on a connection nobody
 //! drives. A future spawned outside any app (none of this crate's) falls back to
