@@ -36,86 +36,62 @@ macro_rules! phases {
         let tc = TestClient::connect(&server).await;
         let name = stringify!($adapter);
 
-        // One signal: in-flight handlers finish within the grace period, nothing abandoned.
-        let started = Arc::new(AtomicBool::new(false));
-        let finished = Arc::new(AtomicBool::new(false));
-        let (s, f) = (started.clone(), finished.clone());
-        let running = App::new(&server.url())
-            .grace_period(Duration::from_secs(30))
-            .mount(Mount::core_subject(name, "sig.slow"), move |_: Delivery| {
-                let (s, f) = (s.clone(), f.clone());
-                async move {
-                    s.store(true, Ordering::SeqCst);
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                    f.store(true, Ordering::SeqCst);
-                    Outcome::Ack
-                }
+        // First one signal: the in-flight handler (500 ms) finishes within the grace period
+        // and nothing is abandoned. Then a second signal during the shutdown: the grace period
+        // (30 s) ends at once, and the hung handler (120 s) is reported abandoned.
+        for (subject, sleep, signalled_twice) in [
+            ("sig.slow", Duration::from_millis(500), false),
+            ("sig.hang", Duration::from_secs(120), true),
+        ] {
+            let started = Arc::new(AtomicBool::new(false));
+            let finished = Arc::new(AtomicBool::new(false));
+            let (s, f) = (started.clone(), finished.clone());
+            let running = App::new(&server.url())
+                .grace_period(Duration::from_secs(30))
+                .mount(Mount::core_subject(name, subject), move |_: Delivery| {
+                    let (s, f) = (s.clone(), f.clone());
+                    async move {
+                        s.store(true, Ordering::SeqCst);
+                        tokio::time::sleep(sleep).await;
+                        f.store(true, Ordering::SeqCst);
+                        Outcome::Ack
+                    }
+                })
+                .start()
+                .await
+                .expect("the app starts");
+            let report = $spawn(running.until_signal());
+            tokio::time::sleep(LISTENING).await;
+            tc.client.publish(subject, "x".into()).await.unwrap();
+            tc.client.flush().await.unwrap();
+            eventually("the handler to start", || {
+                started.load(Ordering::SeqCst).then_some(())
             })
-            .start()
-            .await
-            .expect("the app starts");
-        let report = $spawn(running.until_signal());
-        tokio::time::sleep(LISTENING).await;
-        tc.client.publish("sig.slow", "x".into()).await.unwrap();
-        tc.client.flush().await.unwrap();
-        eventually("the slow handler to start", || {
-            started.load(Ordering::SeqCst).then_some(())
-        })
-        .await;
-        let asked = Instant::now();
-        signal_self("TERM");
-        let report = tokio::time::timeout(Duration::from_secs(10), report)
-            .await
-            .expect("until_signal returns after SIGTERM");
-        assert!(
-            finished.load(Ordering::SeqCst),
-            "{name}: the in-flight handler finished first"
-        );
-        assert!(report.abandoned.is_empty(), "{name}: {report:?}");
-        assert!(
-            asked.elapsed() < Duration::from_secs(5),
-            "{name}: took {:?}",
-            asked.elapsed()
-        );
-
-        // A second signal during the shutdown: the grace period (30 s) ends at once, and the
-        // hung handler is reported abandoned.
-        let started = Arc::new(AtomicBool::new(false));
-        let s = started.clone();
-        let running = App::new(&server.url())
-            .grace_period(Duration::from_secs(30))
-            .mount(Mount::core_subject(name, "sig.hang"), move |_: Delivery| {
-                let s = s.clone();
-                async move {
-                    s.store(true, Ordering::SeqCst);
-                    tokio::time::sleep(Duration::from_secs(120)).await;
-                    Outcome::Ack
-                }
-            })
-            .start()
-            .await
-            .expect("the app starts");
-        let report = $spawn(running.until_signal());
-        tokio::time::sleep(LISTENING).await;
-        tc.client.publish("sig.hang", "x".into()).await.unwrap();
-        tc.client.flush().await.unwrap();
-        eventually("the hung handler to start", || {
-            started.load(Ordering::SeqCst).then_some(())
-        })
-        .await;
-        let asked = Instant::now();
-        signal_self("TERM");
-        tokio::time::sleep(LISTENING).await;
-        signal_self("INT");
-        let report = tokio::time::timeout(Duration::from_secs(10), report)
-            .await
-            .expect("the second signal ends the grace period");
-        assert!(
-            asked.elapsed() < Duration::from_secs(5),
-            "{name}: took {:?}",
-            asked.elapsed()
-        );
-        assert_eq!(report.abandoned, [(name.to_owned(), 1)], "{name}");
+            .await;
+            let asked = Instant::now();
+            signal_self("TERM");
+            if signalled_twice {
+                tokio::time::sleep(LISTENING).await;
+                signal_self("INT");
+            }
+            let report = tokio::time::timeout(Duration::from_secs(10), report)
+                .await
+                .expect("until_signal returns");
+            let took = asked.elapsed();
+            assert!(
+                took < Duration::from_secs(5),
+                "{name} {subject}: took {took:?}"
+            );
+            if signalled_twice {
+                assert_eq!(report.abandoned, [(name.to_owned(), 1)], "{name}");
+            } else {
+                assert!(
+                    finished.load(Ordering::SeqCst),
+                    "{name}: the handler finished first"
+                );
+                assert!(report.abandoned.is_empty(), "{name}: {report:?}");
+            }
+        }
     }};
 }
 
