@@ -940,9 +940,8 @@ fn rule_14_no_core_delivery_starts_once_shutdown_has_begun() {
             })
             .await;
             for _ in 0..20 {
-                tc.client.publish(subject.clone(), bytes::Bytes::from_static(b"slow")).await.expect("publish");
+                core_publish(&tc, &subject, HeaderMap::new(), b"slow").await;
             }
-            tc.client.flush().await.expect("flush");
             eventually("the first handler to start", || (*started.lock().unwrap() > 0).then_some(())).await;
             let asked = Instant::now();
             let report = app.shutdown().await;

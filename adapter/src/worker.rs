@@ -450,11 +450,17 @@ async fn start_delivery<R: Runtime>(
     permit: OwnedSemaphorePermit,
 ) {
     if let Some(rest) = process::<R>(&ctx, model, msg).await {
-        R::spawn(async move {
-            rest.await;
-            drop(permit);
-        });
+        spawn_holding::<R>(rest, permit);
     }
+}
+
+/// Runs a delivery that waits on a task of its own, holding its handler slot until it is
+/// settled.
+fn spawn_holding<R: Runtime>(rest: Waiting, permit: OwnedSemaphorePermit) {
+    R::spawn(async move {
+        rest.await;
+        drop(permit);
+    });
 }
 
 /// Takes a free handler slot, or `None` once shutdown has begun.
@@ -605,12 +611,7 @@ async fn wait_for_slot_or_end<R: Runtime>(slots: &Arc<Semaphore>, mut rest: Wait
         biased;
         () = &mut rest => {}
         permit = slots.clone().acquire_owned() => match permit {
-            Ok(permit) => {
-                R::spawn(async move {
-                    rest.await;
-                    drop(permit);
-                });
-            }
+            Ok(permit) => spawn_holding::<R>(rest, permit),
             Err(_) => rest.await,
         },
     }
