@@ -20,6 +20,7 @@ use crate::exec::{DeadLetterSink, LiteralSubject, MountContext, Observer, Settle
 use crate::handler::{Handler, Json};
 use crate::mount::Mount;
 use crate::runtime::{Reactor, Runtime};
+use crate::servers::ServerList;
 use crate::worker::{core_loop, delay_loop, jetstream_loop};
 use ruststream_core::Outcome;
 
@@ -46,6 +47,10 @@ pub enum StartError {
     /// Two mounts have the same name.
     #[error("two mounts are named `{0}`; mount names must be unique")]
     DuplicateMount(String),
+    /// The server URL (or one of a comma-separated list) does not parse. The message names
+    /// the entry and the part that is wrong, never the URL or a credential.
+    #[error("bad server URL: {0}")]
+    ServerUrl(String),
     /// The connection could not be made. The message never holds the URL or credentials.
     #[error("cannot connect to NATS: {0}")]
     Connect(String),
@@ -118,14 +123,25 @@ impl<R: Runtime> App<R> {
         }
     }
 
-    /// An app that connects to `url` (e.g. `nats://127.0.0.1:4222`, or several separated by
-    /// commas) with default options.
+    /// An app that connects to `url` with default options.
+    ///
+    /// `url` is one server URL or several separated by commas (the client picks one and fails
+    /// over to the others): `nats://host:4222`, `tls://host:4222`, `ws://…`, `wss://…`, or a
+    /// bare `host:port`. Credentials may stand in a URL: `nats://user:password@host:4222`
+    /// (percent-encode `:`, `@` and `/` in them) or `nats://token@host:4222`; every entry
+    /// that carries credentials must carry the same. They are taken out of the URLs and
+    /// handed to async-nats as [`ConnectOptions`], and never appear in a log line or error.
+    ///
+    /// Nothing is read until [`start`](Self::start), which refuses a URL that does not parse
+    /// with [`StartError::ServerUrl`].
     pub fn new(url: &str) -> Self {
         Self::with_options(url, ConnectOptions::new())
     }
 
-    /// An app that connects to `url` with `options`: credentials, tokens, TLS and the rest
-    /// pass through to async-nats untouched, and never appear in a log line.
+    /// An app that connects to `url` (as in [`new`](Self::new)) with `options`: credentials,
+    /// credentials files, tokens, TLS and the rest pass through to async-nats untouched, and
+    /// never appear in a log line. Credentials in `url` replace those of the same kind in
+    /// `options` (a user and password, or a token).
     pub fn with_options(url: &str, options: ConnectOptions) -> Self {
         Self::with_connect(Connect::Url {
             url: url.to_owned(),
@@ -185,7 +201,7 @@ impl<R: Runtime> App<R> {
     ///
     /// # Errors
     /// [`StartError::Declaration`] or [`StartError::DuplicateMount`] for a bad declaration,
-    /// [`StartError::Connect`], and [`StartError::Server`] when the server lacks or refuses
+    /// [`StartError::ServerUrl`] for a URL that does not parse, [`StartError::Connect`], and [`StartError::Server`] when the server lacks or refuses
     /// what a mount needs.
     pub async fn start(self) -> Result<Running<R>, StartError> {
         let reactor = R::Reactor::start().map_err(StartError::Runtime)?;
@@ -209,7 +225,9 @@ impl<R: Runtime> App<R> {
         let (client, owns_client) = match self.connect {
             Connect::Client(client) => (client, false),
             Connect::Url { url, options } => {
-                let client = options.connect(url.as_str()).await.map_err(|e| {
+                let servers = ServerList::parse(&url).map_err(StartError::ServerUrl)?;
+                let options = servers.apply(*options);
+                let client = options.connect(servers.addresses).await.map_err(|e| {
                     use async_nats::ConnectErrorKind as K;
                     let detail = match e.kind() {
                         // These sources name no address or credential.
@@ -439,11 +457,7 @@ async fn bind_consumer(
     };
     let info = &bound.cached_info().config;
     let facts = ConsumerFacts {
-        ack_policy: match info.ack_policy {
-            JsAckPolicy::Explicit => AckPolicy::Explicit,
-            JsAckPolicy::All => AckPolicy::All,
-            JsAckPolicy::None => AckPolicy::None,
-        },
+        ack_policy: ack_policy(info.ack_policy),
         max_deliver: info.max_deliver,
         backoff: !info.backoff.is_empty(),
     };
@@ -451,6 +465,18 @@ async fn bind_consumer(
         tracing::warn!("{warning}");
     }
     Ok(bound)
+}
+
+/// The core's view of an async-nats ack policy, through its JSON name. async-nats' enum grows
+/// variants behind its `server_2_*` features (`FlowControl` with `server_2_14`, on by
+/// default), which a `match` here could not name without breaking the build for users with
+/// other features; a name the core does not know is [`AckPolicy::Unknown`], refused as not
+/// explicit.
+fn ack_policy(policy: JsAckPolicy) -> AckPolicy {
+    match serde_json::to_value(policy) {
+        Ok(serde_json::Value::String(name)) => AckPolicy::from_name(&name),
+        _ => AckPolicy::Unknown,
+    }
 }
 
 /// Decides where the mount's dead letters go (rule 8): a JetStream publish where a stream
@@ -781,5 +807,21 @@ impl<F: FusedFuture<Output = ()>> GracePeriod<'_, F> {
                 None
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ack_policies_map_by_name_whatever_async_nats_features_are_on() {
+        for name in ["none", "all", "explicit", "flow_control"] {
+            // `flow_control` parses only where async-nats' `server_2_14` feature is on.
+            if let Ok(policy) = serde_json::from_str::<JsAckPolicy>(&format!("\"{name}\"")) {
+                assert_eq!(ack_policy(policy).name(), name);
+            }
+        }
+        assert_eq!(ack_policy(JsAckPolicy::Explicit), AckPolicy::Explicit);
     }
 }

@@ -21,6 +21,7 @@ mod exec;
 mod handler;
 mod mount;
 mod runtime;
+mod servers;
 mod worker;
 
 pub use app::{App, DEFAULT_GRACE_PERIOD, Running, ShutdownHandle, ShutdownReport, StartError};

@@ -415,6 +415,11 @@ impl MountPolicy {
 }
 
 /// A consumer's acknowledgement policy, as JetStream names them.
+///
+/// The server grows new policies (`flow_control` came with nats-server 2.14, and async-nats
+/// shows it only behind its `server_2_14` feature), so a policy is read from its wire name
+/// with [`AckPolicy::from_name`], and one this runtime does not know is [`AckPolicy::Unknown`]
+/// rather than a failure to build or to start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AckPolicy {
     /// `none`: the server expects no acknowledgement.
@@ -423,6 +428,42 @@ pub enum AckPolicy {
     All,
     /// `explicit`: every message is acknowledged by itself. The only policy the runtime runs.
     Explicit,
+    /// `flow_control` (nats-server 2.14+): acknowledged through the replies to flow-control
+    /// messages, for the server's own sourcing consumers (ADR-60).
+    FlowControl,
+    /// A policy this version of the runtime has no name for.
+    Unknown,
+}
+
+impl AckPolicy {
+    /// The policy whose JSON name in the consumer's configuration (`ack_policy`) is `name`:
+    /// `none`, `all`, `explicit`, `flow_control`; anything else is [`AckPolicy::Unknown`].
+    pub fn from_name(name: &str) -> Self {
+        match name {
+            "none" => Self::None,
+            "all" => Self::All,
+            "explicit" => Self::Explicit,
+            "flow_control" => Self::FlowControl,
+            _ => Self::Unknown,
+        }
+    }
+
+    /// The policy's JSON name, as the server writes it (`unknown` for [`AckPolicy::Unknown`]).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::All => "all",
+            Self::Explicit => "explicit",
+            Self::FlowControl => "flow_control",
+            Self::Unknown => "unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for AckPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// What the server says about a consumer, for [`MountPolicy::check_consumer`].
@@ -529,7 +570,7 @@ pub enum DeclarationErrorKind {
     #[error("a dead-letter subject needs max_attempts: without a limit it could never be used")]
     DeadLetterWithoutLimit,
     /// The consumer's ack policy is not explicit.
-    #[error("consumer ack policy is {0:?}; ruststream needs explicit acknowledgement")]
+    #[error("consumer ack policy is `{0}`; ruststream needs `explicit` acknowledgement")]
     AckPolicyNotExplicit(AckPolicy),
     /// The consumer's `max_deliver` is not above `max_attempts`.
     #[error(
@@ -788,7 +829,12 @@ mod tests {
             p.check_consumer(&facts(AckPolicy::Explicit, 4, false)),
             Ok(vec![])
         );
-        for ack in [AckPolicy::None, AckPolicy::All] {
+        for ack in [
+            AckPolicy::None,
+            AckPolicy::All,
+            AckPolicy::FlowControl,
+            AckPolicy::Unknown,
+        ] {
             let err = p
                 .check_consumer(&facts(ack, -1, false))
                 .expect_err("not explicit");
@@ -829,6 +875,21 @@ mod tests {
             core.check_consumer(&facts(AckPolicy::None, 1, true)),
             Ok(vec![])
         );
+    }
+
+    #[test]
+    fn ack_policies_read_by_their_wire_names() {
+        for name in ["none", "all", "explicit", "flow_control"] {
+            assert_eq!(AckPolicy::from_name(name).name(), name);
+        }
+        assert_eq!(AckPolicy::from_name("Explicit"), AckPolicy::Unknown);
+        assert_eq!(AckPolicy::from_name("by_moon_phase"), AckPolicy::Unknown);
+        let err = MountDeclaration::jetstream("m", "S", "C")
+            .validate()
+            .expect("valid")
+            .check_consumer(&facts(AckPolicy::FlowControl, -1, false))
+            .expect_err("not explicit");
+        assert!(err.to_string().contains("`flow_control`"), "{err}");
     }
 
     #[test]
