@@ -9,7 +9,8 @@
 //!   header is kept byte for byte, in order, with its letter case and repeated values.
 //! - **Reading** (rule 5): see [`RetryCountReading::read`].
 //! - **Forwarding** (rule 9): copies and dead letters drop the JetStream publish directives
-//!   listed in [`DROPPED_DIRECTIVES`], and keep everything else (`Nats-Msg-Id` included).
+//!   listed in [`DROPPED_DIRECTIVES`] and [`DROPPED_DIRECTIVE_PREFIXES`], and keep everything
+//!   else (`Nats-Msg-Id` included, for now).
 //!
 //! Header names and values are bytes here: NATS headers are an HTTP-like block (NATS ADR-4,
 //! "NATS Message Headers"), and a publisher may put anything in them.
@@ -21,15 +22,33 @@ use bytes::Bytes;
 /// Written in this letter case; read in any (rule 5).
 pub const RETRY_COUNT_HEADER: &str = "x-ruststream-retry-count";
 
-/// JetStream publish directives that copies and dead letters never carry (rule 9): they would
-/// make the target stream refuse or rewrite the message. Compared without regard to case.
-pub const DROPPED_DIRECTIVES: [&str; 5] = [
+/// JetStream publish directives that copies and dead letters never carry (rule 9): headers a
+/// stream acts on when a message is published to it, so that it would refuse, rewrite, expire,
+/// schedule, batch or count the copy instead of storing it. Compared without regard to case;
+/// see also [`DROPPED_DIRECTIVE_PREFIXES`].
+///
+/// Checked against the header constants of nats-server's `server/stream.go` (`JSExpected*`,
+/// `JSMsgRollup`, `JSMessageTTL`, `JSMessageIncr`) and `server/jetstream_api.go`
+/// (`JSRequiredApiLevel`) at the 2.15 development line. `Nats-Msg-Id` is a directive too (it
+/// deduplicates); it is still forwarded, until dead letters carry an id of the runtime's own.
+pub const DROPPED_DIRECTIVES: [&str; 9] = [
     "Nats-Expected-Stream",
     "Nats-Expected-Last-Sequence",
     "Nats-Expected-Last-Subject-Sequence",
+    "Nats-Expected-Last-Subject-Sequence-Subject",
     "Nats-Expected-Last-Msg-Id",
     "Nats-Rollup",
+    "Nats-TTL",
+    "Nats-Incr",
+    "Nats-Required-Api-Level",
 ];
+
+/// Prefixes of JetStream publish directives that copies and dead letters never carry (rule 9):
+/// every `Nats-Schedule*` header (message schedules: `Nats-Schedule`, `-TTL`, `-Target`,
+/// `-Time-Zone`, `-Rollup`, `-Source`) and every `Nats-Batch-*` header (atomic batches:
+/// `-Id`, `-Sequence`, `-Commit`), from the same `server/stream.go` constants. Compared
+/// without regard to case.
+pub const DROPPED_DIRECTIVE_PREFIXES: [&str; 2] = ["Nats-Schedule", "Nats-Batch-"];
 
 /// How many copies of a Core message the runtime has published before this one: the value of
 /// [`RETRY_COUNT_HEADER`]. The delivery's attempt is `count + 1`.
@@ -64,6 +83,10 @@ pub fn is_dropped_directive(name: &[u8]) -> bool {
     DROPPED_DIRECTIVES
         .iter()
         .any(|d| name.eq_ignore_ascii_case(d.as_bytes()))
+        || DROPPED_DIRECTIVE_PREFIXES.iter().any(|p| {
+            name.get(..p.len())
+                .is_some_and(|head| head.eq_ignore_ascii_case(p.as_bytes()))
+        })
 }
 
 /// Parses one value of the retry-count header: ASCII digits with optional surrounding ASCII
@@ -346,7 +369,23 @@ mod tests {
             assert!(is_dropped_directive(d.to_ascii_lowercase().as_bytes()));
             assert!(is_dropped_directive(d.to_ascii_uppercase().as_bytes()));
         }
+        for d in [
+            "Nats-Schedule",
+            "Nats-Schedule-TTL",
+            "nats-schedule-target",
+            "NATS-SCHEDULE-TIME-ZONE",
+            "Nats-Schedule-Rollup",
+            "Nats-Schedule-Source",
+            "Nats-Batch-Id",
+            "nats-batch-sequence",
+            "Nats-Batch-Commit",
+        ] {
+            assert!(is_dropped_directive(d.as_bytes()), "{d}");
+        }
         assert!(!is_dropped_directive(b"Nats-Msg-Id"));
         assert!(!is_dropped_directive(b"Nats-Expected-Stream2"));
+        assert!(!is_dropped_directive(b"Nats-Batch"));
+        assert!(!is_dropped_directive(b"Nats-Sched"));
+        assert!(!is_dropped_directive(b"X-Nats-TTL"));
     }
 }

@@ -75,8 +75,8 @@ mod subject;
 pub use ack::{AckError, AckPayload, MAX_NAK_DELAY, Settlement};
 pub use delivery::{Attempt, Delivery, Model};
 pub use header::{
-    DROPPED_DIRECTIVES, Headers, RETRY_COUNT_HEADER, RetryCount, RetryCountReading,
-    is_dropped_directive, is_retry_count, parse_retry_count,
+    DROPPED_DIRECTIVE_PREFIXES, DROPPED_DIRECTIVES, Headers, RETRY_COUNT_HEADER, RetryCount,
+    RetryCountReading, is_dropped_directive, is_retry_count, parse_retry_count,
 };
 pub use message::{Message, Publication};
 pub use plan::{

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use proptest::prelude::*;
 use ruststream_core::{
-    AckReply, Action, DROPPED_DIRECTIVES, DelayQueue, Delivery, Disposition, Event, Headers,
-    Message, MountDeclaration, MountPolicy, Outcome, RETRY_COUNT_HEADER, RetryCount,
-    RetryCountReading, Settlement, Subject, plan, plan_with_clock,
+    AckReply, Action, DROPPED_DIRECTIVE_PREFIXES, DROPPED_DIRECTIVES, DelayQueue, Delivery,
+    Disposition, Event, Headers, Message, MountDeclaration, MountPolicy, Outcome,
+    RETRY_COUNT_HEADER, RetryCount, RetryCountReading, Settlement, Subject, plan, plan_with_clock,
 };
 
 fn base() -> Instant {
@@ -219,6 +219,11 @@ fn header_name() -> impl Strategy<Value = Vec<u8>> {
         Just(RETRY_COUNT_HEADER.to_owned()),
         Just("Nats-Msg-Id".to_owned()),
         proptest::sample::select(DROPPED_DIRECTIVES.to_vec()).prop_map(str::to_owned),
+        (
+            proptest::sample::select(DROPPED_DIRECTIVE_PREFIXES.to_vec()),
+            "[A-Za-z-]{0,8}"
+        )
+            .prop_map(|(prefix, rest)| format!("{prefix}{rest}")),
     ];
     let cased = (special, any::<u64>()).prop_map(|(name, bits)| {
         name.bytes()
@@ -262,11 +267,16 @@ fn lower(name: &[u8]) -> Vec<u8> {
     name.to_ascii_lowercase()
 }
 
-/// The reference of rule 9: a directive, compared in lower case.
+/// The reference of rule 9: a directive, or a name that starts with a directive prefix,
+/// compared in lower case.
 fn is_directive(name: &[u8]) -> bool {
+    let name = lower(name);
     DROPPED_DIRECTIVES
         .iter()
-        .any(|d| lower(d.as_bytes()) == lower(name))
+        .any(|d| lower(d.as_bytes()) == name)
+        || DROPPED_DIRECTIVE_PREFIXES
+            .iter()
+            .any(|p| name.starts_with(&lower(p.as_bytes())))
 }
 
 proptest! {
