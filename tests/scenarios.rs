@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use adapter::async_nats::HeaderMap;
 use adapter::{App, Delivery, Disposition, Mount, Outcome, Running, Settled, StartError};
-use ruststream_tests::{NatsServer, TestClient, Wire, capture_logs, eventually, logged};
+use ruststream_tests::{NatsServer, ServerOptions, TestClient, Wire, capture_logs, eventually, logged};
 
 /// Handler runs: (attempt, payload, when).
 type Runs = Arc<Mutex<Vec<(u64, String, Instant)>>>;
@@ -41,9 +41,14 @@ fn attempts(runs: &Runs) -> Vec<u64> {
 }
 
 async fn start(server: &NatsServer, events: &Events, build: impl FnOnce(App) -> App) -> Running {
+    start_at(&server.url(), events, build).await
+}
+
+/// As [`start`], connecting to `url` (one or several server URLs, credentials and all).
+async fn start_at(url: &str, events: &Events, build: impl FnOnce(App) -> App) -> Running {
     capture_logs();
     let sink = events.clone();
-    let app = App::new(&server.url())
+    let app = App::new(url)
         .grace_period(Duration::from_secs(2))
         .on_settled(move |s| sink.lock().unwrap().push(s.clone()));
     match build(app).start().await {
@@ -1170,4 +1175,229 @@ impl<F: std::future::Future<Output = ()>> PublishUntil for F {
             _ = publisher => {}
         }
     }
+}
+
+// ---------------------------------------------------- servers and URLs as users have them
+
+fn secured(options: ServerOptions) -> NatsServer {
+    NatsServer::start_with(options)
+}
+
+#[test]
+fn a_url_with_user_and_password_reaches_a_secured_server_through_a_list() {
+    run(async {
+        let server = secured(ServerOptions {
+            user_password: Some(("alice".into(), "s3cret-pw-4".into())),
+            ..ServerOptions::default()
+        });
+        let tc = TestClient::connect(&server).await;
+        let (r, ev) = (runs(), events());
+        let noop = |_: Delivery| async { Outcome::Ack };
+
+        let e = start_err(&server, |a| a.mount(Mount::core_subject("secured-anon", "sec.in"), noop)).await;
+        assert!(matches!(e, StartError::Connect(_)), "no credentials, no connection: {e}");
+
+        // The first server of the list is down: the client goes on to the next.
+        let list = format!(" nats://127.0.0.1:1 , {}", server.url_with_credentials());
+        let app = start_at(&list, &ev, |a| a.mount(Mount::core_subject("secured-up", "sec.in"), scripted(&r, |_, _| Outcome::Ack))).await;
+        core_publish(&tc, "sec.in", HeaderMap::new(), b"hello").await;
+        settled(&ev, 1).await;
+        assert_eq!(attempts(&r), [1]);
+
+        let port = server.url().rsplit(':').next().unwrap().to_owned();
+        let e = App::new(&format!("nats://alice:wr0ng-pw-5@127.0.0.1:{port}"))
+            .mount(Mount::core_subject("secured-wrong", "sec.in"), noop)
+            .start()
+            .await
+            .expect_err("a wrong password is refused");
+        assert!(matches!(e, StartError::Connect(_)), "{e}");
+        assert!(e.to_string().contains("authorization"), "says why: {e}");
+        for secret in ["s3cret-pw-4", "wr0ng-pw-5"] {
+            assert!(!e.to_string().contains(secret), "{e}");
+            assert!(ruststream_tests::log_lines(&[secret]).is_empty(), "a log line holds {secret}");
+        }
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn a_url_with_a_token_reaches_a_secured_server() {
+    run(async {
+        let server = secured(ServerOptions { token: Some("t0ken-6".into()), ..ServerOptions::default() });
+        let tc = TestClient::connect(&server).await;
+        let (r, ev) = (runs(), events());
+        let app = start_at(&server.url_with_credentials(), &ev, |a| {
+            a.mount(Mount::core_subject("token-up", "tok.in"), scripted(&r, |_, _| Outcome::Ack))
+        })
+        .await;
+        core_publish(&tc, "tok.in", HeaderMap::new(), b"hello").await;
+        settled(&ev, 1).await;
+        assert_eq!(attempts(&r), [1]);
+        assert!(ruststream_tests::log_lines(&["t0ken-6"]).is_empty(), "a log line holds the token");
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn a_server_url_that_does_not_parse_names_the_entry_and_the_part() {
+    run(async {
+        capture_logs();
+        let noop = |_: Delivery| async { Outcome::Ack };
+        let cases = [
+            ("nats://127.0.0.1:4222,,nats://127.0.0.1:4223", "server URL 2 of 3 is empty"),
+            ("http://127.0.0.1:4222", "scheme"),
+            ("nats://127.0.0.1:4222,nats://dave:pw-7@127.0.0.1:99999", "server URL 2 of 2"),
+            ("nats://dave:pw-8@127.0.0.1:1,nats://erin:pw-9@127.0.0.1:2", "other credentials"),
+        ];
+        for (url, expected) in cases {
+            let e = App::new(url).mount(Mount::core_subject("bad-url", "u.in"), noop).start().await.expect_err(url);
+            assert!(matches!(e, StartError::ServerUrl(_)), "{url}: {e}");
+            assert!(e.to_string().contains(expected), "{url}: {e}");
+            for secret in ["pw-7", "pw-8", "pw-9"] {
+                assert!(!e.to_string().contains(secret), "{e}");
+            }
+        }
+    });
+}
+
+/// Whether the server this suite runs on accepts a `BackOff` list without `max_deliver`
+/// (nats-server 2.10.14 and later; older ones require `max_deliver` above the list's length).
+fn accepts_backoff_without_max_deliver(server: &NatsServer) -> bool {
+    server.version() >= (2, 10, 14)
+}
+
+#[test]
+fn rule_11_a_backoff_consumer_runs_with_a_warning_on_every_server() {
+    run(async {
+        let (server, tc, acks, r, ev) = js_case().await;
+        let backoff = vec![Duration::from_millis(300), Duration::from_millis(600)];
+        let config = |max_deliver| adapter::async_nats::jetstream::consumer::pull::Config {
+            durable_name: Some("worker".into()),
+            ack_policy: adapter::async_nats::jetstream::consumer::AckPolicy::Explicit,
+            backoff: backoff.clone(),
+            max_deliver,
+            ..Default::default()
+        };
+        let orders = tc.js.get_stream("ORDERS").await.unwrap();
+        let unset = orders.create_consumer(config(-1)).await;
+        if accepts_backoff_without_max_deliver(&server) {
+            unset.expect("a current server takes BackOff without max_deliver");
+        } else {
+            let e = unset.expect_err("nats-server before 2.10.14 requires max_deliver with BackOff");
+            assert!(e.to_string().contains("max deliver"), "{e}");
+            orders.create_consumer(config(5)).await.expect("with max_deliver above the list and max_attempts");
+        }
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::jetstream("backoff", "ORDERS", "worker").max_attempts(3),
+                scripted(&r, |attempt, _| if attempt < 3 { Outcome::Retry } else { Outcome::Ack }),
+            )
+        })
+        .await;
+        logged(&["WARN", "backoff", "BackOff"]).await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"{}").await;
+        acks.at_least(3).await;
+        assert_eq!(acks.payloads(), ["-NAK", "-NAK", "+ACK"]);
+        assert_eq!(attempts(&r), [1, 2, 3]);
+        eventually_info(&tc, |i| i.num_ack_pending == 0 && i.num_pending == 0).await;
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn rule_09_a_per_message_ttl_is_not_forwarded_to_a_dead_letter() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = TestClient::connect(&server).await;
+        // Per-message TTLs came with nats-server 2.11; older servers store `Nats-TTL` as an
+        // ordinary header, and the dead letter must drop it there too.
+        tc.js
+            .create_stream(adapter::async_nats::jetstream::stream::Config {
+                name: "ORDERS".into(),
+                subjects: vec!["orders.>".into()],
+                storage: adapter::async_nats::jetstream::stream::StorageType::Memory,
+                allow_message_ttl: server.version() >= (2, 11, 0),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        tc.stream("DLQ", &["dlq.>"]).await; // no per-message TTLs here
+        let acks = Wire::watch(&tc.client, "$JS.ACK.ORDERS.>").await;
+        let (r, ev) = (runs(), events());
+        let app = start(&server, &ev, |a| {
+            a.mount(js_mount("ttl-dlq").max_attempts(2).dead_letter("dlq.ttl"), scripted(&r, |_, _| Outcome::Retry))
+        })
+        .await;
+        tc.js_publish("orders.new", headers(&[("Nats-TTL", "1h"), ("Trace-Id", "t-1")]), b"{}").await;
+        acks.at_least(2).await;
+        assert_eq!(acks.payloads(), ["-NAK", "+TERM"], "the dead letter was stored at the first try");
+        let stored = tc.stored("DLQ").await;
+        assert_eq!(stored.len(), 1);
+        assert_eq!(stored[0].1, [("Trace-Id".to_owned(), "t-1".to_owned())]);
+        eventually_info(&tc, |i| i.num_ack_pending == 0 && i.num_pending == 0).await;
+        app.shutdown().await;
+    });
+}
+
+/// Whether the server this suite runs on can send the ack reply subject's v2 form (its
+/// `js_ack_fc_v2` feature flag came with nats-server 2.14).
+fn sends_v2_ack_replies(server_version: (u32, u32, u32)) -> bool {
+    server_version >= (2, 14, 0)
+}
+
+#[test]
+fn rule_01_the_v2_ack_reply_form_is_read_and_settled() {
+    run(async {
+        let version = ruststream_tests::nats_server_version();
+        let v2 = sends_v2_ack_replies(version);
+        let server = NatsServer::start_with(ServerOptions {
+            config: v2.then(|| "feature_flags {\n  js_ack_fc_v2: true\n}\n".to_owned()),
+            ..ServerOptions::default()
+        });
+        let tc = js_setup(&server).await;
+        let acks = Wire::watch(&tc.client, "$JS.ACK.>").await;
+        let seen: Arc<Mutex<Vec<(String, u64, u64)>>> = Arc::default();
+        let sink = seen.clone();
+        let ev = events();
+        let app = start(&server, &ev, |a| {
+            a.mount(js_mount("ack-v2").max_attempts(2).dead_letter("dlq.v2"), move |d: Delivery| {
+                let js = d.jetstream.clone().expect("a JetStream delivery");
+                let payload = String::from_utf8_lossy(&d.payload).into_owned();
+                sink.lock().unwrap().push((format!("{}/{}", js.stream, js.consumer), js.delivered, js.stream_sequence));
+                std::future::ready(match (payload.as_str(), d.attempt.get()) {
+                    ("ok", _) => Outcome::Ack,
+                    ("flaky", 1) => Outcome::RetryAfter(Duration::from_millis(50)),
+                    ("flaky", _) => Outcome::Ack,
+                    _ => Outcome::Retry,
+                })
+            })
+        })
+        .await;
+        for payload in [&b"ok"[..], b"flaky", b"poison"] {
+            tc.js_publish("orders.new", HeaderMap::new(), payload).await;
+        }
+        acks.at_least(5).await;
+        eventually_info(&tc, |i| i.num_ack_pending == 0 && i.num_pending == 0).await;
+        let replies: Vec<String> = acks.all().iter().map(|s| s.subject.clone()).collect();
+        let tokens = if v2 { 11 } else { 9 };
+        for reply in &replies {
+            let parts: Vec<&str> = reply.split('.').collect();
+            assert_eq!(parts.len(), tokens, "{reply} on nats-server {version:?}");
+            if v2 {
+                assert_eq!(parts[2], "_", "no JetStream domain: {reply}");
+                assert_eq!(&parts[4..6], ["ORDERS", "worker"], "{reply}");
+            }
+        }
+        let mut payloads = acks.payloads();
+        payloads.sort();
+        assert_eq!(payloads, ["+ACK", "+ACK", "+TERM", "-NAK", "-NAK {\"delay\": 50000000}"]);
+        let seen = seen.lock().unwrap().clone();
+        assert!(seen.iter().all(|(names, _, _)| names == "ORDERS/worker"), "{seen:?}");
+        let mut delivered: Vec<(u64, u64)> = seen.iter().map(|(_, d, s)| (*s, *d)).collect();
+        delivered.sort();
+        assert_eq!(delivered, [(1, 1), (2, 1), (2, 2), (3, 1), (3, 2)], "(stream sequence, delivered)");
+        assert_eq!(tc.stream_len("DLQ").await, 1);
+        println!("nats-server {version:?}: ack reply subjects of {tokens} tokens, e.g. {}", replies[0]);
+        app.shutdown().await;
+    });
 }

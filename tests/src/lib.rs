@@ -19,7 +19,7 @@ pub const PATIENCE: Duration = Duration::from_secs(10);
 
 mod server;
 
-pub use server::{NatsServer, nats_server_bin};
+pub use server::{NatsServer, ServerOptions, nats_server_bin, nats_server_version};
 
 /// Everything logged by the process, captured once for all tests (they run in parallel, so
 /// assertions filter by a mount name unique to the test).
@@ -199,9 +199,18 @@ pub struct TestClient {
 }
 
 impl TestClient {
-    /// Connects to `server`.
+    /// Connects to `server`, with its credentials if it requires any.
     pub async fn connect(server: &NatsServer) -> Self {
-        let client = async_nats::connect(server.url())
+        let setup = server.options();
+        let mut options = async_nats::ConnectOptions::new();
+        if let Some((user, password)) = &setup.user_password {
+            options = options.user_and_password(user.clone(), password.clone());
+        }
+        if let Some(token) = &setup.token {
+            options = options.token(token.clone());
+        }
+        let client = options
+            .connect(server.url())
             .await
             .expect("test client connects");
         let js = jetstream::new(client.clone());

@@ -35,6 +35,46 @@ pub fn nats_server_bin() -> Result<PathBuf, String> {
         })
 }
 
+/// The version of the nats-server binary tests run ([`nats_server_bin`]): `(major, minor,
+/// patch)`, read once from `nats-server --version` (`nats-server: v2.9.10`).
+///
+/// # Panics
+/// When there is no binary, or it does not say its version in that form.
+pub fn nats_server_version() -> (u32, u32, u32) {
+    static VERSION: std::sync::OnceLock<(u32, u32, u32)> = std::sync::OnceLock::new();
+    *VERSION.get_or_init(|| {
+        let bin = nats_server_bin().unwrap_or_else(|e| panic!("{e}"));
+        let out = Command::new(&bin)
+            .arg("--version")
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {} --version: {e}", bin.display()));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let parsed = text
+            .trim()
+            .rsplit('v')
+            .next()
+            .map(|v| v.split(['.', '-']).map(str::parse::<u32>).collect::<Vec<_>>());
+        match parsed.as_deref() {
+            Some([Ok(major), Ok(minor), Ok(patch), ..]) => (*major, *minor, *patch),
+            _ => panic!("{} --version said {text:?}", bin.display()),
+        }
+    })
+}
+
+/// How a test server is set up beyond the defaults (JetStream on, no authorization).
+#[derive(Debug, Clone, Default)]
+pub struct ServerOptions {
+    /// Run without JetStream (Core NATS only).
+    pub without_jetstream: bool,
+    /// Require this user and password of every client (`--user`, `--pass`).
+    pub user_password: Option<(String, String)>,
+    /// Require this token of every client (`--auth`).
+    pub token: Option<String>,
+    /// A configuration file's text (`-c`), for what has no command-line flag, such as
+    /// `feature_flags`. The flags above win over it.
+    pub config: Option<String>,
+}
+
 /// A private nats-server with JetStream on a free loopback port and a temporary store,
 /// killed on drop. It can be stopped and started again on the same port and store.
 pub struct NatsServer {
@@ -42,7 +82,7 @@ pub struct NatsServer {
     port: u16,
     store: tempfile::TempDir,
     bin: PathBuf,
-    jetstream: bool,
+    options: ServerOptions,
 }
 
 impl NatsServer {
@@ -60,7 +100,7 @@ impl NatsServer {
     /// When the binary is missing, no port or store can be had, or the server does not
     /// listen within 10 s.
     pub fn try_start() -> Result<Self, String> {
-        Self::try_start_with(true)
+        Self::try_start_with(ServerOptions::default())
     }
 
     /// Starts a server without JetStream (Core NATS only), for tests of what a mount does
@@ -69,16 +109,27 @@ impl NatsServer {
     /// # Panics
     /// As [`start`](Self::start).
     pub fn start_without_jetstream() -> Self {
-        Self::try_start_with(false).unwrap_or_else(|e| panic!("{e}"))
+        Self::start_with(ServerOptions {
+            without_jetstream: true,
+            ..ServerOptions::default()
+        })
     }
 
-    fn try_start_with(jetstream: bool) -> Result<Self, String> {
+    /// Starts a server set up as `options` says.
+    ///
+    /// # Panics
+    /// As [`start`](Self::start).
+    pub fn start_with(options: ServerOptions) -> Self {
+        Self::try_start_with(options).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn try_start_with(options: ServerOptions) -> Result<Self, String> {
         let mut server = Self {
             child: None,
             port: 0,
             store: tempfile::tempdir().map_err(|e| format!("no temporary store: {e}"))?,
             bin: nats_server_bin()?,
-            jetstream,
+            options,
         };
         server.spawn()?;
         Ok(server)
@@ -94,18 +145,32 @@ impl NatsServer {
             0 => "-1".to_owned(),
             known => known.to_string(),
         };
+        // The server logs to stderr: into a file in the store, read back if it will not start.
+        let log_file = self.store.path().join("server.log");
+        let log = std::fs::File::create(&log_file).map_err(|e| format!("no server log: {e}"))?;
         let mut command = Command::new(&self.bin);
+        if let Some(config) = &self.options.config {
+            let file = self.store.path().join("server.conf");
+            std::fs::write(&file, config).map_err(|e| format!("cannot write {file:?}: {e}"))?;
+            command.arg("-c").arg(file);
+        }
         command.args(["-a", "127.0.0.1", "-p", &port_arg]);
-        if self.jetstream {
+        if !self.options.without_jetstream {
             command
                 .args(["-js", "-sd"])
                 .arg(self.store.path().join("jetstream"));
+        }
+        if let Some((user, password)) = &self.options.user_password {
+            command.args(["--user", user, "--pass", password]);
+        }
+        if let Some(token) = &self.options.token {
+            command.args(["--auth", token]);
         }
         let child = command
             .arg("--ports_file_dir")
             .arg(&ports_dir)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::from(log))
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", self.bin.display()))?;
         let pid = child.id();
@@ -113,7 +178,11 @@ impl NatsServer {
         let deadline = Instant::now() + START_PATIENCE;
         loop {
             if let Ok(Some(status)) = child.try_wait() {
-                return Err(format!("nats-server exited at start-up with {status}"));
+                let said = std::fs::read_to_string(&log_file).unwrap_or_default();
+                return Err(format!(
+                    "nats-server exited at start-up with {status}: {}",
+                    said.trim()
+                ));
             }
             if let Some(port) = read_ports_file(&ports_dir, pid)
                 && TcpStream::connect(("127.0.0.1", port)).is_ok()
@@ -131,6 +200,26 @@ impl NatsServer {
     /// The URL to connect to.
     pub fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// The URL to connect to, with the server's user and password or token in it.
+    pub fn url_with_credentials(&self) -> String {
+        let port = self.port;
+        match (&self.options.user_password, &self.options.token) {
+            (Some((user, password)), _) => format!("nats://{user}:{password}@127.0.0.1:{port}"),
+            (None, Some(token)) => format!("nats://{token}@127.0.0.1:{port}"),
+            (None, None) => self.url(),
+        }
+    }
+
+    /// How the server was set up.
+    pub fn options(&self) -> &ServerOptions {
+        &self.options
+    }
+
+    /// The version of the binary this server runs, as [`nats_server_version`] reads it.
+    pub fn version(&self) -> (u32, u32, u32) {
+        nats_server_version()
     }
 
     /// Kills the server (the store stays).
