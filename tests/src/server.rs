@@ -49,11 +49,11 @@ pub fn nats_server_version() -> (u32, u32, u32) {
             .output()
             .unwrap_or_else(|e| panic!("cannot run {} --version: {e}", bin.display()));
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let parsed = text
-            .trim()
-            .rsplit('v')
-            .next()
-            .map(|v| v.split(['.', '-']).map(str::parse::<u32>).collect::<Vec<_>>());
+        let parsed = text.trim().rsplit('v').next().map(|v| {
+            v.split(['.', '-'])
+                .map(str::parse::<u32>)
+                .collect::<Vec<_>>()
+        });
         match parsed.as_deref() {
             Some([Ok(major), Ok(minor), Ok(patch), ..]) => (*major, *minor, *patch),
             _ => panic!("{} --version said {text:?}", bin.display()),
