@@ -1397,7 +1397,7 @@ fn rule_01_the_v2_ack_reply_form_is_read_and_settled() {
         delivered.sort();
         assert_eq!(delivered, [(1, 1), (2, 1), (2, 2), (3, 1), (3, 2)], "(stream sequence, delivered)");
         assert_eq!(tc.stream_len("DLQ").await, 1);
-        println!("nats-server {version:?}: ack reply subjects of {tokens} tokens, e.g. {}", replies[0]);
+        eprintln!("nats-server {version:?}: ack reply subjects of {tokens} tokens, e.g. {}", replies[0]);
         app.shutdown().await;
     });
 }

@@ -5,8 +5,9 @@
 //! subject; on Core NATS with copies carrying `x-ruststream-retry-count`, bounded by
 //! `max_attempts`, and dead letters that are confirmed before anything is settled.
 //!
-//! The public API is `ruststream-tokio`'s, item for item: switching runtime means changing the
-//! crate name and the executor, nothing else. Both crates give `ruststream-adapter` (the
+//! The public API is `ruststream-tokio`'s, item for item, plus [`Compat`]: switching runtime
+//! means changing the crate name and the executor, and wrapping the async-nats calls your own
+//! code makes outside handlers in [`Compat`] (see below). Both crates give `ruststream-adapter` (the
 //! execution code, generic over its `Runtime` trait) their runtime; this crate's is smol
 //! (`runtime.rs`: spawn, timers, clock, signals, and the Tokio reactor), the only source file
 //! besides this one.
@@ -45,6 +46,48 @@
 //! drives. A future spawned outside any app (none of this crate's) falls back to
 //! [async-compat](https://docs.rs/async-compat)'s Tokio context.
 //!
+//! # Your own async-nats client, and async-nats outside a handler
+//! async-nats needs a Tokio context wherever it starts a task (`async_nats::connect`,
+//! `ConnectOptions::connect`, `async_nats::jetstream::new`) or arms a timer (most JetStream
+//! calls: `get_stream`,
+//! `create_stream`, `publish(..).await` of a publish acknowledgement, requests). Inside an
+//! app's handlers it has one. Anywhere else in a smol program (`main`, a task of your own),
+//! wrap the future in [`Compat`] (re-exported from
+//! [async-compat](https://docs.rs/async-compat)), which runs it inside a Tokio runtime
+//! async-compat keeps on a thread of its own; without it async-nats panics with "there is no
+//! reactor running":
+//!
+//! ```no_run
+//! use ruststream_smol::{App, Compat, Delivery, Mount, Outcome, async_nats};
+//!
+//! smol::block_on(async {
+//!     // The connection task runs on async-compat's Tokio runtime, for the client's life.
+//!     let client = Compat::new(async_nats::connect("nats://127.0.0.1:4222")).await?;
+//!     let js = Compat::new(async { async_nats::jetstream::new(client.clone()) }).await;
+//!     Compat::new(js.get_or_create_stream(async_nats::jetstream::stream::Config {
+//!         name: "ORDERS".into(),
+//!         subjects: vec!["orders.>".into()],
+//!         ..Default::default()
+//!     }))
+//!     .await?;
+//!     let running = App::with_client(client.clone())
+//!         .mount(Mount::jetstream("orders", "ORDERS", "worker"), |_: Delivery| async {
+//!             Outcome::Ack
+//!         })
+//!         .start()
+//!         .await?;
+//!     // A Core publish needs no Tokio context; a JetStream one (a timer) does.
+//!     client.publish("greet.new", "hello".into()).await?;
+//!     Compat::new(js.publish("orders.new", "{}".into())).await?.await?;
+//!     running.until_signal().await;
+//!     Ok::<_, Box<dyn std::error::Error>>(())
+//! })?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! [`App::new`] and [`App::with_options`] need none of this: the app connects inside its own
+//! reactor.
+//!
 //! # How to drive it
 //! ```no_run
 //! use ruststream_smol::{App, Delivery, Mount, Outcome};
@@ -75,6 +118,10 @@ pub type App = ruststream_adapter::App<Runtime>;
 
 /// A started app, on this crate's runtime.
 pub type Running = ruststream_adapter::Running<Runtime>;
+
+/// Runs a future inside a Tokio context (async-compat's): what async-nats calls made outside
+/// an app's handlers need on smol. See the crate docs.
+pub use async_compat::Compat;
 
 pub use ruststream_adapter::{
     Attempt, DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY, DEFAULT_GRACE_PERIOD, DeclarationError,

@@ -17,6 +17,14 @@
 //!   --dead-letter SUBJECT   where deliveries at the limit go (needs --max-attempts)
 //!   --queue-group GROUP     Core queue group
 //!   --ack-wait-ms MS        ack_wait of a consumer the service creates (default 30000)
+//!   --runtime tokio|smol    which adapter runs the mount (default tokio)
+//! CONNECTION (see below):
+//!   --url URL               one server URL, or several separated by commas
+//!   --creds FILE            a credentials file (JWT and NKey seed)
+//!   --user USER --password PASSWORD
+//!   --token TOKEN
+//!   --tls-ca FILE           trust this CA (PEM) for the server's certificate
+//!   --tls-cert FILE --tls-key FILE   a client certificate and its key (PEM)
 //!   --help                  this usage
 //! ```
 //!
@@ -24,7 +32,10 @@
 //! explicit ack and no `max_deliver`, and like any new consumer it delivers the whole stream
 //! from the start. Conflicting or repeated flags are refused.
 //!
-//! The URL is `--url`, else `NATS_URL`, else `nats://127.0.0.1:4222`.
+//! The URL is `--url`, else `NATS_URL`, else `nats://127.0.0.1:4222`. It may carry credentials
+//! (`nats://user:password@host:4222`, `nats://token@host:4222`), which is the way to keep
+//! them out of the process list: put the URL in `NATS_URL`. `--password` and `--token` are
+//! visible to anyone who can list processes. Credentials are never printed.
 //!
 //! Payloads: `{"outcome":"ack"}`, `{"outcome":"retry"}`,
 //! `{"outcome":"retry_after","delay_ms":200}`, `{"outcome":"drop"}`, `"none"` (or
@@ -41,13 +52,19 @@
 //! It runs until SIGINT or SIGTERM, then shuts down gracefully (a second signal ends the grace
 //! period at once). Logs go to stderr
 //! (`RUST_LOG=ruststream=debug` shows every settlement).
+//!
+//! Refusals go to stderr as `scripted: mount `NAME`: what is wrong`, like the library's
+//! start-up errors, and the exit code says which: 2 for flags the example refuses itself, 1
+//! for what the library or the server refuses. A clean shutdown exits 0.
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, missing_docs)]
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::time::Duration;
 
-use ruststream_tokio::{App, Delivery, Mount, Outcome};
+use ruststream_adapter::async_nats::ConnectOptions;
+use ruststream_tokio::{Delivery, Mount, Outcome};
 
 #[derive(Default)]
 struct Flags {
@@ -62,10 +79,20 @@ struct Flags {
     dead_letter: Option<String>,
     queue_group: Option<String>,
     ack_wait_ms: Option<u64>,
+    runtime: Option<String>,
+    creds: Option<PathBuf>,
+    user: Option<String>,
+    password: Option<String>,
+    token: Option<String>,
+    tls_ca: Option<PathBuf>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
 }
 
 const USAGE: &str = "usage: scripted [--url URL] (--subject S | --wildcard W --copy-subject S | --stream S --durable D)
                 [--name NAME] [--max-attempts N] [--dead-letter S] [--queue-group G] [--ack-wait-ms MS]
+                [--runtime tokio|smol] [--creds FILE] [--user U --password P] [--token T]
+                [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]
 see the top of adapter-tokio/examples/scripted.rs";
 
 fn set<T>(slot: &mut Option<T>, flag: &str, value: T) -> Result<(), String> {
@@ -102,6 +129,17 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Flags, String> {
                 0 => return Err("--ack-wait-ms must be at least 1".to_owned()),
                 ms => set(&mut f.ack_wait_ms, &flag, ms)?,
             },
+            "--runtime" => match value()?.as_str() {
+                runtime @ ("tokio" | "smol") => set(&mut f.runtime, &flag, runtime.to_owned())?,
+                other => return Err(format!("--runtime is tokio or smol, not `{other}`")),
+            },
+            "--creds" => set(&mut f.creds, &flag, value()?.into())?,
+            "--user" => set(&mut f.user, &flag, value()?)?,
+            "--password" => set(&mut f.password, &flag, value()?)?,
+            "--token" => set(&mut f.token, &flag, value()?)?,
+            "--tls-ca" => set(&mut f.tls_ca, &flag, value()?.into())?,
+            "--tls-cert" => set(&mut f.tls_cert, &flag, value()?.into())?,
+            "--tls-key" => set(&mut f.tls_key, &flag, value()?.into())?,
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -207,39 +245,59 @@ async fn handle(d: Delivery) -> Outcome {
     }
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    let flags = match parse(std::env::args().skip(1)) {
-        Ok(f) => f,
-        Err(e) if e.is_empty() => {
-            println!("{USAGE}");
-            return std::process::ExitCode::SUCCESS;
+/// The connection options the flags ask for. Credentials from the URL are added by the app.
+fn connect_options(f: &Flags) -> Result<ConnectOptions, String> {
+    let mut options = ConnectOptions::new();
+    match (&f.user, &f.password) {
+        (Some(user), Some(password)) => {
+            options = options.user_and_password(user.clone(), password.clone());
         }
-        Err(e) => {
-            eprintln!("scripted: {e}\n{USAGE}");
-            return std::process::ExitCode::from(2);
+        (None, None) => {}
+        _ => return Err("--user and --password go together".to_owned()),
+    }
+    if let Some(token) = &f.token {
+        if f.user.is_some() {
+            return Err("give --token or --user/--password, not both".to_owned());
         }
-    };
-    let mount = match mount(&flags) {
-        Ok(m) => m,
-        Err(e) => {
-            eprintln!("scripted: {e}\n{USAGE}");
-            return std::process::ExitCode::from(2);
+        options = options.token(token.clone());
+    }
+    if let Some(file) = &f.creds {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| format!("--creds {}: {e}", file.display()))?;
+        options = options
+            .credentials(&text)
+            .map_err(|e| format!("--creds {}: {e}", file.display()))?;
+    }
+    if let Some(ca) = &f.tls_ca {
+        options = options.add_root_certificates(ca.clone()).require_tls(true);
+    }
+    match (&f.tls_cert, &f.tls_key) {
+        (Some(cert), Some(key)) => {
+            options = options
+                .add_client_certificate(cert.clone(), key.clone())
+                .require_tls(true);
         }
-    };
-    let url = flags
-        .url
-        .clone()
-        .or_else(|| std::env::var("NATS_URL").ok())
-        .unwrap_or_else(|| "nats://127.0.0.1:4222".to_owned());
-    match App::new(&url).mount(mount, handle).run().await {
+        (None, None) => {}
+        _ => return Err("--tls-cert and --tls-key go together".to_owned()),
+    }
+    Ok(options)
+}
+
+/// The mount's name as the flags give it, even when they do not parse: every refusal names it.
+fn mount_name(args: &[String]) -> String {
+    args.windows(2)
+        .find(|pair| pair[0] == "--name")
+        .map_or_else(|| "scripted".to_owned(), |pair| pair[1].clone())
+}
+
+/// Starts the app on the runtime `R` and runs it until a signal.
+async fn serve<R: ruststream_adapter::Runtime>(
+    url: &str,
+    options: ConnectOptions,
+    mount: Mount,
+) -> std::process::ExitCode {
+    let app = ruststream_adapter::App::<R>::with_options(url, options).mount(mount, handle);
+    match app.run().await {
         Ok(report) => {
             eprintln!("scripted: stopped ({report:?})");
             std::process::ExitCode::SUCCESS
@@ -248,5 +306,50 @@ async fn main() -> std::process::ExitCode {
             eprintln!("scripted: {e}");
             std::process::ExitCode::from(1)
         }
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let name = mount_name(&args);
+    let refused = |e: String| {
+        eprintln!("scripted: mount `{name}`: {e}\n{USAGE}");
+        std::process::ExitCode::from(2)
+    };
+    let flags = match parse(args.iter().cloned()) {
+        Ok(f) => f,
+        Err(e) if e.is_empty() => {
+            println!("{USAGE}");
+            return std::process::ExitCode::SUCCESS;
+        }
+        Err(e) => return refused(e),
+    };
+    let (mount, options) = match mount(&flags).and_then(|m| Ok((m, connect_options(&flags)?))) {
+        Ok(both) => both,
+        Err(e) => return refused(e),
+    };
+    let url = flags
+        .url
+        .clone()
+        .or_else(|| std::env::var("NATS_URL").ok())
+        .unwrap_or_else(|| "nats://127.0.0.1:4222".to_owned());
+    match flags.runtime.as_deref() {
+        Some("smol") => smol::block_on(serve::<ruststream_smol::Runtime>(&url, options, mount)),
+        _ => match tokio::runtime::Runtime::new() {
+            Ok(runtime) => {
+                runtime.block_on(serve::<ruststream_tokio::Runtime>(&url, options, mount))
+            }
+            Err(e) => {
+                eprintln!("scripted: cannot start tokio: {e}");
+                std::process::ExitCode::from(1)
+            }
+        },
     }
 }

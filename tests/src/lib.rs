@@ -309,3 +309,25 @@ impl TestClient {
         s.consumer_info(consumer).await.expect("consumer info")
     }
 }
+
+/// The path of an example binary of this workspace (`cargo test --workspace` builds every
+/// example before it runs a test): `target/<profile>/examples/<name>`, beside the test
+/// binary's own `deps/` folder.
+///
+/// # Panics
+/// When it is not there, saying how to build it: a test fails loudly, it never skips.
+pub fn example_bin(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let profile_dir = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("the test binary lives in target/<profile>/deps");
+    let bin = profile_dir.join("examples").join(name);
+    assert!(
+        bin.is_file(),
+        "{} is not built: run `cargo build --workspace --examples` (`cargo test --workspace` \
+         builds it)",
+        bin.display()
+    );
+    bin
+}

@@ -2,7 +2,7 @@
 //! summary checked against what the server reports.
 //!
 //! ```sh
-//! cargo run -p ruststream-smol --example demo
+//! cargo run -p ruststream-smol --example smol_demo
 //! ```
 //!
 //! Uses `NATS_URL` if set (the server needs JetStream); otherwise starts a private nats-server

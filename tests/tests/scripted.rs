@@ -1,0 +1,256 @@
+//! The `scripted` example as a user runs it, on both runtimes: a secured server reached with
+//! its credentials (flags, or a URL), one delivery on the wire, a clean stop on SIGTERM, and
+//! refusals that name the mount and exit non-zero. Nothing it prints holds a secret.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ruststream_tests::{NatsServer, PATIENCE, ServerOptions, TestClient, eventually, example_bin};
+
+const PASSWORD: &str = "scr1pted-pw";
+const TOKEN: &str = "scr1pted-token";
+
+/// A running `scripted`: its process and every line it has printed so far.
+struct Service {
+    child: Child,
+    stdout: Arc<Mutex<Vec<String>>>,
+    stderr: Arc<Mutex<Vec<String>>>,
+}
+
+fn collect(stream: impl std::io::Read + Send + 'static) -> Arc<Mutex<Vec<String>>> {
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stream).lines().map_while(Result::ok) {
+            sink.lock().unwrap().push(line);
+        }
+    });
+    lines
+}
+
+impl Service {
+    fn spawn(args: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut command = Command::new(example_bin("scripted"));
+        command
+            .args(args)
+            .env_remove("NATS_URL")
+            // Everything ruststream logs, to show that none of it holds a secret.
+            .env("RUST_LOG", "info,ruststream=trace")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().expect("scripted starts");
+        let stdout = collect(child.stdout.take().unwrap());
+        let stderr = collect(child.stderr.take().unwrap());
+        Self {
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    fn printed(&self) -> String {
+        let mut all = self.stdout.lock().unwrap().join("\n");
+        all.push('\n');
+        all.push_str(&self.stderr.lock().unwrap().join("\n"));
+        all
+    }
+
+    async fn wait_for(&self, text: &str) {
+        eventually(&format!("scripted to print {text:?}"), || {
+            self.printed().contains(text).then_some(())
+        })
+        .await;
+    }
+
+    /// Waits for the process to exit; its exit code.
+    async fn exit_code(&mut self) -> i32 {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                // Let the reader threads take the last lines.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                return status.code().expect("exited, not killed by a signal");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "scripted did not exit:\n{}",
+                self.printed()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn terminate(&self) {
+        let status = Command::new("sh")
+            .args(["-c", "kill -s TERM \"$1\"", "sh"])
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn run(scenario: impl std::future::Future<Output = ()>) {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(scenario);
+}
+
+/// One delivery through `scripted` on `runtime`, to a server that requires `auth`, connected
+/// as `connect` (flags) and `env` say, where `{url}` stands for the server's URL and
+/// `{secret_url}` for it with the credentials in it; then SIGTERM, a clean exit, and no
+/// secret printed.
+async fn one_delivery(runtime: &str, auth: ServerOptions, connect: &[&str], env: &[(&str, &str)]) {
+    let server = NatsServer::start_with(auth);
+    let tc = TestClient::connect(&server).await;
+    let subject = format!("scripted.{runtime}");
+    let fill = |text: &str| {
+        text.replace("{url}", &server.url())
+            .replace("{secret_url}", &server.url_with_credentials())
+    };
+    let connect: Vec<String> = connect.iter().map(|a| fill(a)).collect();
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), fill(v)))
+        .collect();
+    let mut args = vec!["--runtime", runtime, "--subject", &subject];
+    args.extend(connect.iter().map(String::as_str));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut service = Service::spawn(&args, &env);
+    service.wait_for("ruststream started").await;
+    tc.client
+        .publish(subject.clone(), r#"{"outcome":"ack"}"#.into())
+        .await
+        .unwrap();
+    tc.client.flush().await.unwrap();
+    service
+        .wait_for(&format!(
+            "mount=scripted subject={subject} attempt=1 outcome=ack"
+        ))
+        .await;
+    service.terminate();
+    assert_eq!(service.exit_code().await, 0, "{}", service.printed());
+    let printed = service.printed();
+    assert!(printed.contains("scripted: stopped"), "{printed}");
+    for secret in [PASSWORD, TOKEN] {
+        assert!(
+            !printed.contains(secret),
+            "scripted printed a secret:\n{printed}"
+        );
+    }
+}
+
+fn user_password() -> ServerOptions {
+    ServerOptions {
+        user_password: Some(("alice".into(), PASSWORD.into())),
+        ..ServerOptions::default()
+    }
+}
+
+fn token() -> ServerOptions {
+    ServerOptions {
+        token: Some(TOKEN.into()),
+        ..ServerOptions::default()
+    }
+}
+
+#[test]
+fn scripted_reaches_a_secured_server_with_user_and_password_flags() {
+    run(async {
+        for runtime in ["tokio", "smol"] {
+            let connect = ["--url", "{url}", "--user", "alice", "--password", PASSWORD];
+            one_delivery(runtime, user_password(), &connect, &[]).await;
+        }
+    });
+}
+
+#[test]
+fn scripted_reaches_a_secured_server_with_a_token_flag_and_with_credentials_in_nats_url() {
+    run(async {
+        for runtime in ["tokio", "smol"] {
+            one_delivery(runtime, token(), &["--url", "{url}", "--token", TOKEN], &[]).await;
+            one_delivery(
+                runtime,
+                user_password(),
+                &[],
+                &[("NATS_URL", "{secret_url}")],
+            )
+            .await;
+            one_delivery(
+                runtime,
+                token(),
+                &["--url", "nats://127.0.0.1:1,{secret_url}"],
+                &[],
+            )
+            .await;
+        }
+    });
+}
+
+#[test]
+fn scripted_refusals_name_the_mount_and_exit_non_zero() {
+    run(async {
+        let server = NatsServer::start();
+        let url = server.url();
+        let cases: [(&[&str], i32, &str); 5] = [
+            (
+                &["--name", "w1", "--wildcard", "w.*"],
+                2,
+                "--wildcard needs --copy-subject",
+            ),
+            (
+                &["--name", "w2", "--subject", "a", "--user", "u"],
+                2,
+                "--user and --password",
+            ),
+            (
+                &["--name", "w3", "--subject", "a", "--runtime", "async-std"],
+                2,
+                "--runtime",
+            ),
+            (
+                &["--name", "w4", "--subject", "a", "--bogus"],
+                2,
+                "unknown flag --bogus",
+            ),
+            (
+                &["--name", "w5", "--subject", "a.*", "--url", &url],
+                1,
+                "contains a wildcard",
+            ),
+        ];
+        for (args, code, why) in cases {
+            let name = args[1];
+            let mut service = Service::spawn(args, &[]);
+            assert_eq!(
+                service.exit_code().await,
+                code,
+                "{args:?}: {}",
+                service.printed()
+            );
+            let printed = service.printed();
+            assert!(
+                printed.contains(&format!("scripted: mount `{name}`:")) && printed.contains(why),
+                "{args:?}: {printed}"
+            );
+        }
+    });
+}
