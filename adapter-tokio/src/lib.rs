@@ -66,3 +66,8 @@ pub use ruststream_adapter::{
     DecodeError, Delivery, Disposition, Handler, JetStreamInfo, Json, Mount, Outcome,
     OutcomeFuture, Settled, ShutdownHandle, ShutdownReport, StartError, async_nats,
 };
+
+/// The README's Rust examples, compiled as doctests so that they cannot drift from the API.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
