@@ -1078,6 +1078,9 @@ fn typed_handler_undecodable_payload_is_dead_lettered() {
         let stored = tc.stored("DLQ").await;
         assert_eq!(stored.len(), 1);
         assert_eq!(&stored[0].2[..], b"not json");
+        // The observers see which ran: the handler did not, for the payload that did not decode.
+        let seen: Vec<(bool, bool)> = settled(&ev, 2).await.iter().map(|s| (s.handler_ran, s.undecodable)).collect();
+        assert_eq!(seen, [(true, false), (false, true)]);
         app.shutdown().await;
     });
 }

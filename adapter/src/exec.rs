@@ -4,109 +4,17 @@
 //! and this module does it over async-nats, in order, stopping at the first publish that
 //! fails (the core's adapter obligations).
 
-use std::collections::BTreeSet;
 use std::str::FromStr;
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use async_nats::header::{HeaderName, HeaderValue};
 use async_nats::{Client, HeaderMap};
 use bytes::Bytes;
 use ruststream_core::{
-    Action, Delivery as CoreDelivery, Disposition, Headers, Log, Message, MountPolicy, Outcome,
-    PendingCopy, Plan, Publication,
+    Action, Delivery as CoreDelivery, Headers, Log, Message, PendingCopy, Plan, Publication,
 };
-use tokio::sync::mpsc;
 
-/// Where a mount's dead letters go, decided at start-up (rule 8).
-#[derive(Clone)]
-pub(crate) enum DeadLetterSink {
-    /// A stream stores the subject: a JetStream publish confirmed by the stream's ack.
-    JetStream(Box<async_nats::jetstream::Context>),
-    /// No stream stores it (Core mounts only): a plain publish, flushed to the server.
-    Plain,
-}
-
-/// A settled delivery, as [`App::on_settled`](crate::App::on_settled) observers see it.
-#[derive(Debug, Clone)]
-pub struct Settled {
-    /// The mount's name (kept once per process: see [`Delivery::mount`](crate::Delivery::mount)).
-    pub mount: &'static str,
-    /// The subject the delivery came on.
-    pub subject: async_nats::Subject,
-    /// Its attempt number, from 1.
-    pub attempt: u64,
-    /// Its stream sequence, on JetStream.
-    pub stream_sequence: Option<u64>,
-    /// What the handler returned; `None` when it did not run (past the limit), panicked
-    /// (reported as `Some(Outcome::None)`), or the payload did not decode.
-    pub outcome: Option<Outcome>,
-    /// Whether the handler was given the delivery: `false` past the limit (rule 3); `true`
-    /// with `outcome == None` when a typed handler's payload did not decode.
-    pub handler_ran: bool,
-    /// What the plan amounted to.
-    pub disposition: Disposition,
-    /// What went on the wire, as [`Plan`]'s `Display` gives it.
-    pub wire: String,
-}
-
-/// A callback told of every settlement.
-pub(crate) type Observer = Arc<dyn Fn(&Settled) + Send + Sync>;
-
-/// Everything a mount's deliveries are executed with.
-pub(crate) struct MountContext {
-    pub(crate) index: usize,
-    pub(crate) name: &'static str,
-    pub(crate) policy: MountPolicy,
-    pub(crate) handler: Arc<dyn crate::Handler>,
-    pub(crate) client: Client,
-    pub(crate) dead_letters: DeadLetterSink,
-    pub(crate) delayed: mpsc::UnboundedSender<(PendingCopy, Instant)>,
-    pub(crate) jetstream_names: Option<(&'static str, &'static str)>,
-    /// The mount's literal subject, shared: see [`MountContext::subject`].
-    pub(crate) literal_subject: LiteralSubject,
-    pub(crate) observer: Option<Observer>,
-}
-
-/// A literal subject a mount's deliveries come on, kept once per process (see [`intern`]).
-pub(crate) enum LiteralSubject {
-    /// A Core subject: every delivery comes on it, as a subscription to a literal subject
-    /// receives that subject only.
-    Every(async_nats::Subject),
-    /// A wildcard's copy subject (rule 10): the copies come on it.
-    Some(async_nats::Subject),
-    /// A JetStream consumer's deliveries come on the subjects of its stream.
-    None,
-}
-
-impl MountContext {
-    /// `subject` for a handler's delivery. A delivered subject is its own buffer, and its first
-    /// clone allocates a shared one; a delivery on the mount's literal subject gets the
-    /// mount's copy instead, which costs nothing to clone (no allocation, no reference count).
-    pub(crate) fn subject(&self, subject: &async_nats::Subject) -> async_nats::Subject {
-        match &self.literal_subject {
-            LiteralSubject::Every(literal) => literal.clone(),
-            LiteralSubject::Some(literal) if literal == subject => literal.clone(),
-            LiteralSubject::Some(_) | LiteralSubject::None => subject.clone(),
-        }
-    }
-}
-
-/// `name` kept for the life of the process, once per distinct name: mount, stream and
-/// consumer names and mounts' literal subjects, which every delivery carries, then cost no
-/// reference counting. A name is
-/// allocated the first time it is seen and never freed, so the memory this holds is bounded by
-/// the distinct names a process uses, not by how many apps it starts.
-pub(crate) fn intern(name: &str) -> &'static str {
-    static NAMES: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
-    let mut names = NAMES.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(kept) = names.get(name) {
-        return kept;
-    }
-    let kept: &'static str = Box::leak(name.into());
-    names.insert(kept);
-    kept
-}
+use crate::mount_context::{DeadLetterSink, MountContext};
 
 /// A publish that failed; the plan stopped there.
 #[derive(Debug)]
@@ -261,6 +169,15 @@ fn schedule_copy(
         .map_err(|_| PublishFailed("the delay queue has stopped".to_owned()))
 }
 
+/// Whether `action` is executed without the client: a log, or a copy handed to the delay
+/// queue.
+fn without_client(action: &Action<'_>) -> bool {
+    match action {
+        Action::Log(_) | Action::ScheduleCopy { .. } => true,
+        Action::Settle(_) | Action::PublishCopy { .. } | Action::PublishDeadLetter { .. } => false,
+    }
+}
+
 /// Executes `plan` at once when nothing in it goes to the client (logs, and copies handed to
 /// the delay queue), as [`execute`] would: `Some` with the result. `None`, having done
 /// nothing, when the plan publishes or settles: then [`execute`] it.
@@ -270,8 +187,7 @@ pub(crate) fn execute_now(
     delivery: &CoreDelivery<'_>,
     plan: &Plan<'_>,
 ) -> Option<Result<(), PublishFailed>> {
-    let now = |a: &Action<'_>| matches!(a, Action::Log(_) | Action::ScheduleCopy { .. });
-    if !plan.actions().iter().all(now) {
+    if !plan.actions().iter().all(without_client) {
         return None;
     }
     for action in plan {
@@ -286,13 +202,17 @@ pub(crate) fn execute_now(
                     return Some(Err(e));
                 }
             }
-            _ => unreachable!("checked above: only logs and scheduled copies"),
+            Action::Settle(_) | Action::PublishCopy { .. } | Action::PublishDeadLetter { .. } => {
+                unreachable!("checked above: only logs and scheduled copies")
+            }
         }
     }
     Some(Ok(()))
 }
 
-/// Executes the logs of a plan that holds nothing else (an arrival that runs the handler).
+/// Executes the logs of an arrival plan that runs the handler: the core plans only logs
+/// there (rule 3 lets the handler run, so nothing is settled or published yet). Anything else
+/// in it would be a planner bug; it is logged as an error, never silently skipped.
 pub(crate) fn execute_logs(
     ctx: &MountContext,
     msg: &async_nats::Message,
@@ -300,8 +220,15 @@ pub(crate) fn execute_logs(
     plan: &Plan<'_>,
 ) {
     for action in plan {
-        if let Action::Log(l) = *action {
-            log(ctx, msg, delivery, l);
+        match *action {
+            Action::Log(l) => log(ctx, msg, delivery, l),
+            Action::Settle(_)
+            | Action::PublishCopy { .. }
+            | Action::ScheduleCopy { .. }
+            | Action::PublishDeadLetter { .. } => tracing::error!(
+                mount = %ctx.name, subject = %msg.subject, ?action,
+                "an arrival plan that runs the handler holds more than logs: not executed"
+            ),
         }
     }
 }
@@ -309,9 +236,13 @@ pub(crate) fn execute_logs(
 /// Whether executing `plan` waits for the server: a dead letter is confirmed (rule 8) before
 /// anything else happens. Every other action goes out without waiting for a reply.
 pub(crate) fn waits_for_confirmation(plan: &Plan<'_>) -> bool {
-    plan.actions()
-        .iter()
-        .any(|a| matches!(a, Action::PublishDeadLetter { .. }))
+    plan.actions().iter().any(|action| match action {
+        Action::PublishDeadLetter { .. } => true,
+        Action::Settle(_)
+        | Action::PublishCopy { .. }
+        | Action::ScheduleCopy { .. }
+        | Action::Log(_) => false,
+    })
 }
 
 /// Executes `plan` in order. Stops at the first publish that fails and returns its error; the

@@ -17,19 +17,30 @@
 #![warn(missing_docs)]
 
 mod app;
+mod core_loop;
+mod delay_loop;
+mod delivery;
 mod exec;
 mod handler;
+mod handler_run;
 mod mount;
+mod mount_context;
+mod pull_loop;
+mod report;
+mod running;
 mod runtime;
 mod servers;
-mod worker;
+mod shutdown;
+mod startup;
 
-pub use app::{App, DEFAULT_GRACE_PERIOD, Running, ShutdownHandle, ShutdownReport, StartError};
-pub use exec::Settled;
+pub use app::{App, StartError};
 pub use handler::{DecodeError, Delivery, Handler, JetStreamInfo, Json, OutcomeFuture};
 pub use mount::{DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY, Mount};
+pub use report::Settled;
+pub use running::{Running, ShutdownHandle};
 pub use runtime::{Reactor, Runtime};
 pub use ruststream_core::{Attempt, DeclarationError, Disposition, Outcome};
+pub use shutdown::{DEFAULT_GRACE_PERIOD, ShutdownReport};
 
 /// Re-exported so applications can build [`App::with_options`] and read headers without
 /// naming async-nats themselves.

@@ -22,6 +22,9 @@
 //! 5. If a publish fails, stop, and plan [`Event::PublishFailed`].
 //! 6. Keep delayed Core copies in one [`DelayQueue`], driven by one timer through
 //!    [`DelayQueue::poll_timeout`] and [`DelayQueue::handle_timeout`].
+//! 7. Pull JetStream messages only for free handler slots, as one [`PullAccounting`] per mount
+//!    decides: when to request and how many, what a message, the end of a request or a lost
+//!    request does to the slots.
 //!
 //! ```
 //! use std::time::{Duration, Instant};
@@ -68,6 +71,7 @@ mod header;
 mod message;
 mod plan;
 mod policy;
+mod pull;
 mod queue;
 mod reply;
 mod subject;
@@ -85,7 +89,11 @@ pub use plan::{
 pub use policy::{
     AckPolicy, ConsumerFacts, DEFAULT_DEAD_LETTER_RETRY_DELAY, DeclarationError,
     DeclarationErrorKind, DeclarationWarning, DeclarationWarningKind, Descriptor, MountDeclaration,
-    MountPolicy, NameRole, SubjectRole,
+    MountPolicy, NameRole, SubjectRole, dead_letter_confirm_within,
+};
+pub use pull::{
+    PENDING_MESSAGES_HEADER, PULL_EXPIRES, PULL_GRACE, PullAccounting, PullRequest, Receipt,
+    parse_pending_messages,
 };
 pub use queue::{DelayQueue, Due, PendingCopy};
 pub use reply::{ACK_PREFIX, AckReply, AckReplyError};

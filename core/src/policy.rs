@@ -22,6 +22,15 @@ use crate::subject::{Subject, SubjectError, Wildcard};
 /// 5 seconds, long enough not to hammer a server whose dead-letter stream is missing.
 pub const DEFAULT_DEAD_LETTER_RETRY_DELAY: Duration = Duration::from_secs(5);
 
+/// The longest a JetStream mount's dead-letter publish waits for its stream's confirmation
+/// (rule 8): half the consumer's `ack_wait`, so that a failed publish is known (and the
+/// delivery sent back with `-NAK`) before the server would give the delivery to another
+/// attempt; at least 50 ms, and at most 5 s (async-nats' own default wait for a publish
+/// acknowledgement).
+pub fn dead_letter_confirm_within(ack_wait: Duration) -> Duration {
+    (ack_wait / 2).clamp(Duration::from_millis(50), Duration::from_secs(5))
+}
+
 /// A mount point as the application declares it, not yet validated.
 ///
 /// Built with [`core_subject`](Self::core_subject), [`core_wildcard`](Self::core_wildcard) or
@@ -875,6 +884,15 @@ mod tests {
             core.check_consumer(&facts(AckPolicy::None, 1, true)),
             Ok(vec![])
         );
+    }
+
+    #[test]
+    fn dead_letter_confirmation_waits_half_ack_wait_within_bounds() {
+        let ms = Duration::from_millis;
+        assert_eq!(dead_letter_confirm_within(ms(30_000)), ms(5_000));
+        assert_eq!(dead_letter_confirm_within(ms(2_000)), ms(1_000));
+        assert_eq!(dead_letter_confirm_within(ms(60)), ms(50));
+        assert_eq!(dead_letter_confirm_within(Duration::ZERO), ms(50));
     }
 
     #[test]

@@ -112,10 +112,10 @@ pub(crate) async fn demo() -> Result<bool, Box<dyn std::error::Error>> {
                 s.mount,
                 s.subject.as_str(),
                 s.attempt,
-                match (s.handler_ran, s.outcome) {
-                    (false, _) => "(handler not run)".to_owned(),
-                    (true, Some(o)) => format!("{o:?}"),
-                    (true, None) => "(undecodable)".to_owned(),
+                match (s.outcome, s.undecodable) {
+                    (Some(o), _) => format!("{o:?}"),
+                    (None, true) => "(undecodable)".to_owned(),
+                    (None, false) => "(handler not run)".to_owned(),
                 },
                 s.wire
             );

@@ -1,0 +1,158 @@
+//! The Core subscription loop of a mount.
+
+use std::sync::Arc;
+use std::task::Poll;
+
+use futures_util::{FutureExt, StreamExt};
+use tokio::sync::{Semaphore, watch};
+
+use crate::delivery::{Waiting, begin, read_core, spawn_holding, waiting};
+use crate::mount_context::MountContext;
+use crate::runtime::Runtime;
+
+/// How many handler slots a Core mount's spawned deliveries get: `concurrency - 1`, because
+/// the mount's own task runs one delivery besides them (see [`core_loop`]), so that at most
+/// `concurrency` run at once.
+pub(crate) fn spawned_slots(concurrency: std::num::NonZeroUsize) -> usize {
+    concurrency.get() - 1
+}
+
+/// A Core mount: its subscriptions (the subject or wildcard, and for rule 10 perhaps the copy
+/// subject), each message handled as it comes. Ends at shutdown; dropping the subscribers
+/// unsubscribes.
+///
+/// A delivery runs first on this task, holding no slot: at most one does at a time. Only a
+/// delivery that has to wait takes a slot and moves to a task of its own; with every slot
+/// taken, this task waits for a slot or for the delivery itself, so at most `slots + 1`
+/// deliveries run at once (the app gives Core mounts [`spawned_slots`]).
+pub(crate) async fn core_loop<R: Runtime>(
+    ctx: Arc<MountContext>,
+    subscribers: Vec<async_nats::Subscriber>,
+    slots: Arc<Semaphore>,
+    shutdown: watch::Receiver<bool>,
+) {
+    let mut subscribers = subscribers.into_iter();
+    match (subscribers.next(), subscribers.next()) {
+        (Some(one), None) => consume::<R, _>(&ctx, one, &slots, shutdown).await,
+        (first, second) => {
+            let all = futures_util::stream::select_all(
+                first.into_iter().chain(second).chain(subscribers),
+            );
+            consume::<R, _>(&ctx, all, &slots, shutdown).await;
+        }
+    }
+}
+
+/// At most this many Core deliveries are handled in one poll of a mount's task, so that a
+/// busy subscription does not starve the other tasks of a runtime that has no cooperative
+/// budget.
+const RUN: usize = 128;
+
+/// [`core_loop`] on its subscription, or on its subscriptions merged.
+///
+/// Deliveries that finish at once (a Core ack) are handled inside one poll of this task, one
+/// after another, each message handled where it was received: no future is built and no
+/// message moved for them. A run of them ends after [`RUN`] deliveries, when the runtime's
+/// cooperative budget runs out, or when none is buffered; the task then yields.
+async fn consume<R: Runtime, S>(
+    ctx: &Arc<MountContext>,
+    mut messages: S,
+    slots: &Arc<Semaphore>,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    S: futures_util::Stream<Item = async_nats::Message> + Unpin,
+{
+    if *shutdown.borrow_and_update() {
+        return;
+    }
+    // Checked before each delivery starts (an atomic load): once shutdown has begun, none
+    // does. The receiver below wakes the task for it when it is idle.
+    let stopping = shutdown.clone();
+    loop {
+        let mut run = 0;
+        let handled = std::future::poll_fn(|cx| {
+            loop {
+                if stopping.has_changed().unwrap_or(true) {
+                    return Poll::Ready(Err(()));
+                }
+                if run == RUN {
+                    run = 0;
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                run += 1;
+                let Some(msg) = std::task::ready!(messages.poll_next_unpin(cx)) else {
+                    return Poll::Ready(Err(()));
+                };
+                let waits = begin::<R>(ctx, read_core, &msg, cx)
+                    .map(|(span, rest)| (span, rest.into_stage()));
+                if let Some((span, stage)) = waits {
+                    return Poll::Ready(Ok((msg, span, stage)));
+                }
+            }
+        });
+        // Shutdown first, so that it wins over a subscription that always has a message.
+        let waits = tokio::select! {
+            biased;
+            _ = shutdown.changed() => break,
+            waits = handled => waits,
+        };
+        // Shutdown has begun, or the subscription ended.
+        let Ok((msg, span, stage)) = waits else { break };
+        let rest = waiting::<R>(ctx, read_core, msg, span, stage);
+        wait_for_slot_or_end::<R>(slots, rest).await;
+    }
+    let unhandled = count_buffered(&mut messages).await;
+    if unhandled > 0 {
+        tracing::warn!(mount = %ctx.name, messages = unhandled,
+            "Core messages received but not handled when shutdown began: lost (Core NATS cannot redeliver them)");
+    }
+}
+
+/// How many messages a Core subscription holds, received and not yet handed to a handler,
+/// taking them out. At most one yield is spent waiting for the runtime's cooperative budget
+/// each time it runs out.
+async fn count_buffered<S>(messages: &mut S) -> usize
+where
+    S: futures_util::Stream<Item = async_nats::Message> + Unpin,
+{
+    let mut count = 0;
+    let mut yielded = false;
+    loop {
+        match messages.next().now_or_never() {
+            Some(Some(_)) => {
+                count += 1;
+                yielded = false;
+            }
+            Some(None) => return count,
+            None if yielded => return count,
+            None => {
+                // Nothing buffered, or the budget ran out: look once more after a yield.
+                yielded = true;
+                let mut once = false;
+                std::future::poll_fn(|cx| {
+                    if std::mem::replace(&mut once, true) {
+                        Poll::Ready(())
+                    } else {
+                        cx.waker().wake_by_ref();
+                        Poll::Pending
+                    }
+                })
+                .await;
+            }
+        }
+    }
+}
+
+/// Moves a Core delivery that has to wait to a task of its own holding a slot, or, with no
+/// slot free, finishes it here (whichever comes first).
+async fn wait_for_slot_or_end<R: Runtime>(slots: &Arc<Semaphore>, mut rest: Waiting) {
+    tokio::select! {
+        biased;
+        () = &mut rest => {}
+        permit = slots.clone().acquire_owned() => match permit {
+            Ok(permit) => spawn_holding::<R>(rest, permit),
+            Err(_) => rest.await,
+        },
+    }
+}

@@ -1,0 +1,64 @@
+//! The delay loop: one per app, one timer, publishing delayed Core copies when due.
+
+use ruststream_core::PendingCopy;
+use tokio::sync::{mpsc, watch};
+
+use crate::exec::publish_plain;
+use crate::runtime::Runtime;
+
+/// The delay queue of Core copies (one per app, one timer): publishes each copy when due.
+///
+/// Runs until `finish` holds a deadline and then until the queue is empty or the deadline
+/// has passed (the end of the shutdown grace period). Gives how many copies were still
+/// waiting then, per mount index: those are lost (SETTLEMENT.md, rule 14).
+pub(crate) async fn delay_loop<R: Runtime>(
+    client: async_nats::Client,
+    mut incoming: mpsc::UnboundedReceiver<(PendingCopy, std::time::Instant)>,
+    mut finish: watch::Receiver<Option<std::time::Instant>>,
+    mount_count: usize,
+) -> Vec<usize> {
+    let mut queue = ruststream_core::DelayQueue::new();
+    // The mounts' senders close with their loops, at shutdown, before the deadline is set:
+    // copies already queued are still published until then.
+    let mut open = true;
+    loop {
+        let end = *finish.borrow();
+        if let Some(end) = end {
+            while let Ok((copy, at)) = incoming.try_recv() {
+                queue.handle_copy(copy, at);
+            }
+            if queue.is_empty() || R::now() >= end {
+                break;
+            }
+        }
+        let next = queue.poll_timeout();
+        tokio::select! {
+            biased;
+            changed = finish.changed() => if changed.is_err() { break },
+            item = incoming.recv(), if open => match item {
+                Some((copy, at)) => queue.handle_copy(copy, at),
+                None => open = false,
+            },
+            _ = R::sleep_until(next.unwrap_or_else(R::now)), if next.is_some() => {
+                let due: Vec<PendingCopy> = queue.handle_timeout(R::now()).collect();
+                for copy in due {
+                    let subject = copy.publication.subject.clone();
+                    if let Err(e) = publish_plain(&client, copy.publication).await {
+                        tracing::error!(%subject, error = %e.0, "delayed Core copy lost: its publish failed");
+                    }
+                }
+            }
+            _ = R::sleep_until(end.unwrap_or_else(R::now)), if end.is_some() => break,
+        }
+    }
+    while let Ok((copy, at)) = incoming.try_recv() {
+        queue.handle_copy(copy, at);
+    }
+    let mut lost = vec![0; mount_count];
+    for copy in queue.drain() {
+        if let Some(n) = lost.get_mut(copy.mount) {
+            *n += 1;
+        }
+    }
+    lost
+}

@@ -1,0 +1,351 @@
+//! The life of one delivery: read, the arrival check (rule 3), its handler, its plan, the
+//! plan's execution, and the report of its settlement.
+//!
+//! A delivery runs in place as far as it can without awaiting ([`begin`]), on the task of the
+//! mount loop that received it; only one that has to wait (a handler still pending, a dead
+//! letter waiting for its confirmation) becomes a boxed future ([`Waiting`]), run wherever the
+//! loop decides.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use ruststream_core::{
+    AckReply, Delivery as CoreDelivery, Event, Plan, RetryCountReading, plan_with_clock,
+};
+use tokio::sync::OwnedSemaphorePermit;
+use tracing::Instrument;
+
+use crate::exec::{
+    PublishFailed, execute, execute_logs, execute_now, header_pairs, waits_for_confirmation,
+};
+use crate::handler_run::{HandlerRun, handled, start_handler};
+use crate::mount_context::MountContext;
+use crate::report::report;
+use crate::runtime::Runtime;
+
+/// The rest of a delivery that has to wait for its handler or for a dead letter's
+/// confirmation, to be run wherever its caller decides.
+pub(crate) type Waiting = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// Where a waiting delivery stands.
+pub(crate) enum Stage {
+    /// Its handler is running.
+    Handling(HandlerRun),
+    /// Its event is known (`None`: the handler did not run): its plan is made again (the same
+    /// for the same event) and executed. The error of [`execute_now`] if that already ran it
+    /// and failed.
+    Decided(Option<Event>, Option<PublishFailed>),
+}
+
+/// How a mount loop reads a delivered message into what the core needs to know of it:
+/// [`read_core`] on a Core mount, [`read_jetstream`] on a JetStream one. `None` when the
+/// message cannot be handled at all (logged).
+pub(crate) trait Reader:
+    for<'m> Fn(&MountContext, &'m async_nats::Message) -> Option<CoreDelivery<'m>>
+    + Copy
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<F> Reader for F where
+    F: for<'m> Fn(&MountContext, &'m async_nats::Message) -> Option<CoreDelivery<'m>>
+        + Copy
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// A Core message: its attempt from the retry-count header (rule 5).
+#[inline]
+pub(crate) fn read_core<'m>(
+    _: &MountContext,
+    msg: &'m async_nats::Message,
+) -> Option<CoreDelivery<'m>> {
+    let reading = match msg.headers {
+        None => RetryCountReading::default(),
+        Some(_) => RetryCountReading::read(header_pairs(msg)),
+    };
+    Some(CoreDelivery::core(&msg.subject, reading))
+}
+
+/// A JetStream message: its metadata from the ack reply subject (rule 1). `None` for a
+/// message whose ack reply subject cannot be read (rule 22, logged with its subject): without
+/// it there is no attempt count and nothing to settle with, and running the handler would
+/// make the retry limit vanish, so it is neither handled nor settled.
+#[inline]
+pub(crate) fn read_jetstream<'m>(
+    ctx: &MountContext,
+    msg: &'m async_nats::Message,
+) -> Option<CoreDelivery<'m>> {
+    let reply = msg.reply.as_ref().map_or(&b""[..], |r| r.as_bytes());
+    match AckReply::parse(reply) {
+        Ok(r) => Some(CoreDelivery::jetstream(&msg.subject, r)),
+        Err(e) => {
+            tracing::error!(mount = %ctx.name, subject = %msg.subject, error = %e,
+                "JetStream message with an unreadable ack reply subject: not handled, not settled");
+            None
+        }
+    }
+}
+
+/// The delivery's stream sequence, on JetStream.
+pub(crate) fn stream_sequence(delivery: &CoreDelivery<'_>) -> Option<u64> {
+    match delivery.model {
+        ruststream_core::Model::JetStream(r) => Some(r.stream_sequence),
+        ruststream_core::Model::Core(_) => None,
+    }
+}
+
+fn delivery_span(
+    ctx: &MountContext,
+    msg: &async_nats::Message,
+    delivery: &CoreDelivery<'_>,
+) -> tracing::Span {
+    let stream_sequence = stream_sequence(delivery);
+    let attempt = delivery.attempt().get();
+    tracing::info_span!("delivery", mount = %ctx.name, subject = %msg.subject, attempt, stream_sequence)
+}
+
+/// What is left of a delivery after [`begin`].
+#[expect(
+    clippy::large_enum_variant,
+    reason = "lives on the stack for one step; boxing it would allocate for every JetStream delivery"
+)]
+pub(crate) enum Rest<'m> {
+    /// It waits for its handler, or for a dead letter's confirmation: the stage it resumes
+    /// from, on whichever task its caller decides.
+    Waits(Stage),
+    /// Its plan publishes or settles (or [`execute_now`] failed, `executed`): executed next,
+    /// on the same task, without waiting for a reply ([`carry_on`]).
+    Executing {
+        delivery: CoreDelivery<'m>,
+        event: Option<Event>,
+        decided: Plan<'m>,
+        executed: Option<Result<(), PublishFailed>>,
+    },
+}
+
+impl Rest<'_> {
+    /// The stage to resume from elsewhere, without what this borrows from the message, so
+    /// that the message can move.
+    pub(crate) fn into_stage(self) -> Stage {
+        match self {
+            Rest::Waits(stage) => stage,
+            Rest::Executing {
+                event, executed, ..
+            } => Stage::Decided(event, executed.and_then(Result::err)),
+        }
+    }
+}
+
+/// Handles one delivery as far as it goes without awaiting anything, on the calling task,
+/// with its waker (`cx`): the arrival check (rule 3), the handler's first poll, the plan, and
+/// its execution when that only logs or hands a copy to the delay queue. `None` when that
+/// finished the delivery (or it was not readable: see [`read`]); otherwise its span and the
+/// rest.
+///
+/// This is a plain function, not a future, so that the common case (a handler that returns
+/// at once and a plan that only logs, as a Core ack does) costs no future to build or move,
+/// no allocation and no clock read.
+pub(crate) fn begin<'m, R: Runtime>(
+    ctx: &'m MountContext,
+    read: impl Reader,
+    msg: &'m async_nats::Message,
+    cx: &mut Context<'_>,
+) -> Option<(tracing::Span, Rest<'m>)> {
+    // Borrowed where it was built: the delivery is large, and moving it costs.
+    let read = read(ctx, msg);
+    let delivery = read.as_ref()?;
+    let span = delivery_span(ctx, msg, delivery);
+    let entered = span.enter();
+    match decide::<R>(ctx, msg, delivery, cx) {
+        None => None,
+        Some(rest) => {
+            drop(entered);
+            Some((span, rest))
+        }
+    }
+}
+
+/// [`begin`] inside the delivery's span.
+#[inline]
+fn decide<'m, R: Runtime>(
+    ctx: &'m MountContext,
+    msg: &'m async_nats::Message,
+    delivery: &CoreDelivery<'m>,
+    cx: &mut Context<'_>,
+) -> Option<Rest<'m>> {
+    let arrival = plan_with_clock(delivery, Event::Arrived, &ctx.policy, R::now);
+    let event = if arrival.runs_handler() {
+        // An arrival plan that runs the handler holds only logs.
+        execute_logs(ctx, msg, delivery, &arrival);
+        Some(match start_handler(ctx, msg, delivery) {
+            Err(event) => event,
+            Ok(mut run) => match Pin::new(&mut run).poll(cx) {
+                Poll::Ready(result) => handled(ctx, msg, delivery, result),
+                Poll::Pending => return Some(Rest::Waits(Stage::Handling(run))),
+            },
+        })
+    } else {
+        None
+    };
+    let decided = match event {
+        None => arrival,
+        Some(event) => plan_with_clock(delivery, event, &ctx.policy, R::now),
+    };
+    if waits_for_confirmation(&decided) {
+        return Some(Rest::Waits(Stage::Decided(event, None)));
+    }
+    let executed = execute_now(ctx, msg, delivery, &decided);
+    if let Some(Ok(())) = executed {
+        report(ctx, msg, delivery, event, &decided);
+        return None;
+    }
+    Some(Rest::Executing {
+        delivery: *delivery,
+        event,
+        decided,
+        executed,
+    })
+}
+
+/// The rest of a delivery that has to wait, boxed, to be run wherever its caller decides.
+pub(crate) fn waiting<R: Runtime>(
+    ctx: &Arc<MountContext>,
+    read: impl Reader,
+    msg: async_nats::Message,
+    span: tracing::Span,
+    stage: Stage,
+) -> Waiting {
+    Box::pin(finish::<R>(ctx.clone(), read, msg, stage).instrument(span))
+}
+
+/// Executes a [`Rest::Executing`] plan on the calling task (a publish the client cannot take
+/// at once is awaited here, which is the mount's back-pressure), inside the delivery's span.
+/// Gives back the span and the stage of a rest that waits.
+async fn carry_on<R: Runtime>(
+    ctx: &MountContext,
+    msg: &async_nats::Message,
+    span: tracing::Span,
+    rest: Rest<'_>,
+) -> Option<(tracing::Span, Stage)> {
+    let (delivery, event, decided, executed) = match rest {
+        Rest::Waits(stage) => return Some((span, stage)),
+        Rest::Executing {
+            delivery,
+            event,
+            decided,
+            executed,
+        } => (delivery, event, decided, executed),
+    };
+    // Polled in place, inside the span: the future is large, and moving it costs.
+    let mut settling = std::pin::pin!(settle::<R>(ctx, msg, &delivery, event, decided, executed));
+    std::future::poll_fn(|cx| {
+        let _entered = span.enter();
+        settling.as_mut().poll(cx)
+    })
+    .await;
+    None
+}
+
+/// Handles one delivery on the calling task: [`begin`], then [`carry_on`]. Returns the rest,
+/// boxed, when the handler has not finished at its first poll or the plan publishes a dead
+/// letter (confirmed before anything else, rule 8); the caller runs that where it decides.
+pub(crate) async fn process<R: Runtime>(
+    ctx: &Arc<MountContext>,
+    read: impl Reader,
+    msg: async_nats::Message,
+) -> Option<Waiting> {
+    let (span, rest) =
+        std::future::poll_fn(|cx| Poll::Ready(begin::<R>(ctx, read, &msg, cx))).await?;
+    let (span, stage) = carry_on::<R>(ctx, &msg, span, rest).await?;
+    Some(waiting::<R>(ctx, read, msg, span, stage))
+}
+
+/// The rest of a delivery that had to wait: its handler's end, its plan (made again, the same
+/// for the same event), and the execution.
+async fn finish<R: Runtime>(
+    ctx: Arc<MountContext>,
+    read: impl Reader,
+    msg: async_nats::Message,
+    stage: Stage,
+) {
+    // Reader before, so it reads again.
+    let Some(delivery) = read(&ctx, &msg) else {
+        return;
+    };
+    let (event, failed) = match stage {
+        Stage::Handling(run) => (Some(handled(&ctx, &msg, &delivery, run.await)), None),
+        Stage::Decided(event, failed) => (event, failed),
+    };
+    let decided = plan_with_clock(
+        &delivery,
+        event.unwrap_or(Event::Arrived),
+        &ctx.policy,
+        R::now,
+    );
+    let executed = match failed {
+        Some(e) => Some(Err(e)),
+        None => execute_now(&ctx, &msg, &delivery, &decided),
+    };
+    settle::<R>(&ctx, &msg, &delivery, event, decided, executed).await;
+}
+
+/// Executes a delivery's plan (unless [`execute_now`] has, with `executed`), plans and
+/// executes the recovery if a publish failed, and reports the settlement.
+async fn settle<R: Runtime>(
+    ctx: &MountContext,
+    msg: &async_nats::Message,
+    delivery: &CoreDelivery<'_>,
+    event: Option<Event>,
+    decided: Plan<'_>,
+    executed: Option<Result<(), PublishFailed>>,
+) {
+    let executed = match executed {
+        Some(result) => result,
+        None => execute(ctx, msg, delivery, &decided).await,
+    };
+    let decided = match executed {
+        Ok(()) => decided,
+        Err(e) => {
+            tracing::error!(error = %e.0, plan = %decided, "publish failed: the plan stopped before its settlement; planning the recovery");
+            let recovery = plan_with_clock(delivery, Event::PublishFailed, &ctx.policy, R::now);
+            match execute(ctx, msg, delivery, &recovery).await {
+                Ok(()) => tracing::warn!(plan = %recovery, "recovery sent"),
+                Err(e) => {
+                    tracing::error!(error = %e.0, plan = %recovery, "recovery plan failed too")
+                }
+            }
+            recovery
+        }
+    };
+    report(ctx, msg, delivery, event, &decided);
+}
+
+/// Starts handling one JetStream delivery in its slot: on the mount's own task first, and if
+/// it has to wait ([`process`]), the rest on a task of its own, so slow handlers run
+/// concurrently and in parallel. The slot is freed when the delivery is settled.
+pub(crate) async fn start_delivery<R: Runtime>(
+    ctx: Arc<MountContext>,
+    read: impl Reader,
+    msg: async_nats::Message,
+    permit: OwnedSemaphorePermit,
+) {
+    if let Some(rest) = process::<R>(&ctx, read, msg).await {
+        spawn_holding::<R>(rest, permit);
+    }
+}
+
+/// Runs a delivery that waits on a task of its own, holding its handler slot until it is
+/// settled.
+pub(crate) fn spawn_holding<R: Runtime>(rest: Waiting, permit: OwnedSemaphorePermit) {
+    R::spawn(async move {
+        rest.await;
+        drop(permit);
+    });
+}

@@ -1,0 +1,93 @@
+//! Running a handler: the delivery it is given, and its panics caught (rule 13).
+
+use std::panic::AssertUnwindSafe;
+
+use futures_util::FutureExt;
+use ruststream_core::{Delivery as CoreDelivery, Event, Outcome};
+
+use crate::handler::{Delivery, JetStreamInfo};
+use crate::mount_context::MountContext;
+
+pub(crate) fn handler_delivery(
+    ctx: &MountContext,
+    msg: &async_nats::Message,
+    core: &CoreDelivery<'_>,
+) -> Delivery {
+    let jetstream = match (core.model, ctx.jetstream_names) {
+        (ruststream_core::Model::JetStream(r), Some((stream, consumer))) => Some(JetStreamInfo {
+            stream,
+            consumer,
+            delivered: r.delivered,
+            stream_sequence: r.stream_sequence,
+            consumer_sequence: r.consumer_sequence,
+            timestamp: r.timestamp,
+            pending: r.pending,
+        }),
+        _ => None,
+    };
+    Delivery {
+        mount: ctx.name,
+        subject: ctx.subject(&msg.subject),
+        reply: msg.reply.clone(),
+        headers: msg.headers.clone(),
+        payload: msg.payload.clone(),
+        attempt: core.attempt(),
+        jetstream,
+    }
+}
+
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(non-string panic payload)")
+}
+
+/// A handler that has started and not finished, its panic caught (rule 13).
+pub(crate) type HandlerRun =
+    futures_util::future::CatchUnwind<AssertUnwindSafe<crate::OutcomeFuture>>;
+
+/// Starts the handler on the delivery: its run, or at once the event when it could not start
+/// (a payload that does not decode, or a panic in the call itself).
+pub(crate) fn start_handler(
+    ctx: &MountContext,
+    msg: &async_nats::Message,
+    delivery: &CoreDelivery<'_>,
+) -> Result<HandlerRun, Event> {
+    let given = handler_delivery(ctx, msg, delivery);
+    match std::panic::catch_unwind(AssertUnwindSafe(|| ctx.handler.call(given))) {
+        Ok(Ok(future)) => Ok(AssertUnwindSafe(future).catch_unwind()),
+        Ok(Err(decode)) => {
+            tracing::warn!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
+                error = %decode, "payload does not decode: at-limit path");
+            Err(Event::Undecodable)
+        }
+        Err(panic) => Err(panicked(ctx, msg, delivery, &*panic)),
+    }
+}
+
+/// The event of a handler run that ended.
+pub(crate) fn handled(
+    ctx: &MountContext,
+    msg: &async_nats::Message,
+    delivery: &CoreDelivery<'_>,
+    result: std::thread::Result<Outcome>,
+) -> Event {
+    match result {
+        Ok(outcome) => Event::Handled(outcome),
+        Err(panic) => panicked(ctx, msg, delivery, &*panic),
+    }
+}
+
+/// A handler that panicked counts as no outcome (rule 13).
+fn panicked(
+    ctx: &MountContext,
+    msg: &async_nats::Message,
+    delivery: &CoreDelivery<'_>,
+    panic: &(dyn std::any::Any + Send),
+) -> Event {
+    tracing::error!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
+        panic = panic_message(panic), "handler panicked: treated as no outcome");
+    Event::Handled(Outcome::None)
+}

@@ -1,0 +1,76 @@
+//! What a mount's deliveries are handled and executed with, shared by its loop and its
+//! deliveries' tasks.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use async_nats::Client;
+use ruststream_core::{MountPolicy, PendingCopy};
+use tokio::sync::mpsc;
+
+use crate::report::Observer;
+
+/// Where a mount's dead letters go, decided at start-up (rule 8).
+#[derive(Clone)]
+pub(crate) enum DeadLetterSink {
+    /// A stream stores the subject: a JetStream publish confirmed by the stream's ack.
+    JetStream(Box<async_nats::jetstream::Context>),
+    /// No stream stores it (Core mounts only): a plain publish, flushed to the server.
+    Plain,
+}
+
+/// Everything a mount's deliveries are executed with.
+pub(crate) struct MountContext {
+    pub(crate) index: usize,
+    pub(crate) name: &'static str,
+    pub(crate) policy: MountPolicy,
+    pub(crate) handler: Arc<dyn crate::Handler>,
+    pub(crate) client: Client,
+    pub(crate) dead_letters: DeadLetterSink,
+    pub(crate) delayed: mpsc::UnboundedSender<(PendingCopy, Instant)>,
+    pub(crate) jetstream_names: Option<(&'static str, &'static str)>,
+    /// The mount's literal subject, shared: see [`MountContext::subject`].
+    pub(crate) literal_subject: LiteralSubject,
+    pub(crate) observer: Option<Observer>,
+}
+
+/// A literal subject a mount's deliveries come on, kept once per process (see [`intern`]).
+pub(crate) enum LiteralSubject {
+    /// A Core subject: every delivery comes on it, as a subscription to a literal subject
+    /// receives that subject only.
+    EveryDelivery(async_nats::Subject),
+    /// A wildcard's copy subject (rule 10): the copies come on it.
+    Copies(async_nats::Subject),
+    /// A JetStream consumer's deliveries come on the subjects of its stream: none is known.
+    Unknown,
+}
+
+impl MountContext {
+    /// `subject` for a handler's delivery. A delivered subject is its own buffer, and its first
+    /// clone allocates a shared one; a delivery on the mount's literal subject gets the
+    /// mount's copy instead, which costs nothing to clone (no allocation, no reference count).
+    pub(crate) fn subject(&self, subject: &async_nats::Subject) -> async_nats::Subject {
+        match &self.literal_subject {
+            LiteralSubject::EveryDelivery(literal) => literal.clone(),
+            LiteralSubject::Copies(literal) if literal == subject => literal.clone(),
+            LiteralSubject::Copies(_) | LiteralSubject::Unknown => subject.clone(),
+        }
+    }
+}
+
+/// `name` kept for the life of the process, once per distinct name: mount, stream and
+/// consumer names and mounts' literal subjects, which every delivery carries, then cost no
+/// reference counting. A name is
+/// allocated the first time it is seen and never freed, so the memory this holds is bounded by
+/// the distinct names a process uses, not by how many apps it starts.
+pub(crate) fn intern(name: &str) -> &'static str {
+    static NAMES: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+    let mut names = NAMES.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(kept) = names.get(name) {
+        return kept;
+    }
+    let kept: &'static str = Box::leak(name.into());
+    names.insert(kept);
+    kept
+}

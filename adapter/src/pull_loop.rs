@@ -1,0 +1,193 @@
+//! The JetStream pull loop of a mount: a thin driver of the core's [`PullAccounting`].
+
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{FutureExt, StreamExt};
+use ruststream_core::{PENDING_MESSAGES_HEADER, PullAccounting, Receipt};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+
+use crate::delivery::{read_jetstream, start_delivery};
+use crate::mount_context::MountContext;
+use crate::runtime::Runtime;
+
+/// Takes a free handler slot, or `None` once shutdown has begun.
+async fn slot(
+    slots: &Arc<Semaphore>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<OwnedSemaphorePermit> {
+    if *shutdown.borrow() {
+        return None;
+    }
+    tokio::select! {
+        permit = slots.clone().acquire_owned() => permit.ok(),
+        _ = shutdown.changed() => None,
+    }
+}
+
+/// The slots held for messages requested and not yet received: as many as the pull
+/// accounting counts outstanding.
+#[derive(Default)]
+struct Held(Option<OwnedSemaphorePermit>);
+
+impl Held {
+    fn add(&mut self, permits: OwnedSemaphorePermit) {
+        match self.0.as_mut() {
+            Some(held) => held.merge(permits),
+            None => self.0 = Some(permits),
+        }
+    }
+
+    /// One held slot, for a message that came.
+    fn take_one(&mut self) -> Option<OwnedSemaphorePermit> {
+        self.0.as_mut().and_then(|held| held.split(1))
+    }
+
+    /// Frees `n` held slots.
+    fn free(&mut self, n: usize) {
+        let split = self.0.as_mut().and_then(|held| held.split(n));
+        if split.is_none() && n > 0 {
+            // Fewer held than `n` (cannot happen while the counts agree): free them all.
+            self.0 = None;
+        }
+    }
+}
+
+/// A JetStream mount's pull loop: a thin driver of [`PullAccounting`], which decides when to
+/// request and how many messages, and what each message, the end of a request and a lost
+/// request do to the handler slots. This loop sends the requests (`$JS.API.CONSUMER.MSG.NEXT`,
+/// through async-nats' `request_batch`) to one inbox that lives as long as the mount, moves
+/// the slots as the accounting says, and starts each delivery in its slot.
+///
+/// At shutdown no new request goes out; outstanding ones are received to their end (at most
+/// [`PULL_EXPIRES`](ruststream_core::PULL_EXPIRES), or a grace period later for lost ones)
+/// and their messages handled, so none waits for `ack_wait`.
+pub(crate) async fn pull_loop<R: Runtime>(
+    ctx: Arc<MountContext>,
+    consumer: async_nats::jetstream::consumer::PullConsumer,
+    slots: Arc<Semaphore>,
+    concurrency: NonZeroUsize,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    use async_nats::StatusCode;
+    use async_nats::jetstream::consumer::pull::BatchConfig;
+
+    let inbox = async_nats::Subject::from(ctx.client.new_inbox());
+    let mut replies = match ctx.client.subscribe(inbox.clone()).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(mount = %ctx.name, error = %e, "cannot subscribe the pull inbox; the mount stops");
+            return;
+        }
+    };
+    let mut pulls = PullAccounting::new(concurrency);
+    let mut held = Held::default();
+    let mut backoff = Duration::from_millis(50);
+    'pull: loop {
+        if *shutdown.borrow() {
+            pulls.handle_shutdown();
+        }
+        if let Some(request) = pulls.poll_request(slots.available_permits())
+            && let Ok(permits) = slots
+                .clone()
+                .try_acquire_many_owned(u32::try_from(request.batch).unwrap_or(u32::MAX))
+        {
+            let batch = BatchConfig {
+                batch: request.batch,
+                expires: Some(request.expires),
+                ..Default::default()
+            };
+            match consumer.request_batch(batch, inbox.clone()).await {
+                Ok(()) => {
+                    pulls.handle_requested(request, R::now());
+                    held.add(permits);
+                    backoff = Duration::from_millis(50);
+                }
+                Err(e) => {
+                    drop(permits);
+                    tracing::warn!(mount = %ctx.name, error = %e, "pull request failed; retrying");
+                    tokio::select! {
+                        _ = R::sleep_until(R::now() + backoff) => {}
+                        _ = shutdown.changed() => {}
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    continue;
+                }
+            }
+        }
+        let Some(lost_at) = pulls.poll_timeout() else {
+            if pulls.is_done() {
+                break;
+            }
+            // Every slot is busy with a spawned handler: wait for one to free up.
+            if let Some(permit) = slot(&slots, &mut shutdown).await {
+                drop(permit);
+            }
+            continue;
+        };
+        let next = tokio::select! {
+            next = replies.next() => next,
+            _ = shutdown.changed(), if !pulls.is_stopping() => continue,
+            () = R::sleep_until(lost_at) => {
+                let lost = pulls.handle_timeout(R::now());
+                tracing::warn!(mount = %ctx.name, outstanding = lost, "pull requests never ended; their slots are taken back");
+                held.free(lost);
+                continue;
+            }
+        };
+        let Some(mut msg) = next else {
+            tracing::error!(mount = %ctx.name, "the pull inbox closed; the mount stops");
+            break;
+        };
+        // This message, then those already buffered, without a `select!` and a timer each,
+        // until a new request is due (or none is outstanding, or shutdown begins).
+        loop {
+            match msg.status {
+                None | Some(StatusCode::OK) => {
+                    let reserved = match pulls.handle_message() {
+                        Receipt::Reserved => held.take_one(),
+                        Receipt::Unrequested => None,
+                    };
+                    let permit = match reserved {
+                        Some(p) => p,
+                        // More than requested (should not happen): wait for a slot, never
+                        // drop it.
+                        None => match slots.clone().acquire_owned().await {
+                            Ok(p) => p,
+                            Err(_) => break 'pull,
+                        },
+                    };
+                    start_delivery::<R>(ctx.clone(), read_jetstream, msg, permit).await;
+                }
+                Some(StatusCode::IDLE_HEARTBEAT) => {}
+                Some(status) => {
+                    // The request ended (expired, or terminated by the server): free the
+                    // slots of the messages it will not bring.
+                    let pending = msg
+                        .headers
+                        .as_ref()
+                        .and_then(|h| h.get(PENDING_MESSAGES_HEADER))
+                        .map(|v| v.as_str().as_bytes());
+                    let unfilled = pulls.handle_request_end(pending);
+                    held.free(unfilled);
+                    tracing::trace!(mount = %ctx.name, %status, unfilled, "pull request ended");
+                }
+            }
+            let stop = pulls.request_due(slots.available_permits())
+                || pulls.outstanding() == 0
+                || shutdown.has_changed().unwrap_or(true);
+            if stop {
+                break;
+            }
+            match replies.next().now_or_never() {
+                Some(Some(next)) => msg = next,
+                Some(None) => {
+                    tracing::error!(mount = %ctx.name, "the pull inbox closed; the mount stops");
+                    break 'pull;
+                }
+                None => break,
+            }
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! Reporting a settled delivery: the `ruststream::settlement` event and the observer.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use ruststream_core::{Delivery as CoreDelivery, Disposition, Event, Outcome, Plan};
+
+use crate::delivery::stream_sequence;
+use crate::handler_run::panic_message;
+use crate::mount_context::MountContext;
+
+/// A settled delivery, as [`App::on_settled`](crate::App::on_settled) observers see it.
+#[derive(Debug, Clone)]
+pub struct Settled {
+    /// The mount's name (kept once per process: see [`Delivery::mount`](crate::Delivery::mount)).
+    pub mount: &'static str,
+    /// The subject the delivery came on.
+    pub subject: async_nats::Subject,
+    /// Its attempt number, from 1.
+    pub attempt: u64,
+    /// Its stream sequence, on JetStream.
+    pub stream_sequence: Option<u64>,
+    /// What the handler returned (`Some(Outcome::None)` when it panicked); `None` when it did
+    /// not run.
+    pub outcome: Option<Outcome>,
+    /// Whether the handler ran: `false` when the delivery arrived past the limit (rule 3) or
+    /// its payload did not decode for a typed handler (see [`undecodable`](Self::undecodable)).
+    pub handler_ran: bool,
+    /// Whether the payload did not decode for a typed handler, which then did not run
+    /// (SETTLEMENT.md rule 17: the at-limit path).
+    pub undecodable: bool,
+    /// What the plan amounted to.
+    pub disposition: Disposition,
+    /// What went on the wire, as [`Plan`]'s `Display` gives it.
+    pub wire: String,
+}
+
+/// A callback told of every settlement.
+pub(crate) type Observer = Arc<dyn Fn(&Settled) + Send + Sync>;
+
+/// Reports a settled delivery: the `ruststream::settlement` event and the observer.
+pub(crate) fn report(
+    ctx: &MountContext,
+    msg: &async_nats::Message,
+    delivery: &CoreDelivery<'_>,
+    event: Option<Event>,
+    decided: &Plan<'_>,
+) {
+    let outcome = match event {
+        Some(Event::Handled(o)) => Some(o),
+        _ => None,
+    };
+    let disposition = decided.disposition();
+    tracing::event!(
+        target: "ruststream::settlement",
+        tracing::Level::DEBUG,
+        outcome = ?outcome,
+        disposition = disposition.as_str(),
+        wire = %decided,
+        "settled"
+    );
+    if let Some(observer) = &ctx.observer {
+        let settled = Settled {
+            mount: ctx.name,
+            subject: msg.subject.clone(),
+            attempt: delivery.attempt().get(),
+            stream_sequence: stream_sequence(delivery),
+            outcome,
+            handler_ran: outcome.is_some(),
+            undecodable: matches!(event, Some(Event::Undecodable)),
+            disposition,
+            wire: decided.to_string(),
+        };
+        // It runs on the mount's task: a panic must not end the mount.
+        if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(|| observer(&settled))) {
+            tracing::error!(mount = %ctx.name, subject = %msg.subject, panic = panic_message(&*panic),
+                "on_settled observer panicked; the delivery is settled, the mount goes on");
+        }
+    }
+}
