@@ -125,6 +125,6 @@ pub use async_compat::Compat;
 
 pub use ruststream_adapter::{
     Attempt, DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY, DEFAULT_GRACE_PERIOD, DeclarationError,
-    DecodeError, Delivery, Disposition, Handler, JetStreamInfo, Json, Mount, Outcome,
-    OutcomeFuture, Settled, ShutdownHandle, ShutdownReport, StartError, async_nats,
+    DeclarationErrorKind, DecodeError, Delivery, Disposition, Handler, JetStreamInfo, Json, Mount,
+    Outcome, OutcomeFuture, Settled, ShutdownHandle, ShutdownReport, StartError, async_nats,
 };

@@ -63,8 +63,8 @@ pub type Running = ruststream_adapter::Running<Runtime>;
 
 pub use ruststream_adapter::{
     Attempt, DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY, DEFAULT_GRACE_PERIOD, DeclarationError,
-    DecodeError, Delivery, Disposition, Handler, JetStreamInfo, Json, Mount, Outcome,
-    OutcomeFuture, Settled, ShutdownHandle, ShutdownReport, StartError, async_nats,
+    DeclarationErrorKind, DecodeError, Delivery, Disposition, Handler, JetStreamInfo, Json, Mount,
+    Outcome, OutcomeFuture, Settled, ShutdownHandle, ShutdownReport, StartError, async_nats,
 };
 
 /// The README's Rust examples, compiled as doctests so that they cannot drift from the API.

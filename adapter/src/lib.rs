@@ -39,7 +39,7 @@ pub use mount::{DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY, Mount};
 pub use report::Settled;
 pub use running::{Running, ShutdownHandle};
 pub use runtime::{Reactor, Runtime};
-pub use ruststream_core::{Attempt, DeclarationError, Disposition, Outcome};
+pub use ruststream_core::{Attempt, DeclarationError, DeclarationErrorKind, Disposition, Outcome};
 pub use shutdown::{DEFAULT_GRACE_PERIOD, ShutdownReport};
 
 /// Re-exported so applications can build [`App::with_options`] and read headers without

@@ -10,7 +10,14 @@ fn run<F: std::future::Future<Output = ()>>(scenario: F) {
     smol::block_on(async_compat::Compat::new(scenario));
 }
 
-include!("../scenarios.rs");
+#[path = "../scenarios/mod.rs"]
+mod scenarios;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use adapter::{App, Delivery, Mount, Outcome};
+use ruststream_tests::NatsServer;
 
 /// smol only: the app owns the Tokio reactor thread its NATS connection runs on. If that
 /// thread ends, the app reports it and stops; it does not hang.

@@ -14,4 +14,5 @@ fn run<F: std::future::Future<Output = ()>>(scenario: F) {
         .block_on(scenario);
 }
 
-include!("../scenarios.rs");
+#[path = "../scenarios/mod.rs"]
+mod scenarios;

@@ -1,0 +1,310 @@
+//! Part C, the Core rows: one test per row.
+
+use super::common::*;
+
+#[test]
+fn row_10_core_ack_logs_unsupported() {
+    run(async {
+        let (server, tc, r, ev) = core_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("core-ack-10", "c10.in"),
+                scripted(&r, |_, _| Outcome::Ack),
+            )
+        })
+        .await;
+        core_publish(&tc, "c10.in", HeaderMap::new(), b"x").await;
+        settled(&ev, 1).await;
+        logged(&["AckError::Unsupported", "mount=core-ack-10"]).await;
+        assert_eq!(dispositions(&ev), [Disposition::Unsupported]);
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn row_11_core_drop_logs_unsupported() {
+    run(async {
+        let (server, tc, r, ev) = core_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("core-drop-11", "c11.in").max_attempts(3),
+                scripted(&r, |_, _| Outcome::Drop),
+            )
+        })
+        .await;
+        let wire = Wire::watch(&tc.client, "c11.in").await;
+        core_publish(&tc, "c11.in", HeaderMap::new(), b"x").await;
+        settled(&ev, 1).await;
+        logged(&["AckError::Unsupported", "mount=core-drop-11"]).await;
+        quiet(300).await;
+        assert_eq!(wire.all().len(), 1, "no copy for drop");
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn row_12_core_retry_without_limit_only_logs() {
+    run(async {
+        let (server, tc, r, ev) = core_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("core-retry-12", "c12.in"),
+                scripted(&r, |_, _| Outcome::Retry),
+            )
+        })
+        .await;
+        let wire = Wire::watch(&tc.client, "c12.in").await;
+        core_publish(&tc, "c12.in", HeaderMap::new(), b"x").await;
+        settled(&ev, 1).await;
+        logged(&["AckError::Unsupported", "mount=core-retry-12"]).await;
+        quiet(300).await;
+        assert_eq!(wire.all().len(), 1, "no copy without a limit");
+        assert_eq!(attempts(&r), [1]);
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn row_13_core_retry_below_limit_copies_now() {
+    run(async {
+        let (server, tc, r, ev) = core_case().await;
+        let (rw, evw) = (runs(), events());
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("core-retry-13", "c13.in").max_attempts(3),
+                scripted(&r, |attempt, _| {
+                    if attempt < 2 {
+                        Outcome::Retry
+                    } else {
+                        Outcome::Ack
+                    }
+                }),
+            )
+        })
+        .await;
+        let app_w = start(&server, &evw, |a| {
+            a.mount(
+                Mount::core_wildcard("core-wild-13", "c13w.*", "c13w.retry").max_attempts(3),
+                scripted(&rw, |attempt, _| {
+                    if attempt < 2 {
+                        Outcome::Retry
+                    } else {
+                        Outcome::Ack
+                    }
+                }),
+            )
+        })
+        .await;
+        let own = Wire::watch(&tc.client, "c13.in").await;
+        let named = Wire::watch(&tc.client, "c13w.retry").await;
+        core_publish(
+            &tc,
+            "c13.in",
+            headers(&[("Trace-Id", "t1"), ("Nats-Expected-Stream", "X")]),
+            b"p13",
+        )
+        .await;
+        core_publish(&tc, "c13w.eu", HeaderMap::new(), b"p13w").await;
+        let seen = own.at_least(2).await;
+        assert_eq!(
+            seen[1].headers,
+            [
+                ("Trace-Id".to_owned(), "t1".to_owned()),
+                ("x-ruststream-retry-count".to_owned(), "1".to_owned())
+            ]
+        );
+        assert_eq!(&seen[1].payload[..], b"p13");
+        assert_copies(&named, &[("c13w.retry", "p13w", "1")]).await;
+        eventually("both copies handled", || {
+            (attempts(&r) == [1, 2] && attempts(&rw) == [1, 2]).then_some(())
+        })
+        .await;
+        logged(&["AckError::Unsupported", "mount=core-retry-13"]).await;
+        assert_eq!(dispositions(&ev)[0], Disposition::Retried);
+        app.shutdown().await;
+        app_w.shutdown().await;
+    });
+}
+
+#[test]
+fn row_14_core_retry_after_copies_after_the_delay() {
+    run(async {
+        let (server, tc, r, ev) = core_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("core-after-14", "c14.in"), // no limit: still a copy (rule 6)
+                scripted(&r, |attempt, _| {
+                    if attempt == 1 {
+                        Outcome::RetryAfter(Duration::from_millis(300))
+                    } else {
+                        Outcome::Ack
+                    }
+                }),
+            )
+        })
+        .await;
+        let wire = Wire::watch(&tc.client, "c14.in").await;
+        core_publish(&tc, "c14.in", HeaderMap::new(), b"later").await;
+        assert_copies(&wire, &[("c14.in", "later", ""), ("c14.in", "later", "1")]).await;
+        let seen = wire.all();
+        let gap = seen[1].at - seen[0].at;
+        assert!(gap >= Duration::from_millis(300), "copy after {gap:?}");
+        assert!(gap < Duration::from_secs(5), "copy after {gap:?}");
+        assert_eq!(
+            seen[1].headers,
+            [("x-ruststream-retry-count".to_owned(), "1".to_owned())]
+        );
+        eventually("the copy handled", || {
+            (attempts(&r) == [1, 2]).then_some(())
+        })
+        .await;
+        assert_eq!(
+            dispositions(&ev),
+            [Disposition::Delayed, Disposition::Unsupported]
+        );
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn row_15_core_at_limit_dead_letter() {
+    run(async {
+        let (server, tc, r, ev) = core_case().await;
+        tc.stream("DLQ", &["dlq.>"]).await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("core-dlq-15", "c15.in")
+                    .max_attempts(2)
+                    .dead_letter("dlq.c15"),
+                scripted(&r, |_, _| Outcome::Retry),
+            )
+        })
+        .await;
+        core_publish(&tc, "c15.in", headers(&[("Trace-Id", "t15")]), b"p15").await;
+        eventually("a dead letter", || {
+            (dispositions(&ev).contains(&Disposition::DeadLettered)).then_some(())
+        })
+        .await;
+        assert_eq!(attempts(&r), [1, 2]);
+        let stored = assert_dead_letters(&tc, "DLQ", &[("dlq.c15", b"p15")]).await;
+        // The delivery as it arrived: the attempt-2 copy, with its retry-count header.
+        assert_eq!(
+            stored[0].1,
+            [
+                ("Trace-Id".to_owned(), "t15".to_owned()),
+                ("x-ruststream-retry-count".to_owned(), "1".to_owned())
+            ]
+        );
+        logged(&[
+            "WARN",
+            "mount=core-dlq-15",
+            "dead_letter=dlq.c15",
+            "dead letter published",
+        ])
+        .await;
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn row_16_core_at_limit_without_dead_letter_warns() {
+    run(async {
+        let (server, tc, r, ev) = core_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("core-letgo-16", "c16.in").max_attempts(2),
+                scripted(&r, |_, _| Outcome::Retry),
+            )
+        })
+        .await;
+        let wire = Wire::watch(&tc.client, "c16.in").await;
+        core_publish(&tc, "c16.in", HeaderMap::new(), b"x").await;
+        logged(&["WARN", "mount=core-letgo-16", "let go"]).await;
+        quiet(300).await;
+        assert_eq!(attempts(&r), [1, 2]);
+        assert_eq!(
+            wire.all().len(),
+            2,
+            "the original and one copy, nothing more"
+        );
+        assert_eq!(
+            dispositions(&ev),
+            [Disposition::Retried, Disposition::LetGo]
+        );
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn row_17_core_arrives_past_limit_handler_not_run() {
+    run(async {
+        let (server, tc, r, ev) = core_case().await;
+        tc.stream("DLQ", &["dlq.>"]).await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("core-past-17", "c17.in")
+                    .max_attempts(3)
+                    .dead_letter("dlq.c17"),
+                scripted(&r, |_, _| Outcome::Ack),
+            )
+        })
+        .await;
+        let (r2, ev2) = (runs(), events());
+        let app2 = start(&server, &ev2, |a| {
+            a.mount(
+                Mount::core_subject("core-past-17b", "c17b.in").max_attempts(3),
+                scripted(&r2, |_, _| Outcome::Ack),
+            )
+        })
+        .await;
+        core_publish(
+            &tc,
+            "c17.in",
+            headers(&[("x-ruststream-retry-count", "3")]),
+            b"p17",
+        )
+        .await;
+        core_publish(
+            &tc,
+            "c17b.in",
+            headers(&[("x-ruststream-retry-count", "7")]),
+            b"p17b",
+        )
+        .await;
+        let e = settled(&ev, 1).await;
+        assert_eq!(e[0].disposition, Disposition::DeadLettered);
+        assert!(!e[0].handler_ran);
+        let e2 = settled(&ev2, 1).await;
+        assert_eq!(e2[0].disposition, Disposition::LetGo);
+        assert!(
+            attempts(&r).is_empty() && attempts(&r2).is_empty(),
+            "handlers never ran"
+        );
+        assert_eq!(tc.stored("DLQ").await.len(), 1);
+        logged(&["WARN", "mount=core-past-17b", "let go"]).await;
+        app.shutdown().await;
+        app2.shutdown().await;
+    });
+}
+
+#[test]
+fn row_18_core_no_outcome_nothing() {
+    run(async {
+        let (server, tc, r, ev) = core_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("core-none-18", "c18.in").max_attempts(3),
+                scripted(&r, |_, _| Outcome::None),
+            )
+        })
+        .await;
+        let wire = Wire::watch(&tc.client, "c18.in").await;
+        core_publish(&tc, "c18.in", HeaderMap::new(), b"x").await;
+        settled(&ev, 1).await;
+        quiet(300).await;
+        assert_eq!(wire.all().len(), 1);
+        assert_eq!(dispositions(&ev), [Disposition::NoOutcome]);
+        assert!(log_lines_for("core-none-18", "AckError::Unsupported").is_empty());
+        app.shutdown().await;
+    });
+}

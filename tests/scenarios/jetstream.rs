@@ -1,0 +1,314 @@
+//! Part C, the JetStream rows: one test per row.
+
+use super::common::*;
+
+#[test]
+fn row_01_jetstream_ack() {
+    run(async {
+        let (server, tc, acks, r, ev) = js_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                js_mount("js-ack").max_attempts(3),
+                scripted(&r, |_, _| Outcome::Ack),
+            )
+        })
+        .await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"order-1")
+            .await;
+        assert_acks(&acks, &["+ACK"]).await;
+        let ci = eventually_info(&tc, |i| i.num_ack_pending == 0 && i.num_pending == 0).await;
+        assert_eq!(ci.num_redelivered, 0);
+        quiet(900).await; // past ack_wait: nothing comes back
+        assert_eq!(attempts(&r), [1]);
+        assert_eq!(dispositions(&ev), [Disposition::Acked]);
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn row_02_jetstream_drop() {
+    run(async {
+        let (server, tc, acks, r, ev) = js_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                js_mount("js-drop").max_attempts(3),
+                scripted(&r, |_, _| Outcome::Drop),
+            )
+        })
+        .await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"order-1")
+            .await;
+        assert_acks(&acks, &["+TERM"]).await;
+        eventually_info(&tc, |i| i.num_ack_pending == 0).await;
+        quiet(900).await;
+        assert_eq!(
+            attempts(&r),
+            [1],
+            "a terminated message is never sent again"
+        );
+        assert_eq!(dispositions(&ev), [Disposition::Dropped]);
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn row_03_jetstream_retry_below_limit() {
+    run(async {
+        let (server, tc, acks, r, ev) = js_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                js_mount("js-retry").max_attempts(3),
+                scripted(&r, |attempt, _| {
+                    if attempt == 1 {
+                        Outcome::Retry
+                    } else {
+                        Outcome::Ack
+                    }
+                }),
+            )
+        })
+        .await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"order-1")
+            .await;
+        assert_acks(&acks, &["-NAK", "+ACK"]).await;
+        // Redelivered at once, with delivered + 1 on the same stream sequence.
+        let seen = acks.all();
+        assert!(
+            seen[0].subject.starts_with("$JS.ACK.ORDERS.worker.1.1."),
+            "{}",
+            seen[0].subject
+        );
+        assert!(
+            seen[1].subject.starts_with("$JS.ACK.ORDERS.worker.2.1."),
+            "{}",
+            seen[1].subject
+        );
+        assert_eq!(attempts(&r), [1, 2]);
+        let e = settled(&ev, 2).await;
+        assert_eq!(e[1].stream_sequence, Some(1));
+        eventually_info(&tc, |i| i.num_ack_pending == 0 && i.num_pending == 0).await;
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn row_04_jetstream_retry_after_below_limit() {
+    run(async {
+        let (server, tc, acks, r, ev) = js_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                js_mount("js-retry-after").max_attempts(3),
+                scripted(&r, |attempt, _| match attempt {
+                    1 => Outcome::RetryAfter(Duration::from_millis(400)),
+                    _ => Outcome::Ack,
+                }),
+            )
+        })
+        .await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"order-1")
+            .await;
+        assert_acks(&acks, &[r#"-NAK {"delay": 400000000}"#, "+ACK"]).await;
+        let runs = r.lock().unwrap().clone();
+        assert_eq!(runs.iter().map(|r| r.0).collect::<Vec<_>>(), [1, 2]);
+        let gap = runs[1].2 - runs[0].2;
+        assert!(
+            gap >= Duration::from_millis(400),
+            "redelivered after {gap:?}, before the delay"
+        );
+        assert!(gap < Duration::from_secs(5), "redelivered after {gap:?}");
+        assert_eq!(
+            dispositions(&ev),
+            [Disposition::Delayed, Disposition::Acked]
+        );
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn row_05_jetstream_at_limit_dead_letter_then_term() {
+    run(async {
+        let (server, tc, acks, r, ev) = js_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                js_mount("js-dlq").max_attempts(2).dead_letter("dlq.orders"),
+                scripted(&r, |_, _| Outcome::Retry),
+            )
+        })
+        .await;
+        // Rule 9: the directive would make the DLQ stream refuse the dead letter if kept.
+        let original = headers(&[
+            ("Trace-Id", "abc"),
+            ("tag", "one"),
+            ("tag", "two"),
+            ("Nats-Msg-Id", "order-1-id"),
+            ("Nats-Expected-Stream", "ORDERS"),
+        ]);
+        tc.js_publish("orders.new", original, b"{\"id\":1}").await;
+        assert_acks(&acks, &["-NAK", "+TERM"]).await;
+        assert_eq!(attempts(&r), [1, 2]);
+        let stored = assert_dead_letters(&tc, "DLQ", &[("dlq.orders", b"{\"id\":1}")]).await;
+        let hdrs = &stored[0].1;
+        let want: Vec<(String, String)> = [
+            ("Nats-Msg-Id", "order-1-id"),
+            ("Trace-Id", "abc"),
+            ("tag", "one"),
+            ("tag", "two"),
+        ]
+        .iter()
+        .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+        .collect();
+        assert_eq!(
+            hdrs, &want,
+            "dead letter headers byte for byte, directives aside"
+        );
+        eventually_info(&tc, |i| i.num_ack_pending == 0 && i.num_pending == 0).await;
+        assert_eq!(
+            dispositions(&ev),
+            [Disposition::Retried, Disposition::DeadLettered]
+        );
+        logged(&[
+            "WARN",
+            "mount=js-dlq",
+            "attempt=2",
+            "dead_letter=dlq.orders",
+            "dead letter published",
+        ])
+        .await;
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn row_06_jetstream_at_limit_without_dead_letter_terms() {
+    run(async {
+        let (server, tc, acks, r, ev) = js_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                js_mount("js-limit").max_attempts(2),
+                scripted(&r, |_, _| Outcome::RetryAfter(Duration::from_millis(50))),
+            )
+        })
+        .await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"x").await;
+        assert_acks(&acks, &[r#"-NAK {"delay": 50000000}"#, "+TERM"]).await;
+        quiet(900).await;
+        assert_eq!(attempts(&r), [1, 2]);
+        assert_eq!(tc.stream_len("DLQ").await, 0);
+        assert_eq!(
+            dispositions(&ev),
+            [Disposition::Delayed, Disposition::Terminated]
+        );
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn row_07_jetstream_arrives_past_limit_handler_not_run() {
+    run(async {
+        let (server, tc, acks, r, ev) = js_case().await;
+        // No outcome twice: the server redelivers after ack_wait; the third delivery is past
+        // max_attempts 2 and goes to the dead letter without running the handler (rule 3).
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                js_mount("js-past").max_attempts(2).dead_letter("dlq.past"),
+                scripted(&r, |_, _| Outcome::None),
+            )
+        })
+        .await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"hangs")
+            .await;
+        assert_acks(&acks, &["+TERM"]).await;
+        assert!(
+            acks.all()[0]
+                .subject
+                .starts_with("$JS.ACK.ORDERS.worker.3."),
+            "{}",
+            acks.all()[0].subject
+        );
+        assert_eq!(
+            attempts(&r),
+            [1, 2],
+            "the handler does not run past the limit"
+        );
+        assert_eq!(tc.stored("DLQ").await.len(), 1);
+        let e = settled(&ev, 3).await;
+        assert!(!e[2].handler_ran);
+        assert_eq!(e[2].disposition, Disposition::DeadLettered);
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn row_08_jetstream_no_outcome_server_redelivers() {
+    run(async {
+        let (server, tc, acks, r, ev) = js_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                js_mount("js-none").max_attempts(5),
+                scripted(&r, |attempt, _| {
+                    if attempt == 1 {
+                        Outcome::None
+                    } else {
+                        Outcome::Ack
+                    }
+                }),
+            )
+        })
+        .await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"x").await;
+        assert_acks(&acks, &["+ACK"]).await;
+        let runs = r.lock().unwrap().clone();
+        assert_eq!(runs.iter().map(|r| r.0).collect::<Vec<_>>(), [1, 2]);
+        assert!(
+            runs[1].2 - runs[0].2 >= Duration::from_millis(600),
+            "redelivered only after ack_wait"
+        );
+        assert_eq!(
+            dispositions(&ev),
+            [Disposition::NoOutcome, Disposition::Acked]
+        );
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn row_09_jetstream_dead_letter_publish_fails_naks_and_retries() {
+    run(async {
+        let (server, tc, acks, r, ev) = js_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                js_mount("js-dlq-fail")
+                    .max_attempts(1)
+                    .dead_letter("dlq.fail")
+                    .dead_letter_retry_delay(Duration::from_millis(300)),
+                scripted(&r, |_, _| Outcome::Retry),
+            )
+        })
+        .await;
+        // The dead-letter stream disappears after start-up.
+        tc.js.delete_stream("DLQ").await.expect("delete DLQ");
+        tc.js_publish("orders.new", HeaderMap::new(), b"precious")
+            .await;
+        acks.at_least(1).await;
+        assert_eq!(
+            acks.payloads()[0],
+            r#"-NAK {"delay": 300000000}"#,
+            "not settled while the dead letter failed"
+        );
+        assert!(!acks.payloads().iter().any(|p| p == "+TERM"));
+        // Once the stream is back, the delivery returns past the limit and is dead-lettered.
+        tc.stream("DLQ", &["dlq.>"]).await;
+        eventually("the dead letter to arrive", || {
+            acks.payloads().iter().any(|p| p == "+TERM").then_some(())
+        })
+        .await;
+        assert_dead_letters(&tc, "DLQ", &[("dlq.fail", b"precious")]).await;
+        assert_eq!(
+            attempts(&r),
+            [1],
+            "the handler ran once; later deliveries were past the limit"
+        );
+        assert!(dispositions(&ev).contains(&Disposition::DeadLetterRetry));
+        app.shutdown().await;
+    });
+}

@@ -1,0 +1,15 @@
+//! The conformance scenarios, written once and compiled once per adapter: `tests/tokio.rs` and
+//! `tests/smol.rs` each name the crate under test `adapter` and say how to `run` a future on
+//! its runtime, then declare this module. Test names follow SETTLEMENT.md (see
+//! `docs/settlement.md`): `row_NN_*` for Part C rows, `rule_NN_*` for Part B.
+//!
+//! Every test starts its own nats-server (a free port, a temporary store) and its own app.
+//! Assertions wait for eventual outcomes with generous deadlines; delays are in milliseconds.
+
+mod common;
+mod core_nats;
+mod jetstream;
+mod rules;
+mod servers;
+mod shutdown;
+mod startup;

@@ -1,0 +1,227 @@
+//! Part B rules that every model shares: reading the retry-count header, wildcard copies, panics, typed handlers.
+
+use super::common::*;
+
+#[test]
+fn rule_05_retry_count_header_parsing_on_the_wire() {
+    run(async {
+        let (server, tc, r, ev) = core_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("core-hdr-05", "c05.in").max_attempts(5),
+                scripted(&r, |_, payload| {
+                    if payload == "junk" {
+                        Outcome::Retry
+                    } else {
+                        Outcome::Ack
+                    }
+                }),
+            )
+        })
+        .await;
+        let wire = Wire::watch(&tc.client, "c05.in").await;
+        // Mixed case, repeated: the largest valid value (2) wins: attempt 3.
+        core_publish(
+            &tc,
+            "c05.in",
+            headers(&[
+                ("X-RustStream-Retry-Count", "1"),
+                ("X-RUSTSTREAM-RETRY-COUNT", " 2 "),
+            ]),
+            b"mixed",
+        )
+        .await;
+        eventually("mixed-case handled", || (attempts(&r) == [3]).then_some(())).await;
+        // Not digits: ignored with a warning, attempt 1; the copy carries a clean value.
+        core_publish(
+            &tc,
+            "c05.in",
+            headers(&[("x-ruststream-retry-count", "lots")]),
+            b"junk",
+        )
+        .await;
+        logged(&[
+            "WARN",
+            "mount=core-hdr-05",
+            "not digits",
+            "header=[\"lots\"]",
+        ])
+        .await;
+        let seen = wire.at_least(3).await;
+        let copy = &seen[2];
+        assert_eq!(
+            copy.headers,
+            [("x-ruststream-retry-count".to_owned(), "1".to_owned())]
+        );
+        eventually("junk and its copy handled", || {
+            (attempts(&r).len() >= 3).then_some(())
+        })
+        .await;
+        assert_eq!(attempts(&r)[1], 1);
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn rule_10_wildcard_copies_are_handled_once() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = core_setup(&server).await;
+        // The wildcard matches its copy subject: copies arrive through its own subscription.
+        let (r1, ev1) = (runs(), events());
+        let app1 = start(&server, &ev1, |a| {
+            a.mount(
+                Mount::core_wildcard("wild-in-10", "w10.*", "w10.retry").max_attempts(3),
+                scripted(&r1, |attempt, _| {
+                    if attempt == 1 {
+                        Outcome::Retry
+                    } else {
+                        Outcome::Ack
+                    }
+                }),
+            )
+        })
+        .await;
+        // It does not: the runtime subscribes the mount to the copy subject as well.
+        let (r2, ev2) = (runs(), events());
+        let app2 = start(&server, &ev2, |a| {
+            a.mount(
+                Mount::core_wildcard("wild-out-10", "x10.*", "retry.x10").max_attempts(3),
+                scripted(&r2, |attempt, _| {
+                    if attempt == 1 {
+                        Outcome::Retry
+                    } else {
+                        Outcome::Ack
+                    }
+                }),
+            )
+        })
+        .await;
+        core_publish(&tc, "w10.eu", HeaderMap::new(), b"a").await;
+        core_publish(&tc, "x10.eu", HeaderMap::new(), b"b").await;
+        eventually("both copies handled", || {
+            (attempts(&r1).len() == 2 && attempts(&r2).len() == 2).then_some(())
+        })
+        .await;
+        quiet(400).await;
+        assert_eq!(attempts(&r1), [1, 2], "each copy handled exactly once");
+        assert_eq!(attempts(&r2), [1, 2], "each copy handled exactly once");
+        app1.shutdown().await;
+        app2.shutdown().await;
+    });
+}
+
+#[test]
+fn rule_13_jetstream_panic_is_no_outcome_and_the_service_goes_on() {
+    run(async {
+        let (server, tc, acks, r, ev) = js_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                js_mount("js-panic-13").max_attempts(3),
+                scripted(&r, |attempt, payload| {
+                    if payload == "boom" && attempt == 1 {
+                        panic!("handler exploded");
+                    }
+                    Outcome::Ack
+                }),
+            )
+        })
+        .await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"boom").await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"fine").await;
+        logged(&[
+            "ERROR",
+            "mount=js-panic-13",
+            "handler panicked",
+            "handler exploded",
+        ])
+        .await;
+        assert_acks(&acks, &["+ACK", "+ACK"]).await;
+        // "boom" came back after ack_wait with delivered 2.
+        assert!(
+            acks.all()
+                .iter()
+                .any(|s| s.subject.starts_with("$JS.ACK.ORDERS.worker.2."))
+        );
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn rule_13_core_panic_is_gone_and_the_service_goes_on() {
+    run(async {
+        let (server, tc, r, ev) = core_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("core-panic-13", "c13p.in").max_attempts(3),
+                scripted(&r, |_, payload| {
+                    if payload == "boom" {
+                        panic!("handler exploded");
+                    }
+                    Outcome::Ack
+                }),
+            )
+        })
+        .await;
+        core_publish(&tc, "c13p.in", HeaderMap::new(), b"boom").await;
+        core_publish(&tc, "c13p.in", HeaderMap::new(), b"fine").await;
+        logged(&["ERROR", "mount=core-panic-13", "handler panicked"]).await;
+        let e = settled(&ev, 2).await;
+        let panicked: Vec<_> = e
+            .iter()
+            .filter(|s| s.disposition == Disposition::NoOutcome)
+            .collect();
+        assert_eq!(panicked.len(), 1, "{e:?}");
+        assert_eq!(
+            panicked[0].outcome,
+            Some(Outcome::None),
+            "a panic counts as no outcome"
+        );
+        assert!(
+            e.iter().any(|s| s.disposition == Disposition::Unsupported),
+            "the next message was handled"
+        );
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn typed_handler_undecodable_payload_is_dead_lettered() {
+    #[derive(serde::Deserialize)]
+    struct Order {
+        id: u32,
+    }
+    run(async {
+        let server = NatsServer::start();
+        let tc = js_setup(&server).await;
+        let acks = Wire::watch(&tc.client, "$JS.ACK.ORDERS.>").await;
+        let ids = Arc::new(Mutex::new(Vec::new()));
+        let seen = ids.clone();
+        let ev = events();
+        let app = start(&server, &ev, |a| {
+            a.mount_json(
+                js_mount("js-json").max_attempts(5).dead_letter("dlq.json"),
+                move |order: Order, _d: Delivery| {
+                    seen.lock().unwrap().push(order.id);
+                    async { Outcome::Ack }
+                },
+            )
+        })
+        .await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"{\"id\":7}")
+            .await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"not json")
+            .await;
+        assert_acks(&acks, &["+ACK", "+TERM"]).await;
+        assert_eq!(*ids.lock().unwrap(), [7]);
+        assert_dead_letters(&tc, "DLQ", &[("dlq.json", b"not json")]).await;
+        // The observers see which ran: the handler did not, for the payload that did not decode.
+        let seen: Vec<(bool, bool)> = settled(&ev, 2)
+            .await
+            .iter()
+            .map(|s| (s.handler_ran, s.undecodable))
+            .collect();
+        assert_eq!(seen, [(true, false), (false, true)]);
+        app.shutdown().await;
+    });
+}

@@ -1,0 +1,269 @@
+//! Shutdown (rule 14) and the observer.
+
+use super::common::*;
+
+#[test]
+fn rule_14_shutdown_lets_in_flight_handlers_settle() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = js_setup(&server).await;
+        let acks = Wire::watch(&tc.client, "$JS.ACK.ORDERS.>").await;
+        let ev = events();
+        let started = Arc::new(Mutex::new(false));
+        let flag = started.clone();
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                js_mount("js-slow-14").max_attempts(3),
+                move |_d: Delivery| {
+                    let flag = flag.clone();
+                    async move {
+                        *flag.lock().unwrap() = true;
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        Outcome::Ack
+                    }
+                },
+            )
+        })
+        .await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"slow").await;
+        eventually("the handler to start", || {
+            (*started.lock().unwrap()).then_some(())
+        })
+        .await;
+        let report = app.shutdown().await;
+        assert!(report.abandoned.is_empty(), "{report:?}");
+        assert_eq!(
+            acks.payloads(),
+            ["+ACK"],
+            "settled before shutdown returned"
+        );
+    });
+}
+
+#[test]
+fn rule_14_delayed_core_copies_left_at_shutdown_are_reported_lost() {
+    run(async {
+        let (server, tc, r, ev) = core_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("core-lost-14", "c14l.in"),
+                scripted(&r, |_, _| Outcome::RetryAfter(Duration::from_secs(60))),
+            )
+        })
+        .await;
+        core_publish(&tc, "c14l.in", HeaderMap::new(), b"x").await;
+        settled(&ev, 1).await;
+        let report = app.shutdown().await;
+        assert_eq!(report.lost_copies, [("core-lost-14".to_owned(), 1)]);
+        logged(&["WARN", "mount=core-lost-14", "lost at shutdown"]).await;
+    });
+}
+
+#[test]
+fn rule_14_delayed_core_copies_due_within_the_grace_period_are_published() {
+    run(async {
+        let (server, tc, r, ev) = core_case().await;
+        // The grace period is 2 s (see `start`); the copy falls due 1 s after the handler.
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("core-due-14", "c14d.in"),
+                scripted(&r, |_, _| Outcome::RetryAfter(Duration::from_secs(1))),
+            )
+        })
+        .await;
+        let wire = Wire::watch(&tc.client, "c14d.in").await;
+        core_publish(&tc, "c14d.in", HeaderMap::new(), b"x").await;
+        settled(&ev, 1).await;
+        let asked = Instant::now();
+        let report = app.shutdown().await;
+        assert!(report.lost_copies.is_empty(), "{report:?}");
+        let seen = wire.at_least(2).await;
+        assert_eq!(
+            seen[1].headers,
+            [("x-ruststream-retry-count".to_owned(), "1".to_owned())]
+        );
+        assert!(seen[1].at >= asked, "the copy went out during the shutdown");
+        assert!(
+            asked.elapsed() < Duration::from_secs(2),
+            "shutdown ended once the queue was empty"
+        );
+    });
+}
+
+#[test]
+fn rule_14_no_core_delivery_starts_once_shutdown_has_begun() {
+    run(async {
+        let (server, tc, r, ev) = core_case().await;
+        // Three apps in turn: each time the mount's task could pick the next buffered message
+        // over the shutdown, so a loop that does not put the shutdown first fails here almost
+        // surely.
+        for round in 0..3 {
+            let subject = format!("c14s.{round}");
+            let started = Arc::new(Mutex::new(0usize));
+            let count = started.clone();
+            // Concurrency 1: the slow delivery runs on the mount's task; the others stay
+            // buffered.
+            let app = start(&server, &ev, |a| {
+                a.mount(
+                    Mount::core_subject("core-stop-14", &subject)
+                        .concurrency(std::num::NonZeroUsize::MIN),
+                    move |_d: Delivery| {
+                        *count.lock().unwrap() += 1;
+                        async {
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                            Outcome::Ack
+                        }
+                    },
+                )
+            })
+            .await;
+            for _ in 0..20 {
+                core_publish(&tc, &subject, HeaderMap::new(), b"slow").await;
+            }
+            eventually("the first handler to start", || {
+                (*started.lock().unwrap() > 0).then_some(())
+            })
+            .await;
+            let asked = Instant::now();
+            let report = app.shutdown().await;
+            assert!(
+                asked.elapsed() < Duration::from_secs(1),
+                "shutdown took {:?}",
+                asked.elapsed()
+            );
+            assert!(report.abandoned.is_empty(), "{report:?}");
+            quiet(300).await;
+            assert_eq!(
+                *started.lock().unwrap(),
+                1,
+                "round {round}: only the delivery in flight when shutdown began ran"
+            );
+        }
+        // The buffered ones are lost (Core cannot redeliver), and said so.
+        logged(&[
+            "WARN",
+            "mount=core-stop-14",
+            "received but not handled when shutdown began",
+        ])
+        .await;
+        assert!(r.lock().unwrap().is_empty());
+    });
+}
+
+#[test]
+fn a_panicking_observer_is_logged_and_the_mount_goes_on() {
+    run(async {
+        let (server, tc, r, _) = core_case().await;
+        capture_logs();
+        let calls = Arc::new(Mutex::new(0usize));
+        let seen = calls.clone();
+        let app = App::new(&server.url())
+            .on_settled(move |_| {
+                let n = {
+                    let mut n = seen.lock().unwrap();
+                    *n += 1;
+                    *n
+                };
+                if n == 1 {
+                    panic!("observer bug");
+                }
+            })
+            .mount(
+                Mount::core_subject("observer-panics", "obs.in"),
+                scripted(&r, |_, _| Outcome::Ack),
+            )
+            .start()
+            .await
+            .expect("the app starts");
+        for _ in 0..3 {
+            core_publish(&tc, "obs.in", HeaderMap::new(), b"x").await;
+        }
+        eventually("three handler runs", || {
+            (r.lock().unwrap().len() == 3).then_some(())
+        })
+        .await;
+        eventually("three observer calls", || {
+            (*calls.lock().unwrap() == 3).then_some(())
+        })
+        .await;
+        logged(&[
+            "ERROR",
+            "mount=observer-panics",
+            "on_settled observer panicked",
+            "observer bug",
+        ])
+        .await;
+        let report = app.shutdown().await;
+        assert!(report.abandoned.is_empty(), "{report:?}");
+    });
+}
+
+#[test]
+fn rule_14_shutdown_with_idle_core_mounts_does_not_wait_for_the_grace_period() {
+    run(async {
+        let (server, tc, r, ev) = core_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("core-idle-14", "c14i.in"),
+                scripted(&r, |_, _| Outcome::Ack),
+            )
+            .mount(
+                Mount::core_wildcard("core-idle-wild-14", "c14w.*", "c14w.retry"),
+                scripted(&r, |_, _| Outcome::Ack),
+            )
+        })
+        .await;
+        core_publish(&tc, "c14i.in", HeaderMap::new(), b"x").await;
+        core_publish(&tc, "c14w.a", HeaderMap::new(), b"y").await;
+        settled(&ev, 2).await;
+        let asked = Instant::now();
+        let report = app.shutdown().await;
+        let took = asked.elapsed();
+        // The grace period is 2 s (see `start`): idle mounts end at once.
+        assert!(took < Duration::from_secs(1), "shutdown took {took:?}");
+        assert!(
+            report.abandoned.is_empty() && report.lost_copies.is_empty(),
+            "{report:?}"
+        );
+    });
+}
+
+#[test]
+fn rule_14_shutdown_abandons_a_hung_handler_after_the_grace_period() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = core_setup(&server).await;
+        let ev = events();
+        let started = Arc::new(Mutex::new(false));
+        let flag = started.clone();
+        // Concurrency 1: the hung delivery runs on the mount's own loop.
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("core-hung-14", "c14h.in")
+                    .concurrency(std::num::NonZeroUsize::MIN),
+                move |_d: Delivery| {
+                    let flag = flag.clone();
+                    async move {
+                        *flag.lock().unwrap() = true;
+                        tokio::time::sleep(Duration::from_secs(60)).await;
+                        Outcome::Ack
+                    }
+                },
+            )
+        })
+        .await;
+        core_publish(&tc, "c14h.in", HeaderMap::new(), b"hangs").await;
+        eventually("the handler to start", || {
+            (*started.lock().unwrap()).then_some(())
+        })
+        .await;
+        let began = Instant::now();
+        let report = app.shutdown().await;
+        let took = began.elapsed();
+        assert!(
+            took < Duration::from_secs(5),
+            "shutdown took {took:?} with a 2 s grace period"
+        );
+        assert_eq!(report.abandoned, [("core-hung-14".to_owned(), 1)]);
+    });
+}

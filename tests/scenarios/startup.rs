@@ -1,0 +1,346 @@
+//! Start-up (rule 11): declarations refused naming the mount, before anything is consumed; what the server lacks.
+
+use super::common::*;
+
+#[test]
+fn rule_11_bad_declarations_are_refused_naming_the_mount() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = js_setup(&server).await;
+        let noop = |_: Delivery| async { Outcome::Ack };
+
+        let e = start_err(&server, |a| {
+            a.mount(Mount::core_subject("bad-core", "a.*"), noop)
+        })
+        .await;
+        assert_refused(&e, "bad-core", |k| {
+            matches!(k, DeclarationErrorKind::Subject { .. })
+        });
+
+        let e = start_err(&server, |a| {
+            a.mount(Mount::core_subject("bad-space", "a b"), noop)
+        })
+        .await;
+        assert_refused(&e, "bad-space", |k| {
+            matches!(k, DeclarationErrorKind::Subject { .. })
+        });
+
+        let e = start_err(&server, |a| {
+            a.mount(Mount::core_subject("bad-token", "a..b"), noop)
+        })
+        .await;
+        assert_refused(&e, "bad-token", |k| {
+            matches!(k, DeclarationErrorKind::Subject { .. })
+        });
+
+        let e = start_err(&server, |a| {
+            a.mount(Mount::core_wildcard("bad-copy", "w.*", "w.>"), noop)
+        })
+        .await;
+        assert_refused(&e, "bad-copy", |k| {
+            matches!(k, DeclarationErrorKind::Subject { .. })
+        });
+
+        let e = start_err(&server, |a| {
+            a.mount(Mount::core_wildcard("no-copy", "w.*", ""), noop)
+        })
+        .await;
+        assert_refused(&e, "no-copy", |k| {
+            matches!(
+                k,
+                DeclarationErrorKind::Subject { .. } | DeclarationErrorKind::MissingCopySubject
+            )
+        });
+
+        let e = start_err(&server, |a| {
+            a.mount(
+                Mount::core_subject("dlq-no-limit", "a").dead_letter("dlq.x"),
+                noop,
+            )
+        })
+        .await;
+        assert_refused(&e, "dlq-no-limit", |k| {
+            matches!(k, DeclarationErrorKind::DeadLetterWithoutLimit)
+        });
+
+        let e = start_err(&server, |a| {
+            a.mount(
+                Mount::core_subject("dlq-wild", "a")
+                    .max_attempts(2)
+                    .dead_letter("dlq.*"),
+                noop,
+            )
+        })
+        .await;
+        assert_refused(&e, "dlq-wild", |k| {
+            matches!(k, DeclarationErrorKind::Subject { .. })
+        });
+
+        let e = start_err(&server, |a| {
+            a.mount(Mount::jetstream("no-stream", "NOPE", "w"), noop)
+        })
+        .await;
+        assert!(
+            matches!(&e, StartError::Server { mount, .. } if mount == "no-stream"),
+            "{e}"
+        );
+
+        // A JetStream mount whose dead-letter subject no stream stores (rule 8).
+        let e = start_err(&server, |a| {
+            a.mount(
+                js_mount("dlq-unstored")
+                    .max_attempts(2)
+                    .dead_letter("nowhere.x"),
+                noop,
+            )
+        })
+        .await;
+        assert_refused(&e, "dlq-unstored", |k| {
+            matches!(k, DeclarationErrorKind::DeadLetterNotStored(_))
+        });
+
+        // Dead letters that would come back to the mount: an endless loop, refused.
+        let e = start_err(&server, |a| {
+            a.mount(
+                js_mount("dlq-loop")
+                    .max_attempts(2)
+                    .dead_letter("orders.dlq"),
+                noop,
+            )
+        })
+        .await;
+        assert_refused(&e, "dlq-loop", |k| {
+            matches!(k, DeclarationErrorKind::DeadLetterLoop(_))
+        });
+        // Both refusals came after the durable was created: it was removed again.
+        let left = tc
+            .js
+            .get_stream("ORDERS")
+            .await
+            .expect("stream")
+            .consumer_info("worker")
+            .await;
+        assert!(
+            matches!(&left, Err(e) if e.kind() == adapter::async_nats::jetstream::context::ConsumerInfoErrorKind::NotFound),
+            "a refused start-up left its durable behind: {left:?}"
+        );
+        let e = start_err(&server, |a| {
+            a.mount(
+                Mount::core_subject("core-loop", "loop.x")
+                    .max_attempts(2)
+                    .dead_letter("loop.x"),
+                noop,
+            )
+        })
+        .await;
+        assert_refused(&e, "core-loop", |k| {
+            matches!(k, DeclarationErrorKind::DeadLetterLoop(_))
+        });
+
+        // A mount name that would break `mount=<name>` in logs.
+        let e = start_err(&server, |a| {
+            a.mount(Mount::core_subject("my mount", "a"), noop)
+        })
+        .await;
+        assert_refused(&e, "my mount", |k| {
+            matches!(k, DeclarationErrorKind::MountName)
+        });
+
+        // A consumer whose ack policy is not explicit.
+        let stream = tc.js.get_stream("ORDERS").await.expect("stream");
+        stream
+            .create_consumer(adapter::async_nats::jetstream::consumer::pull::Config {
+                durable_name: Some("none-ack".to_owned()),
+                ack_policy: adapter::async_nats::jetstream::consumer::AckPolicy::None,
+                ..Default::default()
+            })
+            .await
+            .expect("consumer");
+        let e = start_err(&server, |a| {
+            a.mount(Mount::jetstream("ack-none", "ORDERS", "none-ack"), noop)
+        })
+        .await;
+        assert_refused(&e, "ack-none", |k| {
+            matches!(k, DeclarationErrorKind::AckPolicyNotExplicit(_))
+        });
+
+        // A consumer whose max_deliver is not above max_attempts.
+        stream
+            .create_consumer(adapter::async_nats::jetstream::consumer::pull::Config {
+                durable_name: Some("md3".to_owned()),
+                max_deliver: 3,
+                ..Default::default()
+            })
+            .await
+            .expect("consumer");
+        let e = start_err(&server, |a| {
+            a.mount(
+                Mount::jetstream("md-low", "ORDERS", "md3").max_attempts(3),
+                noop,
+            )
+        })
+        .await;
+        assert_refused(&e, "md-low", |k| {
+            matches!(k, DeclarationErrorKind::MaxDeliverTooLow { .. })
+        });
+
+        // Duplicate mount names.
+        let e = start_err(&server, |a| {
+            a.mount(Mount::core_subject("twice", "a"), noop)
+                .mount(Mount::core_subject("twice", "b"), noop)
+        })
+        .await;
+        assert!(
+            matches!(e, StartError::DuplicateMount(ref m) if m == "twice"),
+            "{e}"
+        );
+
+        // The runtime never changed the consumers it was refused on.
+        assert_eq!(
+            tc.consumer_info("ORDERS", "md3").await.config.max_deliver,
+            3
+        );
+        // A consumer with BackOff is accepted, with a warning.
+        stream
+            .create_consumer(adapter::async_nats::jetstream::consumer::pull::Config {
+                durable_name: Some("backoff".to_owned()),
+                max_deliver: 10,
+                backoff: vec![Duration::from_millis(100), Duration::from_millis(200)],
+                ..Default::default()
+            })
+            .await
+            .expect("consumer");
+        let ev = events();
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::jetstream("with-backoff", "ORDERS", "backoff").max_attempts(3),
+                noop,
+            )
+        })
+        .await;
+        logged(&["WARN", "mount `with-backoff`", "BackOff"]).await;
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn rule_11_refused_mount_consumes_nothing() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = js_setup(&server).await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"keep").await;
+        let r = runs();
+        let e = start_err(&server, |a| {
+            a.mount(
+                js_mount("good").max_attempts(2),
+                scripted(&r, |_, _| Outcome::Ack),
+            )
+            .mount(
+                Mount::core_subject("bad", "x.>"),
+                scripted(&r, |_, _| Outcome::Ack),
+            )
+        })
+        .await;
+        assert_refused(&e, "bad", |k| {
+            matches!(k, DeclarationErrorKind::Subject { .. })
+        });
+        quiet(300).await;
+        assert!(attempts(&r).is_empty());
+        assert_eq!(tc.stream_len("ORDERS").await, 1);
+    });
+}
+
+#[test]
+fn server_without_jetstream_refuses_a_jetstream_mount_saying_why_and_runs_core() {
+    run(async {
+        let server = NatsServer::start_without_jetstream();
+        let r = runs();
+        let e = start_err(&server, |a| {
+            a.mount(js_mount("orders-js"), scripted(&r, |_, _| Outcome::Ack))
+        })
+        .await;
+        let text = e.to_string();
+        assert!(matches!(e, StartError::Server { .. }), "{e:?}");
+        assert!(text.contains("mount `orders-js`"), "{text}");
+        assert!(
+            text.contains("JetStream is not enabled on the server"),
+            "{text}"
+        );
+        assert!(attempts(&r).is_empty());
+
+        // Core mounts need no JetStream: a dead-letter subject no stream can store falls
+        // back to a flushed plain publish.
+        let tc = TestClient::connect(&server).await;
+        let dlq = Wire::watch(&tc.client, "nojs.dlq").await;
+        let ev = events();
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("orders-core", "nojs.in")
+                    .max_attempts(1)
+                    .dead_letter("nojs.dlq"),
+                scripted(&r, |_, _| Outcome::Retry),
+            )
+        })
+        .await;
+        core_publish(&tc, "nojs.in", HeaderMap::new(), b"p").await;
+        assert_eq!(dlq.at_least(1).await[0].payload, b"p"[..]);
+        assert_eq!(
+            settled(&ev, 1).await[0].disposition,
+            Disposition::DeadLettered
+        );
+        app.shutdown().await;
+    });
+}
+
+/// Whether the server this suite runs on accepts a `BackOff` list without `max_deliver`
+/// (nats-server 2.10.14 and later; older ones require `max_deliver` above the list's length).
+fn accepts_backoff_without_max_deliver(server: &NatsServer) -> bool {
+    server.version() >= (2, 10, 14)
+}
+
+#[test]
+fn rule_11_a_backoff_consumer_runs_with_a_warning_on_every_server() {
+    run(async {
+        let (server, tc, acks, r, ev) = js_case().await;
+        let backoff = vec![Duration::from_millis(300), Duration::from_millis(600)];
+        let config = |max_deliver| adapter::async_nats::jetstream::consumer::pull::Config {
+            durable_name: Some("worker".into()),
+            ack_policy: adapter::async_nats::jetstream::consumer::AckPolicy::Explicit,
+            backoff: backoff.clone(),
+            max_deliver,
+            ..Default::default()
+        };
+        let orders = tc.js.get_stream("ORDERS").await.unwrap();
+        let unset = orders.create_consumer(config(-1)).await;
+        if accepts_backoff_without_max_deliver(&server) {
+            unset.expect("a current server takes BackOff without max_deliver");
+        } else {
+            let e =
+                unset.expect_err("nats-server before 2.10.14 requires max_deliver with BackOff");
+            assert!(e.to_string().contains("max deliver"), "{e}");
+            orders
+                .create_consumer(config(5))
+                .await
+                .expect("with max_deliver above the list and max_attempts");
+        }
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::jetstream("backoff", "ORDERS", "worker").max_attempts(3),
+                scripted(&r, |attempt, _| {
+                    if attempt < 3 {
+                        Outcome::Retry
+                    } else {
+                        Outcome::Ack
+                    }
+                }),
+            )
+        })
+        .await;
+        logged(&["WARN", "backoff", "BackOff"]).await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"{}").await;
+        assert_acks(&acks, &["-NAK", "-NAK", "+ACK"]).await;
+        assert_eq!(attempts(&r), [1, 2, 3]);
+        eventually_info(&tc, |i| i.num_ack_pending == 0 && i.num_pending == 0).await;
+        app.shutdown().await;
+    });
+}
