@@ -1,6 +1,7 @@
 //! # ruststream-smol
 //!
-//! Runs message handlers over NATS on smol and settles every delivery as SETTLEMENT.md says:
+//! Runs message handlers over NATS on smol and settles every delivery as the contract
+//! (`docs/settlement.md` in the repository; "rule N" below is its rule N) says:
 //! on JetStream with `+ACK`, `-NAK`, `-NAK {"delay": ns}` or `+TERM` on the ack reply
 //! subject; on Core NATS with copies carrying `x-ruststream-retry-count`, bounded by
 //! `max_attempts`, and dead letters that are confirmed before anything is settled.

@@ -61,7 +61,9 @@
 //! - Planning never panics, never allocates, and is deterministic.
 //! - The core never copies a payload: actions refer to "the delivered message".
 //!
-//! The contract is `SETTLEMENT.md` (shared spec); rule numbers in these docs are its Part B.
+//! The contract is `docs/settlement.md` in the repository (the team's `SETTLEMENT.md`, in the
+//! project's own words): rule numbers in these docs are its rules, and the row numbers of
+//! `tests/decision_table.rs` its decision table's.
 
 #![warn(missing_docs)]
 
