@@ -98,8 +98,18 @@ pub(crate) async fn publish_plain(client: &Client, p: Publication) -> Result<(),
 }
 
 /// Publishes a dead letter and waits for it to be confirmed (rule 8).
+///
+/// A stream's acknowledgement that says `duplicate` confirms the dead letter only when it
+/// carries the runtime's own `Nats-Msg-Id` (rule 9: a JetStream delivery's dead letter, whose
+/// id names the delivery, so the duplicate is this very dead letter, stored by an earlier try).
+/// Any other duplicate means the stream stored nothing: a failure, never a confirmation.
 async fn publish_dead_letter(ctx: &MountContext, p: Publication) -> Result<(), PublishFailed> {
     let subject = async_nats::Subject::from(p.subject.as_str());
+    let own_id = p
+        .headers
+        .iter()
+        .find(|(name, _)| *name == ruststream_core::MSG_ID_HEADER.as_bytes())
+        .map(|(_, id)| String::from_utf8_lossy(id).into_owned());
     let headers = header_map(&p.headers);
     match &ctx.dead_letters {
         DeadLetterSink::JetStream(js) => {
@@ -107,8 +117,19 @@ async fn publish_dead_letter(ctx: &MountContext, p: Publication) -> Result<(), P
                 .publish_with_headers(subject, headers, p.payload)
                 .await
                 .map_err(|e| PublishFailed(e.to_string()))?;
-            ack.await.map_err(|e| PublishFailed(e.to_string()))?;
-            Ok(())
+            let ack = ack.await.map_err(|e| PublishFailed(e.to_string()))?;
+            match (ack.duplicate, own_id) {
+                (false, _) => Ok(()),
+                (true, Some(id)) => {
+                    tracing::info!(mount = %ctx.name, stream = %ack.stream, sequence = ack.sequence, %id,
+                        "dead letter already stored by an earlier try: confirmed");
+                    Ok(())
+                }
+                (true, None) => Err(PublishFailed(format!(
+                    "stream `{}` reported the dead letter a duplicate and stored nothing",
+                    ack.stream
+                ))),
+            }
         }
         DeadLetterSink::Plain => {
             ctx.client
@@ -290,7 +311,7 @@ pub(crate) async fn execute(
             Action::PublishDeadLetter { subject } => {
                 Box::pin(publish_dead_letter(
                     ctx,
-                    core_message(msg).dead_letter(subject),
+                    core_message(msg).dead_letter(subject, delivery),
                 ))
                 .await?;
                 tracing::warn!(

@@ -9,8 +9,9 @@
 //!   header is kept byte for byte, in order, with its letter case and repeated values.
 //! - **Reading** (rule 5): see [`RetryCountReading::read`].
 //! - **Forwarding** (rule 9): copies and dead letters drop the JetStream publish directives
-//!   listed in [`DROPPED_DIRECTIVES`] and [`DROPPED_DIRECTIVE_PREFIXES`], and keep everything
-//!   else (`Nats-Msg-Id` included, for now).
+//!   listed in [`DROPPED_DIRECTIVES`] and [`DROPPED_DIRECTIVE_PREFIXES`] (`Nats-Msg-Id`
+//!   among them), and keep everything else; a JetStream dead letter carries the runtime's own
+//!   `Nats-Msg-Id` ([`dead_letter_msg_id`]).
 //!
 //! Header names and values are bytes here: NATS headers are an HTTP-like block (NATS ADR-4,
 //! "NATS Message Headers"), and a publisher may put anything in them.
@@ -27,11 +28,14 @@ pub const RETRY_COUNT_HEADER: &str = "x-ruststream-retry-count";
 /// schedule, batch or count the copy instead of storing it. Compared without regard to case;
 /// see also [`DROPPED_DIRECTIVE_PREFIXES`].
 ///
-/// Checked against the header constants of nats-server's `server/stream.go` (`JSExpected*`,
-/// `JSMsgRollup`, `JSMessageTTL`, `JSMessageIncr`) and `server/jetstream_api.go`
-/// (`JSRequiredApiLevel`) at the 2.15 development line. `Nats-Msg-Id` is a directive too (it
-/// deduplicates); it is still forwarded, until dead letters carry an id of the runtime's own.
-pub const DROPPED_DIRECTIVES: [&str; 9] = [
+/// Checked against the header constants of nats-server's `server/stream.go` (`JSMsgId`,
+/// `JSExpected*`, `JSMsgRollup`, `JSMessageTTL`, `JSMessageIncr`) and
+/// `server/jetstream_api.go` (`JSRequiredApiLevel`) at the 2.15 development line.
+/// `Nats-Msg-Id` is dropped so that a stream's deduplication can never swallow a copy or a
+/// dead letter; a JetStream dead letter carries an id of the runtime's own instead
+/// ([`dead_letter_msg_id`]).
+pub const DROPPED_DIRECTIVES: [&str; 10] = [
+    MSG_ID_HEADER,
     "Nats-Expected-Stream",
     "Nats-Expected-Last-Sequence",
     "Nats-Expected-Last-Subject-Sequence",
@@ -42,6 +46,20 @@ pub const DROPPED_DIRECTIVES: [&str; 9] = [
     "Nats-Incr",
     "Nats-Required-Api-Level",
 ];
+
+/// The header by which a stream deduplicates what is published to it: `Nats-Msg-Id`
+/// (nats-server `server/stream.go`, `JSMsgId`).
+pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";
+
+/// The `Nats-Msg-Id` a JetStream delivery's dead letter carries (rule 9):
+/// `ruststream.dead-letter.<stream>.<consumer>.<stream sequence>`. The same delivery always
+/// gets the same id, so a dead-letter publish retried after a failure (rule 8) is stored once;
+/// two consumers that give up on one message store one dead letter each; and the id never
+/// equals one a publisher chose for the original. Stream and consumer names cannot contain `.`,
+/// so no two deliveries share an id.
+pub fn dead_letter_msg_id(stream: &str, consumer: &str, stream_sequence: u64) -> String {
+    format!("ruststream.dead-letter.{stream}.{consumer}.{stream_sequence}")
+}
 
 /// Prefixes of JetStream publish directives that copies and dead letters never carry (rule 9):
 /// every `Nats-Schedule*` header (message schedules: `Nats-Schedule`, `-TTL`, `-Target`,
@@ -343,7 +361,6 @@ mod tests {
                 (&b"Trace-Id"[..], &b"abc"[..]),
                 (b"tag", b"a"),
                 (b"tag", b"b"),
-                (b"Nats-Msg-Id", b"m-1"),
                 (b"x-ruststream-retry-count", b"2"),
             ]
         );
@@ -357,8 +374,19 @@ mod tests {
                 (b"x-ruststream-retry-count", b"junk"),
                 (b"tag", b"a"),
                 (b"tag", b"b"),
-                (b"Nats-Msg-Id", b"m-1"),
             ]
+        );
+    }
+
+    #[test]
+    fn dead_letter_ids_name_the_delivery() {
+        assert_eq!(
+            dead_letter_msg_id("ORDERS", "worker", 42),
+            "ruststream.dead-letter.ORDERS.worker.42"
+        );
+        assert_ne!(
+            dead_letter_msg_id("ORDERS", "a", 1),
+            dead_letter_msg_id("ORDERS", "b", 1)
         );
     }
 
@@ -382,7 +410,7 @@ mod tests {
         ] {
             assert!(is_dropped_directive(d.as_bytes()), "{d}");
         }
-        assert!(!is_dropped_directive(b"Nats-Msg-Id"));
+        assert!(is_dropped_directive(b"nats-msg-id"));
         assert!(!is_dropped_directive(b"Nats-Expected-Stream2"));
         assert!(!is_dropped_directive(b"Nats-Batch"));
         assert!(!is_dropped_directive(b"Nats-Sched"));

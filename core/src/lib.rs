@@ -81,8 +81,9 @@ mod subject;
 pub use ack::{AckError, AckPayload, MAX_NAK_DELAY, Settlement};
 pub use delivery::{Attempt, Delivery, Model};
 pub use header::{
-    DROPPED_DIRECTIVE_PREFIXES, DROPPED_DIRECTIVES, Headers, RETRY_COUNT_HEADER, RetryCount,
-    RetryCountReading, is_dropped_directive, is_retry_count, parse_retry_count,
+    DROPPED_DIRECTIVE_PREFIXES, DROPPED_DIRECTIVES, Headers, MSG_ID_HEADER, RETRY_COUNT_HEADER,
+    RetryCount, RetryCountReading, dead_letter_msg_id, is_dropped_directive, is_retry_count,
+    parse_retry_count,
 };
 pub use message::{Message, Publication};
 pub use plan::{

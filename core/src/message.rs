@@ -6,7 +6,8 @@
 
 use bytes::Bytes;
 
-use crate::header::{Headers, RetryCount};
+use crate::delivery::{Delivery, Model};
+use crate::header::{Headers, MSG_ID_HEADER, RetryCount, dead_letter_msg_id};
 use crate::subject::Subject;
 
 /// The parts of a delivered message that copies and dead letters carry.
@@ -45,15 +46,25 @@ impl Message {
         }
     }
 
-    /// The dead letter to publish to `subject`: the payload unchanged, the headers filtered
-    /// by [`Headers::for_dead_letter`] only (rule 9), and no reply subject: a dead letter is
-    /// published for a stream to store, not for its original requester to answer, and a
-    /// JetStream publish uses the reply subject for the stream's acknowledgement.
-    pub fn dead_letter(&self, subject: &Subject) -> Publication {
+    /// The dead letter of `delivery` to publish to `subject`: the payload unchanged, the
+    /// headers filtered by [`Headers::for_dead_letter`] (rule 9), and no reply subject: a dead
+    /// letter is published for a stream to store, not for its original requester to answer,
+    /// and a JetStream publish uses the reply subject for the stream's acknowledgement. A
+    /// JetStream delivery's dead letter also carries the runtime's own `Nats-Msg-Id`
+    /// ([`dead_letter_msg_id`]: stream, consumer, stream sequence), last; a Core one none.
+    pub fn dead_letter(&self, subject: &Subject, delivery: &Delivery<'_>) -> Publication {
+        let mut headers = self.headers.for_dead_letter();
+        if let Model::JetStream(reply) = delivery.model {
+            let id = dead_letter_msg_id(reply.stream, reply.consumer, reply.stream_sequence);
+            headers.append(
+                Bytes::from_static(MSG_ID_HEADER.as_bytes()),
+                Bytes::from(id),
+            );
+        }
         Publication {
             subject: subject.clone(),
             reply: None,
-            headers: self.headers.for_dead_letter(),
+            headers,
             payload: self.payload.clone(),
         }
     }

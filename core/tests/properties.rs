@@ -282,16 +282,30 @@ fn is_directive(name: &[u8]) -> bool {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2_000))]
 
-    /// A dead letter keeps the payload and the headers byte for byte, except rule-9 directives.
+    /// A dead letter keeps the payload and the headers byte for byte, except rule-9 directives;
+    /// a JetStream one ends with the runtime's own `Nats-Msg-Id`, naming the delivery.
     #[test]
-    fn dead_letters_keep_payload_and_headers(pairs in headers(), payload in proptest::collection::vec(any::<u8>(), 0..64)) {
+    fn dead_letters_keep_payload_and_headers(
+        pairs in headers(),
+        payload in proptest::collection::vec(any::<u8>(), 0..64),
+        jetstream in any::<bool>(),
+        stream_sequence in 1u64..1_000_000,
+    ) {
         let payload = Bytes::from(payload);
         let message = Message { reply: Some(Bytes::from_static(b"_INBOX.x")), headers: to_headers(&pairs), payload: payload.clone() };
         let dlq = Subject::new("dlq.orders").expect("valid");
-        let dead = message.dead_letter(&dlq);
+        let reply = format!("$JS.ACK.ORDERS.worker.3.{stream_sequence}.9.1700000000000000000.0");
+        let delivery = match jetstream {
+            true => Delivery::jetstream("orders.new", AckReply::parse(reply.as_bytes()).expect("valid")),
+            false => Delivery::core("orders.new", RetryCountReading::default()),
+        };
+        let dead = message.dead_letter(&dlq, &delivery);
         prop_assert_eq!(&dead.payload, &payload);
         prop_assert_eq!(dead.payload.as_ptr(), payload.as_ptr(), "payload was copied");
-        let want: Vec<(Vec<u8>, Vec<u8>)> = pairs.iter().filter(|(n, _)| !is_directive(n)).cloned().collect();
+        let mut want: Vec<(Vec<u8>, Vec<u8>)> = pairs.iter().filter(|(n, _)| !is_directive(n)).cloned().collect();
+        if jetstream {
+            want.push((b"Nats-Msg-Id".to_vec(), format!("ruststream.dead-letter.ORDERS.worker.{stream_sequence}").into_bytes()));
+        }
         let got: Vec<(Vec<u8>, Vec<u8>)> = dead.headers.iter().map(|(n, v)| (n.to_vec(), v.to_vec())).collect();
         prop_assert_eq!(got, want);
     }

@@ -148,8 +148,9 @@ fn row_05_jetstream_at_limit_dead_letter_then_term() {
         assert_eq!(attempts(&r), [1, 2]);
         let stored = assert_dead_letters(&tc, "DLQ", &[("dlq.orders", b"{\"id\":1}")]).await;
         let hdrs = &stored[0].1;
+        // Rule 9: the original's `Nats-Msg-Id` is replaced by the runtime's own.
         let want: Vec<(String, String)> = [
-            ("Nats-Msg-Id", "order-1-id"),
+            ("Nats-Msg-Id", "ruststream.dead-letter.ORDERS.worker.1"),
             ("Trace-Id", "abc"),
             ("tag", "one"),
             ("tag", "two"),

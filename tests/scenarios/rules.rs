@@ -225,3 +225,102 @@ fn typed_handler_undecodable_payload_is_dead_lettered() {
         app.shutdown().await;
     });
 }
+
+#[test]
+fn rule_09_a_dead_letter_stored_by_the_deliverys_own_stream_is_not_lost_to_deduplication() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = TestClient::connect(&server).await;
+        // The stream stores its dead letters too; the consumer's filter keeps them out of the
+        // mount (rule 22 would refuse a loop).
+        tc.stream("ORDERS", &["orders.>", "dead.orders"]).await;
+        let acks = Wire::watch(&tc.client, "$JS.ACK.ORDERS.>").await;
+        let (r, ev) = (runs(), events());
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                js_mount("own-dlq")
+                    .filter_subject("orders.>")
+                    .max_attempts(2)
+                    .dead_letter("dead.orders"),
+                scripted(&r, |_, _| Outcome::Retry),
+            )
+        })
+        .await;
+        // A publisher's own id: kept on the original, inside the stream's duplicate window.
+        tc.js_publish(
+            "orders.new",
+            headers(&[("Nats-Msg-Id", "order-9")]),
+            b"{\"id\":9}",
+        )
+        .await;
+        assert_acks(&acks, &["-NAK", "+TERM"]).await;
+        let stored = tc.stored("ORDERS").await;
+        let dead: Vec<_> = stored
+            .iter()
+            .filter(|(s, _, _)| s == "dead.orders")
+            .collect();
+        assert_eq!(dead.len(), 1, "the dead letter is stored: {stored:?}");
+        assert_eq!(&dead[0].2[..], b"{\"id\":9}");
+        assert_eq!(
+            dead[0].1,
+            [(
+                "Nats-Msg-Id".to_owned(),
+                "ruststream.dead-letter.ORDERS.worker.1".to_owned()
+            )]
+        );
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn rule_09_two_consumers_dead_lettering_one_message_store_one_dead_letter_each() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = js_setup(&server).await;
+        let acks = Wire::watch(&tc.client, "$JS.ACK.ORDERS.>").await;
+        let (r, ev) = (runs(), events());
+        let app = start(&server, &ev, |a| {
+            let give_up = |name: &str, durable: &str| {
+                Mount::jetstream(name, "ORDERS", durable)
+                    .ack_wait(Duration::from_millis(700))
+                    .max_attempts(1)
+                    .dead_letter("dlq.orders")
+            };
+            a.mount(
+                give_up("dlq-a", "worker-a"),
+                scripted(&r, |_, _| Outcome::Retry),
+            )
+            .mount(
+                give_up("dlq-b", "worker-b"),
+                scripted(&r, |_, _| Outcome::Retry),
+            )
+        })
+        .await;
+        tc.js_publish(
+            "orders.new",
+            headers(&[("Nats-Msg-Id", "order-10")]),
+            b"ten",
+        )
+        .await;
+        assert_acks(&acks, &["+TERM", "+TERM"]).await;
+        let stored = tc.stored("DLQ").await;
+        let mut ids: Vec<String> = stored
+            .iter()
+            .flat_map(|(_, h, _)| {
+                h.iter()
+                    .filter(|(n, _)| n == "Nats-Msg-Id")
+                    .map(|(_, v)| v.clone())
+            })
+            .collect();
+        ids.sort();
+        assert_eq!(
+            ids,
+            [
+                "ruststream.dead-letter.ORDERS.worker-a.1",
+                "ruststream.dead-letter.ORDERS.worker-b.1"
+            ],
+            "one dead letter per consumer: {stored:?}"
+        );
+        app.shutdown().await;
+    });
+}

@@ -275,7 +275,16 @@ fn rule_09_a_per_message_ttl_is_not_forwarded_to_a_dead_letter() {
             "the dead letter was stored at the first try"
         );
         let stored = assert_dead_letters(&tc, "DLQ", &[("dlq.ttl", b"{}")]).await;
-        assert_eq!(stored[0].1, [("Trace-Id".to_owned(), "t-1".to_owned())]);
+        assert_eq!(
+            stored[0].1,
+            [
+                (
+                    "Nats-Msg-Id".to_owned(),
+                    "ruststream.dead-letter.ORDERS.worker.1".to_owned()
+                ),
+                ("Trace-Id".to_owned(), "t-1".to_owned())
+            ]
+        );
         eventually_info(&tc, |i| i.num_ack_pending == 0 && i.num_pending == 0).await;
         app.shutdown().await;
     });
