@@ -77,9 +77,10 @@
 //!         })
 //!         .start()
 //!         .await?;
-//!     // A Core publish needs no Tokio context; a JetStream one (a timer) does.
+//!     // A Core publish needs no Tokio context; a JetStream one does, for its publish and for
+//!     // the wait for the stream's acknowledgement (a timer): both inside one `Compat`.
 //!     client.publish("greet.new", "hello".into()).await?;
-//!     Compat::new(js.publish("orders.new", "{}".into())).await?.await?;
+//!     Compat::new(async { js.publish("orders.new", "{}".into()).await?.await }).await?;
 //!     running.until_signal().await;
 //!     Ok::<_, Box<dyn std::error::Error>>(())
 //! })?;

@@ -8,8 +8,9 @@ use crate::runtime::Runtime;
 
 /// The delay queue of Core copies (one per app, one timer): publishes each copy when due.
 ///
-/// Runs until `finish` holds a deadline and then until the queue is empty or the deadline
-/// has passed (the end of the shutdown grace period). Gives how many copies were still
+/// Runs until `finish` holds a deadline, then until no copy left falls due by then, or the
+/// deadline has passed (the end of the shutdown grace period, or now when a second signal cut
+/// it short). Gives how many copies were still
 /// waiting then, per mount index: those are lost (SETTLEMENT.md, rule 14).
 pub(crate) async fn delay_loop<R: Runtime>(
     client: async_nats::Client,
@@ -27,7 +28,10 @@ pub(crate) async fn delay_loop<R: Runtime>(
             while let Ok((copy, at)) = incoming.try_recv() {
                 queue.handle_copy(copy, at);
             }
-            if queue.is_empty() || R::now() >= end {
+            // Nothing left to publish before the end: every mount has stopped (or its
+            // handlers were abandoned), so no new copy can fall due in time either.
+            let none_due_in_time = queue.poll_timeout().is_none_or(|at| at > end);
+            if none_due_in_time || R::now() >= end {
                 break;
             }
         }

@@ -89,8 +89,14 @@ impl<R: Runtime> Running<R> {
                 report.abandoned.push((name.to_string(), running));
             }
         }
+        // Delayed copies that fall due within the grace period are still published, unless it
+        // is cut short: then those not yet due are lost at once.
         self.finish.send_replace(Some(grace_period.deadline));
-        R::join(self.delay_task).await;
+        let mut delay_task = std::pin::pin!(R::join(self.delay_task));
+        if grace_period.within::<R, _>(&mut delay_task).await.is_none() {
+            self.finish.send_replace(Some(R::now()));
+            delay_task.await;
+        }
         if let Ok(lost) = self.lost.await {
             for ((name, _, _, _), n) in mounts.iter().zip(lost) {
                 if n > 0 {

@@ -60,6 +60,30 @@ fn rule_14_delayed_core_copies_left_at_shutdown_are_reported_lost() {
 }
 
 #[test]
+fn rule_14_shutdown_does_not_wait_for_copies_that_cannot_fall_due_within_the_grace_period() {
+    run(async {
+        let (server, tc, r, ev) = core_case().await;
+        let app = start(&server, &ev, |a| {
+            a.grace_period(Duration::from_secs(20)).mount(
+                Mount::core_subject("core-late-14", "c14n.in"),
+                scripted(&r, |_, _| Outcome::RetryAfter(Duration::from_secs(60))),
+            )
+        })
+        .await;
+        core_publish(&tc, "c14n.in", HeaderMap::new(), b"x").await;
+        settled(&ev, 1).await;
+        let asked = Instant::now();
+        let report = app.shutdown().await;
+        let took = asked.elapsed();
+        assert_eq!(report.lost_copies, [("core-late-14".to_owned(), 1)]);
+        assert!(
+            took < Duration::from_secs(5),
+            "a copy due in 60 s cannot be published within 20 s; the shutdown took {took:?}"
+        );
+    });
+}
+
+#[test]
 fn rule_14_delayed_core_copies_due_within_the_grace_period_are_published() {
     run(async {
         let (server, tc, r, ev) = core_case().await;

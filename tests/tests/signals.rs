@@ -92,6 +92,42 @@ macro_rules! phases {
                 assert!(report.abandoned.is_empty(), "{name}: {report:?}");
             }
         }
+
+        // A delayed Core copy due within the grace period (20 s of 30 s): the first signal
+        // waits for it, the second ends the wait at once and reports it lost.
+        let subject = "sig.copy";
+        let running = App::new(&server.url())
+            .grace_period(Duration::from_secs(30))
+            .mount(
+                Mount::core_subject(&format!("{name}-copy"), subject),
+                |d: Delivery| async move {
+                    match d.attempt.get() {
+                        1 => Outcome::RetryAfter(Duration::from_secs(20)),
+                        _ => Outcome::Ack,
+                    }
+                },
+            )
+            .start()
+            .await
+            .expect("the app starts");
+        let report = $spawn(running.until_signal());
+        tokio::time::sleep(LISTENING).await;
+        tc.client.publish(subject, "x".into()).await.unwrap();
+        tc.client.flush().await.unwrap();
+        ruststream_tests::logged(&[&format!("mount={name}-copy"), "settled"]).await;
+        let asked = Instant::now();
+        signal_self("TERM");
+        tokio::time::sleep(LISTENING).await;
+        signal_self("INT");
+        let report = tokio::time::timeout(Duration::from_secs(10), report)
+            .await
+            .expect("until_signal returns");
+        let took = asked.elapsed();
+        assert!(
+            took < Duration::from_secs(5),
+            "{name} with a copy waiting: took {took:?}"
+        );
+        assert_eq!(report.lost_copies, [(format!("{name}-copy"), 1)], "{name}");
     }};
 }
 
