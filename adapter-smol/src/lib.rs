@@ -129,4 +129,5 @@ pub use ruststream_adapter::{
     Attempt, DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY, DEFAULT_GRACE_PERIOD, DeclarationError,
     DeclarationErrorKind, DecodeError, Delivery, Disposition, Handler, JetStreamInfo, Json, Mount,
     Outcome, OutcomeFuture, Settled, ShutdownHandle, ShutdownReport, StartError, async_nats,
+    connect_url,
 };

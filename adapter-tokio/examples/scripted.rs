@@ -283,6 +283,16 @@ fn connect_options(f: &Flags) -> Result<ConnectOptions, String> {
     Ok(options)
 }
 
+/// Whether any entry of a server URL list has user-info (`user:password@` or `token@`).
+fn url_has_credentials(url: &str) -> bool {
+    url.split(',').any(|entry| {
+        let rest = entry.split_once("://").map_or(entry, |(_, rest)| rest);
+        rest.split(['/', '?', '#'])
+            .next()
+            .is_some_and(|authority| authority.contains('@'))
+    })
+}
+
 /// The mount's name as the flags give it, even when they do not parse: every refusal names it.
 fn mount_name(args: &[String]) -> String {
     args.windows(2)
@@ -296,6 +306,7 @@ async fn serve<R: ruststream_adapter::Runtime>(
     options: ConnectOptions,
     mount: Mount,
 ) -> std::process::ExitCode {
+    let name = mount.name().to_owned();
     let app = ruststream_adapter::App::<R>::with_options(url, options).mount(mount, handle);
     match app.run().await {
         Ok(report) => {
@@ -303,7 +314,13 @@ async fn serve<R: ruststream_adapter::Runtime>(
             std::process::ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("scripted: {e}");
+            // The library names the mount in what is about it; the rest (the URL, the
+            // connection) is named here, so that every refusal says which mount it stopped.
+            let text = e.to_string();
+            match text.starts_with("mount `") {
+                true => eprintln!("scripted: {text}"),
+                false => eprintln!("scripted: mount `{name}`: {text}"),
+            }
             std::process::ExitCode::from(1)
         }
     }
@@ -340,6 +357,12 @@ fn main() -> std::process::ExitCode {
         .clone()
         .or_else(|| std::env::var("NATS_URL").ok())
         .unwrap_or_else(|| "nats://127.0.0.1:4222".to_owned());
+    let credential_flags = flags.user.is_some() || flags.token.is_some() || flags.creds.is_some();
+    if credential_flags && url_has_credentials(&url) {
+        return refused(
+            "credentials given twice: in the URL and by --creds, --user or --token".to_owned(),
+        );
+    }
     match flags.runtime.as_deref() {
         Some("smol") => smol::block_on(serve::<ruststream_smol::Runtime>(&url, options, mount)),
         _ => match tokio::runtime::Runtime::new() {

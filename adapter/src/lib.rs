@@ -41,6 +41,7 @@ pub use running::{Running, ShutdownHandle};
 pub use runtime::{Reactor, Runtime};
 pub use ruststream_core::{Attempt, DeclarationError, DeclarationErrorKind, Disposition, Outcome};
 pub use shutdown::{DEFAULT_GRACE_PERIOD, ShutdownReport};
+pub use startup::connect_url;
 
 /// Re-exported so applications can build [`App::with_options`] and read headers without
 /// naming async-nats themselves.

@@ -62,8 +62,9 @@ impl ServerList {
             }
             // async-nats' own message names the part (scheme, host, port) and not the input.
             let address: ServerAddr = entry.parse().map_err(|e| format!("{which}: {e}"))?;
-            let (address, credentials) =
-                take_credentials(address).map_err(|e| format!("{which}: {e}"))?;
+            refuse_path(&address).map_err(|e| format!("{which}: {e}"))?;
+            let (address, credentials) = take_credentials(address, has_password(entry))
+                .map_err(|e| format!("{which}: {e}"))?;
             match (&list.credentials, credentials) {
                 (_, None) => {}
                 (None, Some(found)) => {
@@ -96,16 +97,46 @@ impl ServerList {
     }
 }
 
-/// The address without its user-info, and the credentials the user-info held.
+/// Whether the entry's user-info has a `:`, and so a password, perhaps empty (`user:@host`):
+/// the parsed URL cannot tell an empty password from none.
+fn has_password(entry: &str) -> bool {
+    let rest = entry.split_once("://").map_or(entry, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    authority
+        .rsplit_once('@')
+        .is_some_and(|(user_info, _)| user_info.contains(':'))
+}
+
+/// A `nats://` or `tls://` server URL is `scheme://[credentials@]host[:port]`: a path, query
+/// or fragment there is a typo (`nats:/host:4222` reads as host `nats` with a path) or
+/// something async-nats would ignore. WebSocket URLs may have them.
+fn refuse_path(address: &ServerAddr) -> Result<(), &'static str> {
+    if address.is_websocket() {
+        return Ok(());
+    }
+    let url = address.clone().into_inner();
+    let path = url.path();
+    match (path.is_empty() || path == "/", url.query(), url.fragment()) {
+        (true, None, None) => Ok(()),
+        _ => Err(
+            "a nats:// or tls:// URL has no path, query or fragment (is a `/` of `://` missing?)",
+        ),
+    }
+}
+
+/// The address without its user-info, and the credentials the user-info held: a user and a
+/// password when it has a `:` (`has_password`), else a token.
 fn take_credentials(
     address: ServerAddr,
+    has_password: bool,
 ) -> Result<(ServerAddr, Option<UrlCredentials>), &'static str> {
     let decode = |part: &str| {
         percent_encoding::percent_decode_str(part)
             .decode_utf8()
             .map(|s| s.into_owned())
     };
-    let credentials = match (address.username(), address.password()) {
+    let password = address.password().or(has_password.then_some(""));
+    let credentials = match (address.username(), password) {
         (None, None) => return Ok((address, None)),
         (Some(user), Some(password)) => UrlCredentials::UserPassword {
             user: decode(user).map_err(|_| "its user name is not UTF-8 once decoded")?,
@@ -179,8 +210,32 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_password_is_a_password_not_a_token() {
+        let list = ServerList::parse("nats://bob:@a:4222").expect("parses");
+        assert_eq!(
+            list.credentials,
+            Some(UrlCredentials::UserPassword {
+                user: "bob".into(),
+                password: String::new()
+            })
+        );
+        assert!(has_password("nats://u:@h"));
+        assert!(has_password("u:p@h:4222/x"));
+        assert!(!has_password("nats://tok@h"));
+        assert!(!has_password("nats://h:4222/a:b@c"));
+    }
+
+    #[test]
+    fn websocket_urls_may_have_a_path() {
+        let list = ServerList::parse("wss://a:443/nats").expect("parses");
+        assert_eq!(hosts(&list), ["wss://a/nats"]);
+    }
+
+    #[test]
     fn errors_name_the_entry_and_the_part_and_hold_no_secret() {
         let cases = [
+            ("nats:/127.0.0.1:4222", "no path, query or fragment"),
+            ("nats://a:4222/foo?x=pw-7", "no path, query or fragment"),
             ("nats://a:4222,,nats://b", "server URL 2 of 3 is empty"),
             ("", "the server URL is empty"),
             ("http://a:4222", "scheme"),

@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::Client;
 use async_nats::jetstream::consumer::{AckPolicy as JsAckPolicy, pull};
 use async_nats::jetstream::context::ConsumerInfoErrorKind;
+use async_nats::{Client, ConnectOptions};
 use ruststream_core::{AckPolicy, ConsumerFacts, Descriptor, MountPolicy};
 
 use crate::app::{Connect, StartError, server_error};
@@ -38,24 +38,37 @@ pub(crate) struct CheckedMount {
 /// Connects as `connect` says: the client, and whether the app owns it (and drains it at
 /// shutdown).
 pub(crate) async fn connect(connect: Connect) -> Result<(Client, bool), StartError> {
-    let (url, options) = match connect {
-        Connect::Client(client) => return Ok((client, false)),
-        Connect::Url { url, options } => (url, options),
-    };
-    let servers = ServerList::parse(&url).map_err(StartError::ServerUrl)?;
-    let options = servers.apply(*options);
-    let client = options.connect(servers.addresses).await.map_err(|e| {
+    match connect {
+        Connect::Client(client) => Ok((client, false)),
+        Connect::Url { url, options } => Ok((connect_url(&url, *options).await?, true)),
+    }
+}
+
+/// Connects to `url` with `options`, the URL read as [`App::new`](crate::App::new) reads it:
+/// one server URL or several separated by commas, credentials in them handed to async-nats as
+/// options. For a client of your own beside an app, or for tools, that takes the same URLs the
+/// app does (async-nats' own `connect` would ignore the credentials). On smol, call it inside
+/// `Compat` (see `ruststream-smol`'s docs): async-nats starts its connection on Tokio.
+///
+/// # Errors
+/// [`StartError::ServerUrl`] for a URL that does not parse, naming the entry and the part;
+/// [`StartError::Connect`] when no server could be reached or the server refused the
+/// credentials. Neither message ever holds a URL or a credential.
+pub async fn connect_url(url: &str, options: ConnectOptions) -> Result<Client, StartError> {
+    let servers = ServerList::parse(url).map_err(StartError::ServerUrl)?;
+    let options = servers.apply(options);
+    options.connect(servers.addresses).await.map_err(|e| {
         use async_nats::ConnectErrorKind as K;
         let detail = match e.kind() {
-            // These sources name no address or credential.
-            K::Io | K::TimedOut | K::Dns => std::error::Error::source(&e)
+            // These sources name no address or credential (a TLS one names the certificate
+            // file's or the handshake's trouble).
+            K::Io | K::TimedOut | K::Dns | K::Tls => std::error::Error::source(&e)
                 .map(|s| format!("{}: {s}", e.kind()))
                 .unwrap_or_else(|| e.kind().to_string()),
             other => other.to_string(),
         };
         StartError::Connect(detail)
-    })?;
-    Ok((client, true))
+    })
 }
 
 /// Checks every mount against the server, binds or creates its durable, decides where its

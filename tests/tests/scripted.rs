@@ -212,7 +212,7 @@ fn scripted_refusals_name_the_mount_and_exit_non_zero() {
     run(async {
         let server = NatsServer::start();
         let url = server.url();
-        let cases: [(&[&str], i32, &str); 5] = [
+        let cases: [(&[&str], i32, &str); 7] = [
             (
                 &["--name", "w1", "--wildcard", "w.*"],
                 2,
@@ -237,6 +237,32 @@ fn scripted_refusals_name_the_mount_and_exit_non_zero() {
                 &["--name", "w5", "--subject", "a.*", "--url", &url],
                 1,
                 "contains a wildcard",
+            ),
+            (
+                &[
+                    "--name",
+                    "w6",
+                    "--subject",
+                    "a",
+                    "--url",
+                    "nats://127.0.0.1:1",
+                ],
+                1,
+                "cannot connect",
+            ),
+            (
+                &[
+                    "--name",
+                    "w7",
+                    "--subject",
+                    "a",
+                    "--url",
+                    "nats://t0k@127.0.0.1:1",
+                    "--token",
+                    "t",
+                ],
+                2,
+                "credentials given twice",
             ),
         ];
         for (args, code, why) in cases {

@@ -79,7 +79,8 @@ pub(crate) async fn demo() -> Result<bool, Box<dyn std::error::Error>> {
     };
 
     // The streams the JetStream mount needs; the demo owns them and starts clean.
-    let client = async_nats::connect(url.as_str()).await?;
+    // Read as the app reads it: a list, credentials and all.
+    let client = crate::adapter::connect_url(&url, async_nats::ConnectOptions::new()).await?;
     let js = jetstream::new(client.clone());
     for (name, subjects) in [("DEMO_ORDERS", "demo.js.>"), ("DEMO_DLQ", "demo.dlq.>")] {
         let _ = js.delete_stream(name).await;
