@@ -25,6 +25,9 @@
 //! 7. Pull JetStream messages only for free handler slots, as one [`PullAccounting`] per mount
 //!    decides: when to request and how many, what a message, the end of a request or a lost
 //!    request does to the slots.
+//! 8. Keep every handler that is still running after its first poll in one [`Leases`]: renew
+//!    its JetStream delivery with `+WPI` before its deadline, cancel it at its mount's time
+//!    limit, and do not send a result that comes after its deadline (rule 16).
 //!
 //! ```
 //! use std::time::{Duration, Instant};
@@ -70,6 +73,7 @@
 mod ack;
 mod delivery;
 mod header;
+mod lease;
 mod message;
 mod plan;
 mod policy;
@@ -85,6 +89,7 @@ pub use header::{
     RetryCount, RetryCountReading, dead_letter_msg_id, is_dropped_directive, is_retry_count,
     parse_retry_count,
 };
+pub use lease::{LeaseDue, LeaseEnd, LeaseKey, LeaseTerms, Leases, lease_span};
 pub use message::{Message, Publication};
 pub use plan::{
     Action, Disposition, Event, Log, MAX_ACTIONS, Outcome, Plan, plan, plan_with_clock,
