@@ -15,6 +15,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use crate::core_loop::{core_loop, spawned_slots};
 use crate::delay_loop::delay_loop;
 use crate::handler::{Handler, Json};
+use crate::leases::{LeaseRoom, LeaseSettings, lease_loop};
 use crate::mount::Mount;
 use crate::mount_context::{MountContext, intern};
 use crate::pull_loop::pull_loop;
@@ -216,6 +217,7 @@ impl<R: Runtime> App<R> {
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (finish_tx, finish_rx) = watch::channel(None);
         let (delay_tx, delay_rx) = mpsc::unbounded_channel();
+        let leases = Arc::new(LeaseRoom::default());
         let mount_count = checked.len();
         let mut mounts = Vec::with_capacity(mount_count);
         for (index, checked) in checked.into_iter().enumerate() {
@@ -232,6 +234,18 @@ impl<R: Runtime> App<R> {
                 }
                 Descriptor::CoreSubject(_) | Descriptor::CoreWildcard { .. } => None,
             };
+            let consumer_config = match &source {
+                Source::JetStream(consumer) => Some(&consumer.cached_info().config),
+                Source::Core(_) => None,
+            };
+            let lease_settings = LeaseSettings {
+                ack_wait: consumer_config.map(|c| c.ack_wait),
+                backoff: consumer_config
+                    .map(|c| c.backoff.clone())
+                    .unwrap_or_default(),
+                renew: mount.leases,
+                limit: mount.handler_time_limit,
+            };
             let ctx = Arc::new(MountContext {
                 index,
                 name: intern(mount.name()),
@@ -243,6 +257,8 @@ impl<R: Runtime> App<R> {
                 delayed: delay_tx.clone(),
                 jetstream_names,
                 observer: self.observer.clone(),
+                leases: leases.clone(),
+                lease_settings,
             });
             let name = ctx.name;
             let (slots, task) = match source {
@@ -274,6 +290,7 @@ impl<R: Runtime> App<R> {
         }
         drop(delay_tx);
 
+        let lease_task = R::spawn(lease_loop::<R>(leases, client.clone(), finish_rx.clone()));
         let (lost_tx, lost_rx) = oneshot::channel();
         let delay_client = client.clone();
         let delay_task = R::spawn(async move {
@@ -290,6 +307,7 @@ impl<R: Runtime> App<R> {
             finish: finish_tx,
             mounts,
             delay_task,
+            lease_task,
             lost: lost_rx,
             grace: self.grace,
         })

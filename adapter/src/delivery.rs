@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use ruststream_core::{
-    AckReply, Delivery as CoreDelivery, Event, Plan, RetryCountReading, plan_with_clock,
+    AckReply, Delivery as CoreDelivery, Event, LeaseEnd, Plan, RetryCountReading, plan_with_clock,
 };
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
@@ -21,6 +21,7 @@ use crate::exec::{
     PublishFailed, execute, execute_logs, execute_now, header_pairs, waits_for_confirmation,
 };
 use crate::handler_run::{HandlerRun, handled, start_handler};
+use crate::leases::run_leased;
 use crate::mount_context::MountContext;
 use crate::report::report;
 use crate::runtime::Runtime;
@@ -275,12 +276,26 @@ async fn finish<R: Runtime>(
     msg: async_nats::Message,
     stage: Stage,
 ) {
-    // Reader before, so it reads again.
+    // Read before, so it reads again.
     let Some(delivery) = read(&ctx, &msg) else {
         return;
     };
     let (event, failed) = match stage {
-        Stage::Handling(run) => (Some(handled(&ctx, &msg, &delivery, run.await)), None),
+        Stage::Handling(run) => {
+            let leased = run_leased::<R>(&ctx, &msg, &delivery, run).await;
+            if let LeaseEnd::Late { by } = leased.end {
+                // Rule 16: the server may have redelivered it already, and would take a late
+                // `+ACK` over the newer attempt's answer. Nothing is sent or published.
+                let outcome = match leased.event {
+                    Event::Handled(outcome) => Some(outcome),
+                    _ => None,
+                };
+                tracing::warn!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
+                    ?outcome, late_by = ?by, "late result discarded: the delivery's deadline passed without a renewal");
+                return;
+            }
+            (Some(leased.event), None)
+        }
         Stage::Decided(event, failed) => (event, failed),
     };
     let decided = plan_with_clock(

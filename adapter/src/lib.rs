@@ -23,6 +23,7 @@ mod delivery;
 mod exec;
 mod handler;
 mod handler_run;
+mod leases;
 mod mount;
 mod mount_context;
 mod pull_loop;
@@ -35,7 +36,7 @@ mod startup;
 
 pub use app::{App, StartError};
 pub use handler::{DecodeError, Delivery, Handler, JetStreamInfo, Json, OutcomeFuture};
-pub use mount::{DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY, Mount};
+pub use mount::{DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY, DEFAULT_HANDLER_TIME_LIMIT, Mount};
 pub use report::Settled;
 pub use running::{Running, ShutdownHandle};
 pub use runtime::{Reactor, Runtime};

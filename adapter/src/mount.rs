@@ -12,6 +12,15 @@ pub const DEFAULT_ACK_WAIT: Duration = Duration::from_secs(30);
 /// How many deliveries of one mount are handled at once, by default.
 pub const DEFAULT_CONCURRENCY: usize = 64;
 
+/// How long a handler may run before it is cancelled, by default: 5 minutes (rule 16).
+///
+/// Finite, so that a handler that hangs cannot hold its slot, and on JetStream its lease, for
+/// ever: its message comes back (JetStream) and the mount goes on. Five minutes is far above
+/// what a handler that calls a database or a remote service takes, and short enough that a
+/// stuck message is retried within minutes. A mount whose handlers legitimately run longer
+/// says so with [`Mount::handler_time_limit`].
+pub const DEFAULT_HANDLER_TIME_LIMIT: Duration = Duration::from_secs(5 * 60);
+
 /// A mount point as the application declares it: where a handler listens, `max_attempts`,
 /// the dead-letter subject, and how the runtime consumes it.
 ///
@@ -24,6 +33,8 @@ pub struct Mount {
     pub(crate) concurrency: NonZeroUsize,
     pub(crate) ack_wait: Duration,
     pub(crate) filter_subject: Option<String>,
+    pub(crate) leases: bool,
+    pub(crate) handler_time_limit: Duration,
 }
 
 impl Mount {
@@ -34,6 +45,8 @@ impl Mount {
             concurrency: NonZeroUsize::new(DEFAULT_CONCURRENCY).unwrap_or(NonZeroUsize::MIN),
             ack_wait: DEFAULT_ACK_WAIT,
             filter_subject: None,
+            leases: true,
+            handler_time_limit: DEFAULT_HANDLER_TIME_LIMIT,
         }
     }
 
@@ -113,6 +126,32 @@ impl Mount {
     #[must_use]
     pub fn filter_subject(mut self, subject: &str) -> Self {
         self.filter_subject = Some(subject.to_owned());
+        self
+    }
+
+    /// Whether a JetStream handler's lease is renewed with `+WPI` while it runs (default on,
+    /// rule 16). Renewals cost nothing for a handler that finishes at its first poll, and one
+    /// publish per half `ack_wait` for one that runs longer.
+    ///
+    /// Turn them off where a delivery must come back after `ack_wait` even while its handler
+    /// runs: a consumer shared with other services whose `ack_wait` is the operator's
+    /// failover time, say. A result that comes after the deadline is then not sent (the server
+    /// has redelivered, or will), and is logged as late. The time limit applies either way.
+    #[must_use]
+    pub fn leases(mut self, on: bool) -> Self {
+        self.leases = on;
+        self
+    }
+
+    /// How long a handler may run before it is cancelled (default
+    /// [`DEFAULT_HANDLER_TIME_LIMIT`]). A cancelled handler is logged at error level with the
+    /// mount, subject, attempt and how long it ran, and counts as no outcome: JetStream
+    /// redelivers after `ack_wait` (rule 3 ends the loop at the limit); a Core delivery is
+    /// gone. Only a handler still running after its first poll can reach it;
+    /// `Duration::ZERO` cancels every such handler at once.
+    #[must_use]
+    pub fn handler_time_limit(mut self, limit: Duration) -> Self {
+        self.handler_time_limit = limit;
         self
     }
 

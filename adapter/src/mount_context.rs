@@ -9,6 +9,7 @@ use async_nats::Client;
 use ruststream_core::{MountPolicy, PendingCopy};
 use tokio::sync::mpsc;
 
+use crate::leases::{LeaseRoom, LeaseSettings};
 use crate::report::Observer;
 
 /// Where a mount's dead letters go, decided at start-up (rule 8).
@@ -33,6 +34,9 @@ pub(crate) struct MountContext {
     /// The mount's literal subject, shared: see [`MountContext::subject`].
     pub(crate) literal_subject: LiteralSubject,
     pub(crate) observer: Option<Observer>,
+    /// The app's leases (rule 16), and how this mount's are kept.
+    pub(crate) leases: Arc<LeaseRoom>,
+    pub(crate) lease_settings: LeaseSettings,
 }
 
 /// A literal subject a mount's deliveries come on, kept once per process (see [`intern`]).

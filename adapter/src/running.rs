@@ -41,6 +41,8 @@ pub struct Running<R: Runtime> {
     pub(crate) finish: watch::Sender<Option<Instant>>,
     pub(crate) mounts: Vec<MountTask<R::Task>>,
     pub(crate) delay_task: R::Task,
+    /// The lease loop; it ends when `finish` holds a deadline.
+    pub(crate) lease_task: R::Task,
     pub(crate) lost: oneshot::Receiver<Vec<usize>>,
     pub(crate) grace: Duration,
 }

@@ -97,6 +97,7 @@ impl<R: Runtime> Running<R> {
             self.finish.send_replace(Some(R::now()));
             delay_task.await;
         }
+        R::join(self.lease_task).await;
         if let Ok(lost) = self.lost.await {
             for ((name, _, _, _), n) in mounts.iter().zip(lost) {
                 if n > 0 {

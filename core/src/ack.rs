@@ -31,6 +31,11 @@ pub enum AckError {
     Unsupported,
 }
 
+/// The payload that renews a running handler's lease (rule 16): `+WPI`, "work in progress",
+/// sent on the delivery's ack reply subject. The server restarts the delivery's ack timer and
+/// does not redeliver it while the handler runs (NATS docs, "Consumer Acknowledgments").
+pub const WORK_IN_PROGRESS: &[u8] = b"+WPI";
+
 /// How a JetStream delivery is settled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Settlement {

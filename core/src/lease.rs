@@ -143,6 +143,11 @@ impl<T> Leases<T> {
         self.lease(key).map(|l| &l.item)
     }
 
+    /// The item of a lease still held, to change.
+    pub fn get_mut(&mut self, key: LeaseKey) -> Option<&mut T> {
+        self.lease_mut(key).map(|l| &mut l.item)
+    }
+
     /// A handler started (or was found still running after its first poll) at `now`.
     pub fn handle_start(&mut self, terms: LeaseTerms, item: T, now: Instant) -> LeaseKey {
         self.generation += 1;

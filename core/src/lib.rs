@@ -82,7 +82,7 @@ mod queue;
 mod reply;
 mod subject;
 
-pub use ack::{AckError, AckPayload, MAX_NAK_DELAY, Settlement};
+pub use ack::{AckError, AckPayload, MAX_NAK_DELAY, Settlement, WORK_IN_PROGRESS};
 pub use delivery::{Attempt, Delivery, Model};
 pub use header::{
     DROPPED_DIRECTIVE_PREFIXES, DROPPED_DIRECTIVES, Headers, MSG_ID_HEADER, RETRY_COUNT_HEADER,

@@ -9,6 +9,7 @@
 mod common;
 mod core_nats;
 mod jetstream;
+mod leases;
 mod rules;
 mod servers;
 mod shutdown;

@@ -1,0 +1,164 @@
+//! Leases (rule 16): every handler still running after its first poll holds a lease in the
+//! app's one [`LeaseRoom`]; the lease loop (one timer per app) renews JetStream deliveries
+//! with `+WPI` and cancels handlers at their mount's time limit, as the core's [`Leases`]
+//! decide. A handler that finishes at its first poll never gets here: no timer, no publish.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use async_nats::{Client, Subject};
+use futures_util::FutureExt;
+use ruststream_core::{
+    Delivery as CoreDelivery, Event, LeaseDue, LeaseEnd, LeaseTerms, Leases, Model, Outcome,
+    WORK_IN_PROGRESS, lease_span,
+};
+use tokio::sync::{Notify, oneshot, watch};
+
+use crate::handler_run::{HandlerRun, handled};
+use crate::mount_context::MountContext;
+use crate::runtime::Runtime;
+
+/// What the lease loop needs of a lease: where to renew it, and how to cancel its handler.
+pub(crate) struct LeaseIo {
+    /// The delivery's ack reply subject (JetStream); `None` on Core.
+    reply: Option<Subject>,
+    /// Fired at the time limit.
+    cancel: Option<oneshot::Sender<()>>,
+}
+
+/// The leases of an app's running handlers, shared by its deliveries and its lease loop.
+#[derive(Default)]
+pub(crate) struct LeaseRoom {
+    leases: Mutex<Leases<LeaseIo>>,
+    /// Wakes the lease loop when a lease starts (its first instant may be the earliest).
+    started: Notify,
+}
+
+impl LeaseRoom {
+    fn lock(&self) -> MutexGuard<'_, Leases<LeaseIo>> {
+        self.leases.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A mount's lease settings, from its declaration and (JetStream) its consumer's info.
+#[derive(Debug, Clone)]
+pub(crate) struct LeaseSettings {
+    /// The consumer's `ack_wait`; `None` on Core.
+    pub(crate) ack_wait: Option<Duration>,
+    /// The consumer's `BackOff` list.
+    pub(crate) backoff: Vec<Duration>,
+    /// Whether to renew with `+WPI`.
+    pub(crate) renew: bool,
+    /// The handler time limit.
+    pub(crate) limit: Duration,
+}
+
+impl LeaseSettings {
+    fn terms(&self, delivery: &CoreDelivery<'_>) -> LeaseTerms {
+        let span = match (delivery.model, self.ack_wait) {
+            (Model::JetStream(reply), Some(ack_wait)) => {
+                Some(lease_span(ack_wait, &self.backoff, reply.delivered))
+            }
+            _ => None,
+        };
+        LeaseTerms {
+            span,
+            renew: self.renew,
+            limit: self.limit,
+        }
+    }
+}
+
+/// A handler's run under its lease: its event, and whether it came in time.
+pub(crate) struct Leased {
+    pub(crate) event: Event,
+    pub(crate) end: LeaseEnd,
+}
+
+/// Runs the rest of a handler that did not finish at its first poll, under a lease: renewed
+/// while it runs (JetStream, leases on), cancelled at the mount's time limit (then logged at
+/// error level and counted as no outcome).
+///
+/// The deadline counts from here, a little after the server sent the message; renewals come
+/// at half the span, so with leases on that margin never matters, and with leases off a
+/// result that lands within it past the server's deadline is still sent.
+pub(crate) async fn run_leased<R: Runtime>(
+    ctx: &MountContext,
+    msg: &async_nats::Message,
+    delivery: &CoreDelivery<'_>,
+    run: HandlerRun,
+) -> Leased {
+    let (cancel, cancelled) = oneshot::channel();
+    let started = R::now();
+    let io = LeaseIo {
+        reply: msg.reply.clone(),
+        cancel: Some(cancel),
+    };
+    let key = ctx
+        .leases
+        .lock()
+        .handle_start(ctx.lease_settings.terms(delivery), io, started);
+    ctx.leases.started.notify_one();
+    let result = tokio::select! {
+        result = run => Some(result),
+        Ok(()) = cancelled => None,
+    };
+    let now = R::now();
+    let (end, _) = ctx.leases.lock().handle_end(key, now);
+    let event = match result {
+        Some(result) => handled(ctx, msg, delivery, result),
+        None => {
+            tracing::error!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
+                elapsed = ?now.saturating_duration_since(started), limit = ?ctx.lease_settings.limit,
+                "handler time limit reached: cancelled, treated as no outcome");
+            Event::Handled(Outcome::None)
+        }
+    };
+    Leased { event, end }
+}
+
+/// The lease loop of an app: one timer for every lease. Sends each renewal that falls due
+/// (`+WPI` on the delivery's ack reply subject) and fires each time limit. Ends when `finish`
+/// holds a deadline (the shutdown has accounted for every handler): leases still held then
+/// belong to abandoned handlers, whose results will come late and not be sent.
+pub(crate) async fn lease_loop<R: Runtime>(
+    room: Arc<LeaseRoom>,
+    client: Client,
+    mut finish: watch::Receiver<Option<Instant>>,
+) {
+    loop {
+        if finish.borrow().is_some() {
+            break;
+        }
+        let next = room.lock().poll_timeout();
+        tokio::select! {
+            biased;
+            changed = finish.changed() => if changed.is_err() { break },
+            () = room.started.notified() => {}
+            () = R::sleep_until(next.unwrap_or_else(R::now)), if next.is_some() => {
+                let due = room.lock().handle_timeout(R::now());
+                for due in due {
+                    match due {
+                        LeaseDue::Renew(key) => {
+                            let reply = room.lock().get(key).and_then(|io| io.reply.clone());
+                            let Some(reply) = reply else { continue };
+                            let wpi = bytes::Bytes::from_static(WORK_IN_PROGRESS);
+                            match client.publish(reply, wpi).now_or_never() {
+                                // Handed to the client: the lease is renewed from now.
+                                Some(Ok(())) => room.lock().handle_renewed(key, R::now()),
+                                Some(Err(e)) => tracing::warn!(error = %e, "lease renewal (+WPI) not sent"),
+                                None => tracing::warn!("lease renewal (+WPI) not sent: the client's buffer is full"),
+                            }
+                        }
+                        LeaseDue::TimeLimit(key) => {
+                            let cancel = room.lock().get_mut(key).and_then(|io| io.cancel.take());
+                            if let Some(cancel) = cancel {
+                                let _ = cancel.send(());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

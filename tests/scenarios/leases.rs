@@ -1,0 +1,192 @@
+//! Leases (rule 16): a handler slower than `ack_wait` runs once; a late result is not sent;
+//! every handler is bounded by its mount's time limit.
+
+use super::common::*;
+
+/// A handler that records each run, sleeps `sleep(attempt)`, then returns `outcome(attempt)`.
+fn slow(
+    runs: &Runs,
+    sleep: impl Fn(u64) -> Duration + Send + Sync + 'static,
+    outcome: impl Fn(u64) -> Outcome + Send + Sync + 'static,
+) -> impl Fn(Delivery) -> std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>>
++ Send
++ Sync
++ 'static {
+    let runs = runs.clone();
+    let (sleep, outcome) = (Arc::new(sleep), Arc::new(outcome));
+    move |d: Delivery| {
+        let attempt = d.attempt.get();
+        runs.lock()
+            .unwrap()
+            .push((attempt, String::new(), Instant::now()));
+        let (sleep, outcome) = (sleep.clone(), outcome.clone());
+        Box::pin(async move {
+            tokio::time::sleep(sleep(attempt)).await;
+            outcome(attempt)
+        })
+    }
+}
+
+/// Handles one message whose handler takes three times the delivery's span, and checks that
+/// it ran once and was acknowledged, with renewals on the wire and nothing dead-lettered.
+async fn runs_once(server: &NatsServer, tc: &TestClient, acks: &Wire, mount: Mount) {
+    let (r, ev) = (runs(), events());
+    let app = start(server, &ev, |a| {
+        a.mount(
+            mount.max_attempts(3).dead_letter("dlq.slow"),
+            slow(&r, |_| Duration::from_millis(2_100), |_| Outcome::Ack),
+        )
+    })
+    .await;
+    tc.js_publish("orders.new", HeaderMap::new(), b"slow").await;
+    eventually("the +ACK", || {
+        acks.payloads().iter().any(|p| p == "+ACK").then_some(())
+    })
+    .await;
+    quiet(1_000).await;
+    let payloads = acks.payloads();
+    assert_eq!(attempts(&r), [1], "one run, no redelivery while it ran");
+    assert_eq!(
+        payloads.last().map(String::as_str),
+        Some("+ACK"),
+        "{payloads:?}"
+    );
+    assert!(
+        payloads[..payloads.len() - 1].iter().all(|p| p == "+WPI") && payloads.len() >= 3,
+        "renewals, then the ack: {payloads:?}"
+    );
+    assert_eq!(tc.stream_len("DLQ").await, 0);
+    let info = eventually_info(tc, |i| i.num_ack_pending == 0 && i.num_pending == 0).await;
+    assert_eq!(info.num_redelivered, 0, "{info:?}");
+    assert_eq!(dispositions(&ev), [Disposition::Acked]);
+    app.shutdown().await;
+}
+
+#[test]
+fn rule_16_a_handler_taking_three_ack_waits_runs_once_and_acks() {
+    run(async {
+        let (server, tc, acks, _, _) = js_case().await;
+        runs_once(&server, &tc, &acks, js_mount("slow-ack")).await;
+    });
+}
+
+#[test]
+fn rule_16_a_handler_taking_three_backoff_spans_runs_once_and_acks() {
+    run(async {
+        let (server, tc, acks, _, _) = js_case().await;
+        // BackOff[0] is the first delivery's span; the server redelivers at it, not ack_wait.
+        let orders = tc.js.get_stream("ORDERS").await.unwrap();
+        let max_deliver = if server.version() >= (2, 10, 14) {
+            -1
+        } else {
+            5
+        };
+        orders
+            .create_consumer(adapter::async_nats::jetstream::consumer::pull::Config {
+                durable_name: Some("worker".into()),
+                ack_policy: adapter::async_nats::jetstream::consumer::AckPolicy::Explicit,
+                ack_wait: Duration::from_secs(30),
+                backoff: vec![Duration::from_millis(700), Duration::from_millis(1_400)],
+                max_deliver,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        runs_once(
+            &server,
+            &tc,
+            &acks,
+            Mount::jetstream("slow-backoff", "ORDERS", "worker"),
+        )
+        .await;
+    });
+}
+
+#[test]
+fn rule_16_a_late_result_is_not_sent() {
+    run(async {
+        let (server, tc, acks, r, ev) = js_case().await;
+        // Leases off: the server redelivers after ack_wait while attempt 1 still runs.
+        // Attempt 2 drops it at once; attempt 1's `+ACK`, 1.5 s in, comes too late.
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                js_mount("late").leases(false).max_attempts(5),
+                slow(
+                    &r,
+                    |attempt| Duration::from_millis(if attempt == 1 { 1_500 } else { 0 }),
+                    |attempt| {
+                        if attempt == 1 {
+                            Outcome::Ack
+                        } else {
+                            Outcome::Drop
+                        }
+                    },
+                ),
+            )
+        })
+        .await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"late").await;
+        logged(&["mount=late", "late result discarded"]).await;
+        quiet(300).await;
+        assert_eq!(
+            acks.payloads(),
+            ["+TERM"],
+            "only the newer attempt's answer"
+        );
+        assert_eq!(attempts(&r), [1, 2]);
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn rule_16_a_jetstream_handler_past_its_time_limit_is_cancelled_and_redelivered() {
+    run(async {
+        let (server, tc, acks, r, ev) = js_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                js_mount("limit-js")
+                    .handler_time_limit(Duration::from_millis(300))
+                    .max_attempts(3),
+                slow(
+                    &r,
+                    |attempt| Duration::from_secs(if attempt == 1 { 60 } else { 0 }),
+                    |_| Outcome::Ack,
+                ),
+            )
+        })
+        .await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"hangs")
+            .await;
+        logged(&["ERROR", "mount=limit-js", "handler time limit reached"]).await;
+        eventually("the redelivery acked", || {
+            acks.payloads().iter().any(|p| p == "+ACK").then_some(())
+        })
+        .await;
+        assert_eq!(attempts(&r), [1, 2]);
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn rule_16_a_core_handler_past_its_time_limit_is_cancelled_and_the_mount_goes_on() {
+    run(async {
+        let (server, tc, r, ev) = core_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("limit-core", "lim.in")
+                    .handler_time_limit(Duration::from_millis(200)),
+                slow(&r, |_| Duration::from_secs(60), |_| Outcome::Ack),
+            )
+        })
+        .await;
+        core_publish(&tc, "lim.in", HeaderMap::new(), b"one").await;
+        logged(&["ERROR", "mount=limit-core", "handler time limit reached"]).await;
+        core_publish(&tc, "lim.in", HeaderMap::new(), b"two").await;
+        eventually("both handled and settled", || {
+            (dispositions(&ev).len() == 2).then_some(())
+        })
+        .await;
+        let report = app.shutdown().await;
+        assert!(report.abandoned.is_empty(), "{report:?}");
+    });
+}
