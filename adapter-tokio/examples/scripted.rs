@@ -17,6 +17,8 @@
 //!   --dead-letter SUBJECT   where deliveries at the limit go (needs --max-attempts)
 //!   --queue-group GROUP     Core queue group
 //!   --ack-wait-ms MS        ack_wait of a consumer the service creates (default 30000)
+//!   --no-leases             do not renew a running JetStream handler's lease with +WPI
+//!   --handler-time-limit-ms MS   cancel a handler that runs longer (default 300000)
 //!   --runtime tokio|smol    which adapter runs the mount (default tokio)
 //! CONNECTION (see below):
 //!   --url URL               one server URL, or several separated by commas
@@ -40,7 +42,10 @@
 //! Payloads: `{"outcome":"ack"}`, `{"outcome":"retry"}`,
 //! `{"outcome":"retry_after","delay_ms":200}`, `{"outcome":"drop"}`, `"none"` (or
 //! `{"outcome":"none"}`: no outcome) and `"panic"` (or `{"outcome":"panic"}`: the handler
-//! panics). Anything else is `unreadable` and dropped.
+//! panics). Anything else is `unreadable` and dropped. An object may add `"sleep_ms": N`: the
+//! handler sleeps that long before it returns its outcome (to watch a lease: with
+//! `--ack-wait-ms 2000`, `{"outcome":"ack","sleep_ms":5000}` runs once, and `+WPI` goes out on
+//! its ack reply subject every second until the `+ACK`).
 //!
 //! Output: one line on stdout per handler run, in this fixed format (space-separated
 //! `key=value`, values without spaces):
@@ -80,6 +85,8 @@ struct Flags {
     queue_group: Option<String>,
     ack_wait_ms: Option<u64>,
     runtime: Option<String>,
+    no_leases: bool,
+    handler_time_limit_ms: Option<u64>,
     creds: Option<PathBuf>,
     user: Option<String>,
     password: Option<String>,
@@ -91,6 +98,7 @@ struct Flags {
 
 const USAGE: &str = "usage: scripted [--url URL] (--subject S | --wildcard W --copy-subject S | --stream S --durable D)
                 [--name NAME] [--max-attempts N] [--dead-letter S] [--queue-group G] [--ack-wait-ms MS]
+                [--no-leases] [--handler-time-limit-ms MS]
                 [--runtime tokio|smol] [--creds FILE] [--user U --password P] [--token T]
                 [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]
 see the top of adapter-tokio/examples/scripted.rs";
@@ -129,6 +137,13 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Flags, String> {
                 0 => return Err("--ack-wait-ms must be at least 1".to_owned()),
                 ms => set(&mut f.ack_wait_ms, &flag, ms)?,
             },
+            "--no-leases" => match std::mem::replace(&mut f.no_leases, true) {
+                true => return Err("--no-leases given twice".to_owned()),
+                false => {}
+            },
+            "--handler-time-limit-ms" => {
+                set(&mut f.handler_time_limit_ms, &flag, number(value()?)?)?
+            }
             "--runtime" => match value()?.as_str() {
                 runtime @ ("tokio" | "smol") => set(&mut f.runtime, &flag, runtime.to_owned())?,
                 other => return Err(format!("--runtime is tokio or smol, not `{other}`")),
@@ -196,6 +211,12 @@ fn mount(f: &Flags) -> Result<Mount, String> {
     if let Some(ms) = f.ack_wait_ms {
         m = m.ack_wait(Duration::from_millis(ms));
     }
+    if f.no_leases {
+        m = m.leases(false);
+    }
+    if let Some(ms) = f.handler_time_limit_ms {
+        m = m.handler_time_limit(Duration::from_millis(ms));
+    }
     Ok(m)
 }
 
@@ -229,16 +250,31 @@ fn scripted_outcome(payload: &[u8]) -> (Option<Outcome>, String) {
     }
 }
 
+/// How long the payload asks the handler to sleep before it returns: `"sleep_ms": N`.
+fn scripted_sleep(payload: &[u8]) -> Option<Duration> {
+    let value: serde_json::Value = serde_json::from_slice(payload).ok()?;
+    value
+        .get("sleep_ms")
+        .and_then(serde_json::Value::as_u64)
+        .map(Duration::from_millis)
+}
+
 async fn handle(d: Delivery) -> Outcome {
     let (outcome, name) = scripted_outcome(&d.payload);
+    let sleep = scripted_sleep(&d.payload);
     let line = format!(
         "mount={} subject={} attempt={} outcome={name}\n",
         d.mount, d.subject, d.attempt
     );
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(line.as_bytes());
-    let _ = out.flush();
-    drop(out);
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(line.as_bytes());
+        let _ = out.flush();
+    }
+    if let Some(sleep) = sleep {
+        // Both adapters run handlers inside a Tokio context.
+        tokio::time::sleep(sleep).await;
+    }
     match outcome {
         Some(o) => o,
         None => panic!("the payload asked for a panic"),

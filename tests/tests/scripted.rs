@@ -282,3 +282,68 @@ fn scripted_refusals_name_the_mount_and_exit_non_zero() {
         }
     });
 }
+
+#[test]
+fn scripted_shows_a_lease_on_the_wire_and_runs_a_slow_handler_once() {
+    run(async {
+        for runtime in ["tokio", "smol"] {
+            let server = NatsServer::start();
+            let tc = TestClient::connect(&server).await;
+            tc.stream("SLOW", &["slow.>"]).await;
+            let acks = ruststream_tests::Wire::watch(&tc.client, "$JS.ACK.SLOW.>").await;
+            let url = server.url();
+            let args = [
+                "--runtime",
+                runtime,
+                "--url",
+                &url,
+                "--stream",
+                "SLOW",
+                "--durable",
+                "w",
+                "--ack-wait-ms",
+                "1000",
+                "--max-attempts",
+                "3",
+            ];
+            let mut service = Service::spawn(&args, &[]);
+            service.wait_for("ruststream started").await;
+            tc.js_publish(
+                "slow.x",
+                Default::default(),
+                br#"{"outcome":"ack","sleep_ms":2500}"#,
+            )
+            .await;
+            eventually("the +ACK", || {
+                acks.payloads().iter().any(|p| p == "+ACK").then_some(())
+            })
+            .await;
+            let payloads = acks.payloads();
+            let renewals = payloads.iter().filter(|p| *p == "+WPI").count();
+            assert!(
+                renewals >= 3,
+                "{runtime}: a +WPI every 500 ms: {payloads:?}"
+            );
+            assert_eq!(
+                payloads.last().map(String::as_str),
+                Some("+ACK"),
+                "{runtime}"
+            );
+            service.terminate();
+            assert_eq!(service.exit_code().await, 0, "{}", service.printed());
+            let runs = service
+                .stdout
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|l| l.starts_with("mount=scripted"))
+                .count();
+            assert_eq!(
+                runs,
+                1,
+                "{runtime}: the slow handler ran once:\n{}",
+                service.printed()
+            );
+        }
+    });
+}
