@@ -111,14 +111,20 @@ pub fn is_dropped_directive(name: &[u8]) -> bool {
 /// whitespace; overflow saturates at `u64::MAX`. `None` for anything else (empty, signs,
 /// inner spaces, other bytes).
 pub fn parse_retry_count(value: &[u8]) -> Option<RetryCount> {
+    parse_count(value).map(RetryCount)
+}
+
+/// A count in a header value: ASCII digits with optional surrounding ASCII whitespace,
+/// saturating at `u64::MAX`; `None` for anything else. Shared by the headers the core reads
+/// (`x-ruststream-retry-count`, `Nats-Pending-Messages`).
+pub(crate) fn parse_count(value: &[u8]) -> Option<u64> {
     let digits = value.trim_ascii();
     if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    let n = digits.iter().fold(0u64, |n, &d| {
+    Some(digits.iter().fold(0u64, |n, &d| {
         n.saturating_mul(10).saturating_add(u64::from(d - b'0'))
-    });
-    Some(RetryCount(n))
+    }))
 }
 
 impl RetryCountReading {

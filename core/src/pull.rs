@@ -27,6 +27,8 @@
 use std::num::NonZeroUsize;
 use std::time::{Duration, Instant};
 
+use crate::header::parse_count;
+
 /// The header with which the server says how many messages an ended pull request did not
 /// bring: `Nats-Pending-Messages` (nats-server `server/consumer.go`, `JSPullRequestPendingMsgs`).
 pub const PENDING_MESSAGES_HEADER: &str = "Nats-Pending-Messages";
@@ -38,14 +40,11 @@ pub const PULL_EXPIRES: Duration = Duration::from_secs(1);
 /// that it counts as lost.
 pub const PULL_GRACE: Duration = Duration::from_secs(2);
 
-/// Parses a `Nats-Pending-Messages` value: ASCII digits, surrounding whitespace ignored.
-/// `None` for anything else.
+/// Parses a `Nats-Pending-Messages` value: ASCII digits, surrounding whitespace ignored,
+/// saturating (a count above what is outstanding frees what is outstanding). `None` for
+/// anything else.
 pub fn parse_pending_messages(value: &[u8]) -> Option<usize> {
-    let digits = value.trim_ascii();
-    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(digits).ok()?.parse().ok()
+    parse_count(value).map(|n| usize::try_from(n).unwrap_or(usize::MAX))
 }
 
 /// What a received message does to the slots.
@@ -287,14 +286,11 @@ mod tests {
     fn pending_messages_values() {
         assert_eq!(parse_pending_messages(b"12"), Some(12));
         assert_eq!(parse_pending_messages(b" 7\t"), Some(7));
-        for bad in [
-            &b""[..],
-            b" ",
-            b"+1",
-            b"1 2",
-            b"x",
-            b"99999999999999999999999999",
-        ] {
+        assert_eq!(
+            parse_pending_messages(b"99999999999999999999999999"),
+            Some(usize::MAX)
+        );
+        for bad in [&b""[..], b" ", b"+1", b"1 2", b"x"] {
             assert_eq!(parse_pending_messages(bad), None, "{bad:?}");
         }
     }

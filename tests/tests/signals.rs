@@ -27,6 +27,21 @@ fn signal_self(signal: &str) {
 /// Time for `until_signal` to be polled and listening.
 const LISTENING: Duration = Duration::from_millis(300);
 
+/// Sends SIGTERM, and SIGINT after it when `twice`; waits for `report` (at most 10 s); gives
+/// it with how long it took from the first signal.
+async fn signalled<F: std::future::Future>(report: F, twice: bool) -> (F::Output, Duration) {
+    let asked = Instant::now();
+    signal_self("TERM");
+    if twice {
+        tokio::time::sleep(LISTENING).await;
+        signal_self("INT");
+    }
+    let report = tokio::time::timeout(Duration::from_secs(10), report)
+        .await
+        .expect("until_signal returns");
+    (report, asked.elapsed())
+}
+
 /// The phases on one adapter: `$adapter` is its crate, `$spawn` spawns a `Send + 'static`
 /// future on its runtime and gives something to `.await` for the output.
 macro_rules! phases {
@@ -68,16 +83,7 @@ macro_rules! phases {
                 started.load(Ordering::SeqCst).then_some(())
             })
             .await;
-            let asked = Instant::now();
-            signal_self("TERM");
-            if signalled_twice {
-                tokio::time::sleep(LISTENING).await;
-                signal_self("INT");
-            }
-            let report = tokio::time::timeout(Duration::from_secs(10), report)
-                .await
-                .expect("until_signal returns");
-            let took = asked.elapsed();
+            let (report, took) = signalled(report, signalled_twice).await;
             assert!(
                 took < Duration::from_secs(5),
                 "{name} {subject}: took {took:?}"
@@ -115,14 +121,7 @@ macro_rules! phases {
         tc.client.publish(subject, "x".into()).await.unwrap();
         tc.client.flush().await.unwrap();
         ruststream_tests::logged(&[&format!("mount={name}-copy"), "settled"]).await;
-        let asked = Instant::now();
-        signal_self("TERM");
-        tokio::time::sleep(LISTENING).await;
-        signal_self("INT");
-        let report = tokio::time::timeout(Duration::from_secs(10), report)
-            .await
-            .expect("until_signal returns");
-        let took = asked.elapsed();
+        let (report, took) = signalled(report, true).await;
         assert!(
             took < Duration::from_secs(5),
             "{name} with a copy waiting: took {took:?}"
