@@ -28,6 +28,8 @@
 //! outlier round of either side moves the ratio of best rounds by several percent, while
 //! rounds run back to back share the machine's state.
 //! Environment: `BENCH_MESSAGES` overrides the count, `BENCH_ONLY=core` skips JetStream,
+//! `BENCH_LEASES=off` turns the JetStream mount's leases off, `BENCH_HANDLER=yield` makes its
+//! handler yield once before it acks (so that every delivery runs under a lease),
 //! `BENCH_VERBOSE=1` prints every round, and `BENCH_SIDES` (a comma-separated subset of
 //! `raw,tokio,smol`) runs those sides only, for profiling one alone.
 
@@ -210,19 +212,45 @@ macro_rules! apps {
                     .unwrap()
             }
 
+            /// A handler that counts each delivery and acks after one yield, as a handler
+            /// that awaits anything does: it is still running after its first poll, so it
+            /// runs on a task of its own, under a lease (rule 16).
+            fn acking_after_a_yield(
+                counter: Arc<AtomicUsize>,
+            ) -> impl Fn(adapter::Delivery) -> adapter::OutcomeFuture + Send + Sync + 'static {
+                move |_d| {
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    Box::pin(async {
+                        let mut yielded = false;
+                        std::future::poll_fn(|cx| {
+                            if std::mem::replace(&mut yielded, true) {
+                                std::task::Poll::Ready(())
+                            } else {
+                                cx.waker().wake_by_ref();
+                                std::task::Poll::Pending
+                            }
+                        })
+                        .await;
+                        adapter::Outcome::Ack
+                    })
+                }
+            }
+
             /// An app with one JetStream mount on the durable `name` of `BENCH`, acking each
-            /// message, 512 handler slots.
+            /// message, 512 handler slots; `BENCH_LEASES=off` turns its leases off, and
+            /// `BENCH_HANDLER=yield` makes its handler yield once before it acks.
             pub(crate) async fn js_app(url: String, name: String, counter: Arc<AtomicUsize>) -> adapter::Running {
-                adapter::App::new(&url)
-                    .mount(
-                        adapter::Mount::jetstream("bench-js", "BENCH", &name)
-                            .ack_wait(Duration::from_secs(30))
-                            .concurrency(NonZeroUsize::new(512).unwrap()),
-                        acking(counter),
-                    )
-                    .start()
-                    .await
-                    .unwrap()
+                let leases = std::env::var("BENCH_LEASES").map_or(true, |v| v != "off");
+                let mount = adapter::Mount::jetstream("bench-js", "BENCH", &name)
+                    .ack_wait(Duration::from_secs(30))
+                    .concurrency(NonZeroUsize::new(512).unwrap())
+                    .leases(leases);
+                let app = adapter::App::new(&url);
+                let app = match std::env::var("BENCH_HANDLER").as_deref() {
+                    Ok("yield") => app.mount(mount, acking_after_a_yield(counter)),
+                    _ => app.mount(mount, acking(counter)),
+                };
+                app.start().await.unwrap()
             }
         }
     };
