@@ -137,10 +137,11 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Flags, String> {
                 0 => return Err("--ack-wait-ms must be at least 1".to_owned()),
                 ms => set(&mut f.ack_wait_ms, &flag, ms)?,
             },
-            "--no-leases" => match std::mem::replace(&mut f.no_leases, true) {
-                true => return Err("--no-leases given twice".to_owned()),
-                false => {}
-            },
+            "--no-leases" => {
+                if std::mem::replace(&mut f.no_leases, true) {
+                    return Err("--no-leases given twice".to_owned());
+                }
+            }
             "--handler-time-limit-ms" => {
                 set(&mut f.handler_time_limit_ms, &flag, number(value()?)?)?
             }

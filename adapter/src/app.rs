@@ -259,9 +259,11 @@ impl<R: Runtime> App<R> {
                 observer: self.observer.clone(),
                 leases: leases.clone(),
                 lease_settings,
+                in_flight: Arc::default(),
             });
+            let in_flight = ctx.in_flight.clone();
             let name = ctx.name;
-            let (slots, task) = match source {
+            let task = match source {
                 Source::JetStream(consumer) => {
                     let slots = Arc::new(Semaphore::new(mount.concurrency.get()));
                     let pulling = pull_loop::<R>(
@@ -271,20 +273,17 @@ impl<R: Runtime> App<R> {
                         mount.concurrency,
                         shutdown_rx.clone(),
                     );
-                    (slots, R::spawn_next_to(&reactor, pulling))
+                    R::spawn_next_to(&reactor, pulling)
                 }
                 Source::Core(subscribers) => {
                     let slots = Arc::new(Semaphore::new(spawned_slots(mount.concurrency)));
-                    let consuming =
-                        core_loop::<R>(ctx, subscribers, slots.clone(), shutdown_rx.clone());
-                    (slots, R::spawn_next_to(&reactor, consuming))
+                    let consuming = core_loop::<R>(ctx, subscribers, slots, shutdown_rx.clone());
+                    R::spawn_next_to(&reactor, consuming)
                 }
             };
-            let permits = slots.available_permits();
             mounts.push(MountTask {
                 name,
-                slots,
-                permits,
+                in_flight,
                 task,
             });
         }

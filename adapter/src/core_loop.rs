@@ -100,9 +100,30 @@ async fn consume<R: Runtime, S>(
         // Shutdown has begun, or the subscription ended.
         let Ok((msg, span, stage)) = waits else { break };
         let rest = waiting::<R>(ctx, read_core, msg, span, stage);
-        wait_for_slot_or_end::<R>(slots, rest).await;
+        let mut holding = std::pin::pin!(wait_for_slot_or_end::<R>(slots, rest));
+        tokio::select! {
+            biased;
+            () = &mut holding => {}
+            _ = shutdown.changed() => {
+                // Shutdown began while a delivery holds this loop (every slot taken): what is
+                // buffered will never be handled, so it is counted now, not when (or if) that
+                // delivery ends within the grace period.
+                report_unhandled(ctx, &mut messages).await;
+                holding.await;
+                return;
+            }
+        }
     }
-    let unhandled = count_buffered(&mut messages).await;
+    report_unhandled(ctx, &mut messages).await;
+}
+
+/// Counts and logs the Core messages received but not handed to a handler when shutdown
+/// began: lost, as Core NATS cannot redeliver them (rule 14).
+async fn report_unhandled<S>(ctx: &MountContext, messages: &mut S)
+where
+    S: futures_util::Stream<Item = async_nats::Message> + Unpin,
+{
+    let unhandled = count_buffered(messages).await;
     if unhandled > 0 {
         tracing::warn!(mount = %ctx.name, messages = unhandled,
             "Core messages received but not handled when shutdown began: lost (Core NATS cannot redeliver them)");

@@ -223,7 +223,15 @@ pub(crate) fn waiting<R: Runtime>(
     span: tracing::Span,
     stage: Stage,
 ) -> Waiting {
-    Box::pin(finish::<R>(ctx.clone(), read, msg, stage).instrument(span))
+    let in_flight = ctx.in_flight.enter();
+    let finishing = finish::<R>(ctx.clone(), read, msg, stage);
+    Box::pin(
+        async move {
+            finishing.await;
+            drop(in_flight);
+        }
+        .instrument(span),
+    )
 }
 
 /// Executes a [`Rest::Executing`] plan on the calling task (a publish the client cannot take

@@ -37,6 +37,49 @@ pub(crate) struct MountContext {
     /// The app's leases (rule 16), and how this mount's are kept.
     pub(crate) leases: Arc<LeaseRoom>,
     pub(crate) lease_settings: LeaseSettings,
+    /// The mount's deliveries that had to wait and have not finished, for shutdown.
+    pub(crate) in_flight: Arc<InFlight>,
+}
+
+/// How many of a mount's deliveries had to wait (a handler still running after its first
+/// poll, a dead letter waiting for its confirmation) and have not finished: what a shutdown
+/// waits for, and reports as abandoned when its grace period ends. A delivery that finishes
+/// at once never counts.
+pub(crate) struct InFlight(tokio::sync::watch::Sender<usize>);
+
+impl Default for InFlight {
+    fn default() -> Self {
+        Self(tokio::sync::watch::Sender::new(0))
+    }
+}
+
+/// One delivery counted in [`InFlight`] until it is dropped.
+pub(crate) struct InFlightGuard(Arc<InFlight>);
+
+impl InFlight {
+    /// Counts one more delivery in flight, until the guard is dropped.
+    pub(crate) fn enter(self: &Arc<Self>) -> InFlightGuard {
+        self.0.send_modify(|n| *n += 1);
+        InFlightGuard(self.clone())
+    }
+
+    /// How many are in flight.
+    pub(crate) fn count(&self) -> usize {
+        *self.0.borrow()
+    }
+
+    /// Waits until none is in flight.
+    pub(crate) async fn idle(&self) {
+        let mut count = self.0.subscribe();
+        // The sender lives in `self`: `wait_for` cannot fail while it is borrowed.
+        let _ = count.wait_for(|n| *n == 0).await;
+    }
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.0.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
 }
 
 /// A literal subject a mount's deliveries come on, kept once per process (see [`intern`]).

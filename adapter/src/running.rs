@@ -4,8 +4,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::Client;
-use tokio::sync::{Semaphore, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 
+use crate::mount_context::InFlight;
 use crate::runtime::{Reactor, Runtime};
 use crate::shutdown::ShutdownReport;
 
@@ -24,10 +25,8 @@ impl ShutdownHandle {
 /// A started mount's loop and its handler slots, for shutdown.
 pub(crate) struct MountTask<T> {
     pub(crate) name: &'static str,
-    /// The slots its deliveries hold while they run.
-    pub(crate) slots: Arc<Semaphore>,
-    /// How many slots it has in all.
-    pub(crate) permits: usize,
+    /// Its deliveries still running.
+    pub(crate) in_flight: Arc<InFlight>,
     /// Its loop.
     pub(crate) task: T,
 }

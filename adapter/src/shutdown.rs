@@ -75,15 +75,18 @@ impl<R: Runtime> Running<R> {
                 .within::<R, _>(R::join(mount.task))
                 .await
                 .is_none();
-            mounts.push((mount.name, mount.slots, mount.permits, stuck));
+            if stuck {
+                tracing::debug!(mount = %mount.name, "mount loop still busy at the end of the grace period");
+            }
+            mounts.push((mount.name, mount.in_flight));
         }
-        for (name, slots, permits, stuck) in &mounts {
-            let all = u32::try_from(*permits).unwrap_or(u32::MAX);
-            let done = grace_period.within::<R, _>(slots.acquire_many(all)).await;
-            let running = match done {
-                Some(_) => 0,
-                None => permits - slots.available_permits(),
-            } + usize::from(*stuck);
+        for (name, in_flight) in &mounts {
+            // Every delivery still running had to wait, and counts in `in_flight` (a Core
+            // delivery waiting on its mount's loop too); slots held for pull requests do not.
+            let running = match grace_period.within::<R, _>(in_flight.idle()).await {
+                Some(()) => 0,
+                None => in_flight.count(),
+            };
             if running > 0 {
                 tracing::warn!(mount = %name, handlers = running, "grace period over with handlers still running");
                 report.abandoned.push((name.to_string(), running));
@@ -99,7 +102,7 @@ impl<R: Runtime> Running<R> {
         }
         R::join(self.lease_task).await;
         if let Ok(lost) = self.lost.await {
-            for ((name, _, _, _), n) in mounts.iter().zip(lost) {
+            for ((name, _), n) in mounts.iter().zip(lost) {
                 if n > 0 {
                     tracing::warn!(mount = %name, copies = n, "delayed Core copies lost at shutdown");
                     report.lost_copies.push((name.to_string(), n));

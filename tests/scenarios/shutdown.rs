@@ -292,3 +292,72 @@ fn rule_14_shutdown_abandons_a_hung_handler_after_the_grace_period() {
         assert_eq!(report.abandoned, [("core-hung-14".to_owned(), 1)]);
     });
 }
+
+#[test]
+fn rule_14_core_messages_queued_behind_a_stuck_handler_are_reported_lost() {
+    run(async {
+        let (server, tc, r, ev) = core_case().await;
+        let runs = r.clone();
+        let app = start(&server, &ev, |a| {
+            a.grace_period(Duration::from_millis(500)).mount(
+                Mount::core_subject("core-stuck-14", "c14s.in")
+                    .concurrency(std::num::NonZeroUsize::new(2).unwrap()),
+                move |d: Delivery| {
+                    runs.lock()
+                        .unwrap()
+                        .push((d.attempt.get(), String::new(), Instant::now()));
+                    async {
+                        tokio::time::sleep(Duration::from_secs(30)).await;
+                        Outcome::Ack
+                    }
+                },
+            )
+        })
+        .await;
+        for _ in 0..5 {
+            core_publish(&tc, "c14s.in", HeaderMap::new(), b"x").await;
+        }
+        // Two run (one on a slot, one holding the mount's loop); three wait behind them.
+        eventually("two handlers running", || {
+            (attempts(&r).len() == 2).then_some(())
+        })
+        .await;
+        quiet(200).await;
+        let report = app.shutdown().await;
+        assert_eq!(report.abandoned, [("core-stuck-14".to_owned(), 2)]);
+        logged(&["WARN", "mount=core-stuck-14", "messages=3", "not handled"]).await;
+    });
+}
+
+#[test]
+fn rule_14_slots_held_for_pull_requests_are_not_reported_as_abandoned_handlers() {
+    run(async {
+        let (server, tc, _acks, r, ev) = js_case().await;
+        let runs = r.clone();
+        let app = start(&server, &ev, |a| {
+            a.grace_period(Duration::from_millis(300)).mount(
+                js_mount("js-stuck-14"),
+                move |d: Delivery| {
+                    runs.lock()
+                        .unwrap()
+                        .push((d.attempt.get(), String::new(), Instant::now()));
+                    async {
+                        tokio::time::sleep(Duration::from_secs(30)).await;
+                        Outcome::Ack
+                    }
+                },
+            )
+        })
+        .await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"hangs")
+            .await;
+        eventually("the handler running", || {
+            (attempts(&r).len() == 1).then_some(())
+        })
+        .await;
+        quiet(200).await;
+        let report = app.shutdown().await;
+        // One handler runs; the 63 slots held for the open pull request are not handlers.
+        assert_eq!(report.abandoned, [("js-stuck-14".to_owned(), 1)]);
+    });
+}
