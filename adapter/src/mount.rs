@@ -136,7 +136,9 @@ impl Mount {
     /// Turn them off where a delivery must come back after `ack_wait` even while its handler
     /// runs: a consumer shared with other services whose `ack_wait` is the operator's
     /// failover time, say. A result that comes after the deadline is then not sent (the server
-    /// has redelivered, or will), and is logged as late. The time limit applies either way.
+    /// has redelivered, or will), and is logged as late: a handler that always takes longer
+    /// than `ack_wait` then never has its result sent, and the message goes round until
+    /// `max_attempts` dead-letters it. The time limit applies either way.
     #[must_use]
     pub fn leases(mut self, on: bool) -> Self {
         self.leases = on;

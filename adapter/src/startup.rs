@@ -17,6 +17,11 @@ use crate::mount_context::{DeadLetterSink, LiteralSubject, intern};
 use crate::runtime::Runtime;
 use crate::servers::ServerList;
 
+/// Below this `ack_wait` a lease (rule 16) may not be renewed in time: a delivery's deadline
+/// counts from the handler's first poll, a little after the server sent it, and the first
+/// renewal comes at half the span. Start-up warns; it does not refuse.
+const SHORTEST_LEASED_ACK_WAIT: Duration = Duration::from_millis(100);
+
 /// Where a checked mount's messages come from.
 pub(crate) enum Source {
     /// A Core mount's subscriptions: its subject or wildcard, and perhaps its copy subject
@@ -90,6 +95,12 @@ pub(crate) async fn check_mounts<R: Runtime>(
                 Descriptor::CoreSubject(_) | Descriptor::CoreWildcard { .. } => None,
             };
             let config = consumer.as_ref().map(|c| &c.cached_info().config);
+            if let Some(ack_wait) = config.map(|c| c.ack_wait)
+                && ack_wait < SHORTEST_LEASED_ACK_WAIT
+            {
+                tracing::warn!(mount = %mount.name(), ?ack_wait,
+                    "consumer ack_wait is shorter than 100 ms: a message can be redelivered before its running handler's lease is first renewed, and run twice");
+            }
             let filter = config.map(|c| c.filter_subject.as_str());
             let confirm_within =
                 config.map(|c| ruststream_core::dead_letter_confirm_within(c.ack_wait));

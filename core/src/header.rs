@@ -52,13 +52,21 @@ pub const DROPPED_DIRECTIVES: [&str; 10] = [
 pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";
 
 /// The `Nats-Msg-Id` a JetStream delivery's dead letter carries (rule 9):
-/// `ruststream.dead-letter.<stream>.<consumer>.<stream sequence>`. The same delivery always
-/// gets the same id, so a dead-letter publish retried after a failure (rule 8) is stored once;
-/// two consumers that give up on one message store one dead letter each; and the id never
-/// equals one a publisher chose for the original. Stream and consumer names cannot contain `.`,
-/// so no two deliveries share an id.
-pub fn dead_letter_msg_id(stream: &str, consumer: &str, stream_sequence: u64) -> String {
-    format!("ruststream.dead-letter.{stream}.{consumer}.{stream_sequence}")
+/// `ruststream.dead-letter.<stream>.<consumer>.<stream sequence>.<stored>`, where `<stored>`
+/// is when the message was stored (nanoseconds since the Unix epoch, from the ack reply
+/// subject). The same delivery always gets the same id, so a dead-letter publish retried after
+/// a failure (rule 8) is stored once; two consumers that give up on one message store one dead
+/// letter each; a stream deleted and created again, whose sequences start over, does not reuse
+/// an id within the dead-letter stream's duplicate window; and the id never equals one a
+/// publisher chose for the original. Stream and consumer names cannot contain `.`, so the parts
+/// never run together.
+pub fn dead_letter_msg_id(
+    stream: &str,
+    consumer: &str,
+    stream_sequence: u64,
+    stored: u64,
+) -> String {
+    format!("ruststream.dead-letter.{stream}.{consumer}.{stream_sequence}.{stored}")
 }
 
 /// Prefixes of JetStream publish directives that copies and dead letters never carry (rule 9):
@@ -387,12 +395,17 @@ mod tests {
     #[test]
     fn dead_letter_ids_name_the_delivery() {
         assert_eq!(
-            dead_letter_msg_id("ORDERS", "worker", 42),
-            "ruststream.dead-letter.ORDERS.worker.42"
+            dead_letter_msg_id("ORDERS", "worker", 42, 1_700_000_000_000_000_000),
+            "ruststream.dead-letter.ORDERS.worker.42.1700000000000000000"
         );
         assert_ne!(
-            dead_letter_msg_id("ORDERS", "a", 1),
-            dead_letter_msg_id("ORDERS", "b", 1)
+            dead_letter_msg_id("ORDERS", "a", 1, 5),
+            dead_letter_msg_id("ORDERS", "b", 1, 5)
+        );
+        // The same sequence in a stream created again: another message, another id.
+        assert_ne!(
+            dead_letter_msg_id("ORDERS", "a", 1, 5),
+            dead_letter_msg_id("ORDERS", "a", 1, 6)
         );
     }
 

@@ -51,11 +51,17 @@ impl Message {
     /// letter is published for a stream to store, not for its original requester to answer,
     /// and a JetStream publish uses the reply subject for the stream's acknowledgement. A
     /// JetStream delivery's dead letter also carries the runtime's own `Nats-Msg-Id`
-    /// ([`dead_letter_msg_id`]: stream, consumer, stream sequence), last; a Core one none.
+    /// ([`dead_letter_msg_id`]: stream, consumer, stream sequence, when it was stored), last;
+    /// a Core one none.
     pub fn dead_letter(&self, subject: &Subject, delivery: &Delivery<'_>) -> Publication {
         let mut headers = self.headers.for_dead_letter();
         if let Model::JetStream(reply) = delivery.model {
-            let id = dead_letter_msg_id(reply.stream, reply.consumer, reply.stream_sequence);
+            let id = dead_letter_msg_id(
+                reply.stream,
+                reply.consumer,
+                reply.stream_sequence,
+                reply.timestamp,
+            );
             headers.append(
                 Bytes::from_static(MSG_ID_HEADER.as_bytes()),
                 Bytes::from(id),

@@ -304,7 +304,7 @@ proptest! {
         prop_assert_eq!(dead.payload.as_ptr(), payload.as_ptr(), "payload was copied");
         let mut want: Vec<(Vec<u8>, Vec<u8>)> = pairs.iter().filter(|(n, _)| !is_directive(n)).cloned().collect();
         if jetstream {
-            want.push((b"Nats-Msg-Id".to_vec(), format!("ruststream.dead-letter.ORDERS.worker.{stream_sequence}").into_bytes()));
+            want.push((b"Nats-Msg-Id".to_vec(), format!("ruststream.dead-letter.ORDERS.worker.{stream_sequence}.1700000000000000000").into_bytes()));
         }
         let got: Vec<(Vec<u8>, Vec<u8>)> = dead.headers.iter().map(|(n, v)| (n.to_vec(), v.to_vec())).collect();
         prop_assert_eq!(got, want);

@@ -252,3 +252,26 @@ pub(crate) fn assert_refused(
         other => panic!("not a declaration refusal: {other}"),
     }
 }
+
+/// `headers` with the stored-time part of a runtime-made dead-letter id cut off
+/// (`ruststream.dead-letter.<stream>.<consumer>.<seq>.<stored ns>` becomes
+/// `…<consumer>.<seq>`), so that tests can compare ids exactly; asserts that the part is there
+/// and is a number.
+pub(crate) fn without_stored_time(headers: &[(String, String)]) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .map(
+            |(name, value)| match value.strip_prefix("ruststream.dead-letter.") {
+                Some(_) if name == "Nats-Msg-Id" => {
+                    let (id, stored) = value.rsplit_once('.').expect("a stored time");
+                    assert!(
+                        !stored.is_empty() && stored.bytes().all(|b| b.is_ascii_digit()),
+                        "{value}"
+                    );
+                    (name.clone(), id.to_owned())
+                }
+                _ => (name.clone(), value.clone()),
+            },
+        )
+        .collect()
+}

@@ -190,3 +190,20 @@ fn rule_16_a_core_handler_past_its_time_limit_is_cancelled_and_the_mount_goes_on
         assert!(report.abandoned.is_empty(), "{report:?}");
     });
 }
+
+#[test]
+fn rule_16_start_up_warns_of_an_ack_wait_too_short_for_leases() {
+    run(async {
+        let (server, _tc, _acks, r, ev) = js_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::jetstream("short-wait", "ORDERS", "worker")
+                    .ack_wait(Duration::from_millis(50)),
+                scripted(&r, |_, _| Outcome::Ack),
+            )
+        })
+        .await;
+        logged(&["WARN", "mount=short-wait", "shorter than 100 ms"]).await;
+        app.shutdown().await;
+    });
+}

@@ -262,7 +262,7 @@ fn rule_09_a_dead_letter_stored_by_the_deliverys_own_stream_is_not_lost_to_dedup
         assert_eq!(dead.len(), 1, "the dead letter is stored: {stored:?}");
         assert_eq!(&dead[0].2[..], b"{\"id\":9}");
         assert_eq!(
-            dead[0].1,
+            without_stored_time(&dead[0].1),
             [(
                 "Nats-Msg-Id".to_owned(),
                 "ruststream.dead-letter.ORDERS.worker.1".to_owned()
@@ -307,9 +307,10 @@ fn rule_09_two_consumers_dead_lettering_one_message_store_one_dead_letter_each()
         let mut ids: Vec<String> = stored
             .iter()
             .flat_map(|(_, h, _)| {
-                h.iter()
+                without_stored_time(h)
+                    .into_iter()
                     .filter(|(n, _)| n == "Nats-Msg-Id")
-                    .map(|(_, v)| v.clone())
+                    .map(|(_, v)| v)
             })
             .collect();
         ids.sort();
@@ -322,5 +323,39 @@ fn rule_09_two_consumers_dead_lettering_one_message_store_one_dead_letter_each()
             "one dead letter per consumer: {stored:?}"
         );
         app.shutdown().await;
+    });
+}
+
+#[test]
+fn rule_09_a_stream_created_again_does_not_lose_its_dead_letters_to_deduplication() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = js_setup(&server).await;
+        let give_up = || {
+            js_mount("recreated")
+                .max_attempts(1)
+                .dead_letter("dlq.orders")
+        };
+        for (round, payload) in [(1, &b"A"[..]), (2, b"B")] {
+            if round == 2 {
+                // Its sequences start over: the new message is stream sequence 1 again.
+                tc.js.delete_stream("ORDERS").await.unwrap();
+                tc.stream("ORDERS", &["orders.>"]).await;
+            }
+            let (r, ev) = (runs(), events());
+            let app = start(&server, &ev, |a| {
+                a.mount(give_up(), scripted(&r, |_, _| Outcome::Retry))
+            })
+            .await;
+            tc.js_publish("orders.new", HeaderMap::new(), payload).await;
+            eventually("the dead letter", || {
+                dispositions(&ev)
+                    .contains(&Disposition::DeadLettered)
+                    .then_some(())
+            })
+            .await;
+            app.shutdown().await;
+        }
+        assert_dead_letters(&tc, "DLQ", &[("dlq.orders", b"A"), ("dlq.orders", b"B")]).await;
     });
 }
