@@ -27,8 +27,7 @@
 //! A lease without a span (a Core mount, or a mount with leases off) is only a time limit;
 //! with leases off, the deadline still counts, so that a late result is not sent.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use slab::Slab;
@@ -103,12 +102,15 @@ enum Kind {
 
 /// The leases of an app's running handlers, each with an item of the adapter's (what it needs
 /// to send a renewal or cancel the handler). See the module docs.
+///
+/// Every lease has at most two entries in the schedule (its next renewal and its time limit),
+/// removed when it ends or is renewed: the memory held is bounded by the handlers running, not
+/// by how many have run.
 #[derive(Debug)]
 pub struct Leases<T> {
     leases: Slab<Lease<T>>,
-    /// What is due when: entries of ended or renewed leases stay until they come up and are
-    /// skipped then (checked against the lease's generation and current instants).
-    due: BinaryHeap<Reverse<(Instant, Kind, usize, u64)>>,
+    /// What is due when: (instant, kind, slot, generation).
+    due: BTreeSet<(Instant, Kind, usize, u64)>,
     generation: u64,
 }
 
@@ -123,7 +125,7 @@ impl<T> Leases<T> {
     pub fn new() -> Self {
         Self {
             leases: Slab::new(),
-            due: BinaryHeap::new(),
+            due: BTreeSet::new(),
             generation: 0,
         }
     }
@@ -136,6 +138,11 @@ impl<T> Leases<T> {
     /// Whether no lease is held.
     pub fn is_empty(&self) -> bool {
         self.leases.is_empty()
+    }
+
+    /// How many renewals and time limits are scheduled: at most two per lease held.
+    pub fn scheduled(&self) -> usize {
+        self.due.len()
     }
 
     /// The item of a lease still held.
@@ -167,10 +174,10 @@ impl<T> Leases<T> {
             item,
         });
         if let Some(at) = renew_at {
-            self.due.push(Reverse((at, Kind::Renew, slot, generation)));
+            self.due.insert((at, Kind::Renew, slot, generation));
         }
         self.due
-            .push(Reverse((limit_at, Kind::TimeLimit, slot, generation)));
+            .insert((limit_at, Kind::TimeLimit, slot, generation));
         LeaseKey { slot, generation }
     }
 
@@ -183,16 +190,17 @@ impl<T> Leases<T> {
             return;
         };
         lease.deadline = Some(now + span);
-        if now >= lease.limit_at {
-            // Its handler is being cancelled: no more renewals.
-            lease.renew_at = None;
-            return;
+        let old = lease.renew_at.take();
+        // Past its time limit its handler is being cancelled: no more renewals.
+        let next = (now < lease.limit_at).then_some(now + span / 2);
+        lease.renew_at = next;
+        if let Some(at) = old {
+            self.due
+                .remove(&(at, Kind::Renew, key.slot, key.generation));
         }
-        let at = now + span / 2;
-        lease.renew_at = Some(at);
-        let generation = lease.generation;
-        self.due
-            .push(Reverse((at, Kind::Renew, key.slot, generation)));
+        if let Some(at) = next {
+            self.due.insert((at, Kind::Renew, key.slot, key.generation));
+        }
     }
 
     /// The lease's handler finished at `now` (or was cancelled): the lease ends, and says
@@ -202,6 +210,12 @@ impl<T> Leases<T> {
             return (LeaseEnd::OnTime, None);
         }
         let lease = self.leases.remove(key.slot);
+        if let Some(at) = lease.renew_at {
+            self.due
+                .remove(&(at, Kind::Renew, key.slot, key.generation));
+        }
+        self.due
+            .remove(&(lease.limit_at, Kind::TimeLimit, key.slot, key.generation));
         let end = match lease.deadline {
             Some(deadline) if now > deadline => LeaseEnd::Late { by: now - deadline },
             _ => LeaseEnd::OnTime,
@@ -210,30 +224,31 @@ impl<T> Leases<T> {
     }
 
     /// The earliest instant something is due, if anything is.
-    pub fn poll_timeout(&mut self) -> Option<Instant> {
-        self.skip_stale();
-        self.due.peek().map(|Reverse((at, ..))| *at)
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.due.first().map(|(at, ..)| *at)
     }
 
     /// What is due at `now`, in order: renewals to send and time limits reached. A lease whose
     /// time limit is reached gets no more renewals.
     pub fn handle_timeout(&mut self, now: Instant) -> Vec<LeaseDue> {
         let mut due = Vec::new();
-        loop {
-            self.skip_stale();
-            let Some(Reverse((at, kind, slot, generation))) = self.due.peek().copied() else {
-                break;
-            };
+        while let Some(&(at, kind, slot, generation)) = self.due.first() {
             if at > now {
                 break;
             }
-            self.due.pop();
+            self.due.pop_first();
             let key = LeaseKey { slot, generation };
             match kind {
-                Kind::Renew => due.push(LeaseDue::Renew(key)),
-                Kind::TimeLimit => {
+                Kind::Renew => {
                     if let Some(lease) = self.lease_mut(key) {
                         lease.renew_at = None;
+                    }
+                    due.push(LeaseDue::Renew(key));
+                }
+                Kind::TimeLimit => {
+                    let renew_at = self.lease_mut(key).and_then(|lease| lease.renew_at.take());
+                    if let Some(at) = renew_at {
+                        self.due.remove(&(at, Kind::Renew, slot, generation));
                     }
                     due.push(LeaseDue::TimeLimit(key));
                 }
@@ -252,25 +267,6 @@ impl<T> Leases<T> {
         self.leases
             .get_mut(key.slot)
             .filter(|l| l.generation == key.generation)
-    }
-
-    /// Drops heap entries that no longer mean anything: their lease ended, or was renewed
-    /// since (a renewal entry for another instant), or its time limit passed.
-    fn skip_stale(&mut self) {
-        while let Some(Reverse((at, kind, slot, generation))) = self.due.peek().copied() {
-            let live = self
-                .leases
-                .get(slot)
-                .filter(|l| l.generation == generation)
-                .is_some_and(|l| match kind {
-                    Kind::Renew => l.renew_at == Some(at),
-                    Kind::TimeLimit => l.limit_at == at,
-                });
-            if live {
-                return;
-            }
-            self.due.pop();
-        }
     }
 }
 

@@ -106,6 +106,12 @@ proptest! {
                 }
             }
             prop_assert_eq!(leases.len(), running.len());
+            // Nothing stays scheduled for a lease that ended: the schedule is bounded by the
+            // handlers running.
+            prop_assert!(leases.scheduled() <= 2 * leases.len(), "{} scheduled for {} leases", leases.scheduled(), leases.len());
+            if running.is_empty() {
+                prop_assert_eq!(leases.poll_timeout(), None);
+            }
         }
     }
 }
