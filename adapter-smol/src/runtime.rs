@@ -66,9 +66,9 @@ impl ruststream_adapter::Runtime for Runtime {
         Task(Some(reactor.executor.spawn(guarded)))
     }
 
-    /// Awaited in place, inside [`Task`], whose drop detaches: a join given up (a shutdown's
-    /// grace period that ended) leaves the task where it is, as on tokio, instead of
-    /// cancelling it and dropping the delivery it holds.
+    /// Awaited in place, inside the task handle, whose drop detaches: a join given up (a
+    /// shutdown's grace period that ended) leaves the task where it is, as on tokio, instead
+    /// of cancelling it and dropping the delivery it holds.
     async fn join(mut task: Task) {
         if let Some(inner) = task.0.as_mut()
             && !inner.await
