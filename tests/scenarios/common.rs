@@ -275,3 +275,27 @@ pub(crate) fn without_stored_time(headers: &[(String, String)]) -> Vec<(String, 
         )
         .collect()
 }
+
+/// A handler that records each run, sleeps `sleep(attempt)`, then returns `outcome(attempt)`.
+pub(crate) fn slow(
+    runs: &Runs,
+    sleep: impl Fn(u64) -> Duration + Send + Sync + 'static,
+    outcome: impl Fn(u64) -> Outcome + Send + Sync + 'static,
+) -> impl Fn(Delivery) -> std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>>
++ Send
++ Sync
++ 'static {
+    let runs = runs.clone();
+    let (sleep, outcome) = (Arc::new(sleep), Arc::new(outcome));
+    move |d: Delivery| {
+        let attempt = d.attempt.get();
+        runs.lock()
+            .unwrap()
+            .push((attempt, String::new(), Instant::now()));
+        let (sleep, outcome) = (sleep.clone(), outcome.clone());
+        Box::pin(async move {
+            tokio::time::sleep(sleep(attempt)).await;
+            outcome(attempt)
+        })
+    }
+}

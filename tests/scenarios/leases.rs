@@ -3,30 +3,6 @@
 
 use super::common::*;
 
-/// A handler that records each run, sleeps `sleep(attempt)`, then returns `outcome(attempt)`.
-fn slow(
-    runs: &Runs,
-    sleep: impl Fn(u64) -> Duration + Send + Sync + 'static,
-    outcome: impl Fn(u64) -> Outcome + Send + Sync + 'static,
-) -> impl Fn(Delivery) -> std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>>
-+ Send
-+ Sync
-+ 'static {
-    let runs = runs.clone();
-    let (sleep, outcome) = (Arc::new(sleep), Arc::new(outcome));
-    move |d: Delivery| {
-        let attempt = d.attempt.get();
-        runs.lock()
-            .unwrap()
-            .push((attempt, String::new(), Instant::now()));
-        let (sleep, outcome) = (sleep.clone(), outcome.clone());
-        Box::pin(async move {
-            tokio::time::sleep(sleep(attempt)).await;
-            outcome(attempt)
-        })
-    }
-}
-
 /// Handles one message whose handler takes three times the delivery's span, and checks that
 /// it ran once and was acknowledged, with renewals on the wire and nothing dead-lettered.
 async fn runs_once(server: &NatsServer, tc: &TestClient, acks: &Wire, mount: Mount) {

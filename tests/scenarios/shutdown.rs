@@ -279,20 +279,11 @@ fn rule_14_shutdown_abandons_a_hung_handler_after_the_grace_period() {
 fn rule_14_core_messages_queued_behind_a_stuck_handler_are_reported_lost() {
     run(async {
         let (server, tc, r, ev) = core_case().await;
-        let runs = r.clone();
         let app = start(&server, &ev, |a| {
             a.grace_period(Duration::from_millis(500)).mount(
                 Mount::core_subject("core-stuck-14", "c14s.in")
                     .concurrency(std::num::NonZeroUsize::new(2).unwrap()),
-                move |d: Delivery| {
-                    runs.lock()
-                        .unwrap()
-                        .push((d.attempt.get(), String::new(), Instant::now()));
-                    async {
-                        tokio::time::sleep(Duration::from_secs(30)).await;
-                        Outcome::Ack
-                    }
-                },
+                slow(&r, |_| Duration::from_secs(30), |_| Outcome::Ack),
             )
         })
         .await;
@@ -315,19 +306,10 @@ fn rule_14_core_messages_queued_behind_a_stuck_handler_are_reported_lost() {
 fn rule_14_slots_held_for_pull_requests_are_not_reported_as_abandoned_handlers() {
     run(async {
         let (server, tc, _acks, r, ev) = js_case().await;
-        let runs = r.clone();
         let app = start(&server, &ev, |a| {
             a.grace_period(Duration::from_millis(300)).mount(
                 js_mount("js-stuck-14"),
-                move |d: Delivery| {
-                    runs.lock()
-                        .unwrap()
-                        .push((d.attempt.get(), String::new(), Instant::now()));
-                    async {
-                        tokio::time::sleep(Duration::from_secs(30)).await;
-                        Outcome::Ack
-                    }
-                },
+                slow(&r, |_| Duration::from_secs(30), |_| Outcome::Ack),
             )
         })
         .await;
