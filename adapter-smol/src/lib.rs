@@ -126,8 +126,9 @@ pub type Running = ruststream_adapter::Running<Runtime>;
 pub use async_compat::Compat;
 
 pub use ruststream_adapter::{
-    Attempt, DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY, DEFAULT_GRACE_PERIOD,
-    DEFAULT_HANDLER_TIME_LIMIT, DeclarationError, DeclarationErrorKind, DecodeError, Delivery,
-    Disposition, Handler, JetStreamInfo, Json, Mount, Outcome, OutcomeFuture, Settled,
-    ShutdownHandle, ShutdownReport, StartError, async_nats, connect_url,
+    Attempt, CoreLosses, DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY, DEFAULT_GRACE_PERIOD,
+    DEFAULT_HANDLER_TIME_LIMIT, DEFAULT_SUBSCRIPTION_BUFFER, DeclarationError,
+    DeclarationErrorKind, DecodeError, Delivery, Disposition, Handler, JetStreamInfo, Json, Mount,
+    Outcome, OutcomeFuture, Settled, ShutdownHandle, ShutdownReport, StartError, async_nats,
+    connect_url,
 };

@@ -260,8 +260,10 @@ impl<R: Runtime> App<R> {
                 leases: leases.clone(),
                 lease_settings,
                 in_flight: Arc::default(),
+                losses: Arc::default(),
             });
             let in_flight = ctx.in_flight.clone();
+            let losses = ctx.losses.clone();
             let name = ctx.name;
             let task = match source {
                 Source::JetStream(consumer) => {
@@ -277,23 +279,31 @@ impl<R: Runtime> App<R> {
                 }
                 Source::Core(subscribers) => {
                     let slots = Arc::new(Semaphore::new(spawned_slots(mount.concurrency)));
-                    let consuming = core_loop::<R>(ctx, subscribers, slots, shutdown_rx.clone());
+                    let consuming = core_loop::<R>(
+                        ctx,
+                        subscribers,
+                        slots,
+                        mount.subscription_buffer,
+                        shutdown_rx.clone(),
+                    );
                     R::spawn_next_to(&reactor, consuming)
                 }
             };
             mounts.push(MountTask {
                 name,
                 in_flight,
+                losses,
                 task,
             });
         }
         drop(delay_tx);
 
+        let losses = mounts.iter().map(|m| m.losses.clone()).collect();
         let lease_task = R::spawn(lease_loop::<R>(leases, client.clone(), finish_rx.clone()));
         let (lost_tx, lost_rx) = oneshot::channel();
         let delay_client = client.clone();
         let delay_task = R::spawn(async move {
-            let lost = delay_loop::<R>(delay_client, delay_rx, finish_rx, mount_count).await;
+            let lost = delay_loop::<R>(delay_client, delay_rx, finish_rx, losses).await;
             let _ = lost_tx.send(lost);
         });
         tracing::info!(mounts = mount_count, "ruststream started");

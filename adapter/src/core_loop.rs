@@ -1,13 +1,16 @@
 //! The Core subscription loop of a mount.
 
+use std::collections::VecDeque;
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::task::Poll;
+use std::time::{Duration, Instant};
 
 use futures_util::{FutureExt, StreamExt};
 use tokio::sync::{Semaphore, watch};
 
 use crate::delivery::{Waiting, begin, read_core, spawn_holding, waiting};
-use crate::mount_context::MountContext;
+use crate::mount_context::{Losses, MountContext};
 use crate::runtime::Runtime;
 
 /// How many handler slots a Core mount's spawned deliveries get: `concurrency - 1`, because
@@ -25,21 +28,134 @@ pub(crate) fn spawned_slots(concurrency: std::num::NonZeroUsize) -> usize {
 /// delivery that has to wait takes a slot and moves to a task of its own; with every slot
 /// taken, this task waits for a slot or for the delivery itself, so at most `slots + 1`
 /// deliveries run at once (the app gives Core mounts [`spawned_slots`]).
+///
+/// While a delivery waits for a slot, the loop moves what async-nats receives into the mount's
+/// own buffer of `buffer` messages, and drops and counts what does not fit (rule 21).
 pub(crate) async fn core_loop<R: Runtime>(
     ctx: Arc<MountContext>,
     subscribers: Vec<async_nats::Subscriber>,
     slots: Arc<Semaphore>,
+    buffer: NonZeroUsize,
     shutdown: watch::Receiver<bool>,
 ) {
     let mut subscribers = subscribers.into_iter();
     match (subscribers.next(), subscribers.next()) {
-        (Some(one), None) => consume::<R, _>(&ctx, one, &slots, shutdown).await,
+        (Some(one), None) => {
+            let messages = Buffered::new(one, buffer);
+            consume::<R, _>(&ctx, messages, &slots, shutdown).await;
+        }
         (first, second) => {
             let all = futures_util::stream::select_all(
                 first.into_iter().chain(second).chain(subscribers),
             );
-            consume::<R, _>(&ctx, all, &slots, shutdown).await;
+            consume::<R, _>(&ctx, Buffered::new(all, buffer), &slots, shutdown).await;
         }
+    }
+}
+
+/// How often, at most, a mount logs the messages it dropped for a full buffer.
+const DROP_LOG_EVERY: Duration = Duration::from_secs(5);
+
+/// A Core mount's messages: its subscription, and the mount's own buffer, which holds what
+/// arrives while every handler slot is busy (rule 21). Messages come from the buffer first,
+/// in the order they arrived.
+struct Buffered<S> {
+    subscription: S,
+    held: VecDeque<async_nats::Message>,
+    capacity: usize,
+    /// The subscription has ended; what is held is still given out.
+    ended: bool,
+    /// Dropped and not yet counted or logged.
+    dropped: u64,
+    /// Dropped since the last log line.
+    unlogged: u64,
+    last_log: Option<Instant>,
+}
+
+impl<S> Buffered<S>
+where
+    S: futures_util::Stream<Item = async_nats::Message> + Unpin,
+{
+    fn new(subscription: S, capacity: NonZeroUsize) -> Self {
+        Self {
+            subscription,
+            held: VecDeque::new(),
+            capacity: capacity.get(),
+            ended: false,
+            dropped: 0,
+            unlogged: 0,
+            last_log: None,
+        }
+    }
+
+    /// Moves every message async-nats has received into the buffer, dropping those that do
+    /// not fit; counts and logs the drops when nothing more is ready. Never ends: meant to run
+    /// beside something that does.
+    async fn hold<R: Runtime>(&mut self, ctx: &MountContext) {
+        std::future::poll_fn(|cx| {
+            loop {
+                if self.ended {
+                    return Poll::Pending;
+                }
+                match self.subscription.poll_next_unpin(cx) {
+                    Poll::Ready(Some(msg)) if self.held.len() < self.capacity => {
+                        self.held.push_back(msg);
+                    }
+                    Poll::Ready(Some(_dropped)) => self.dropped += 1,
+                    Poll::Ready(None) => self.ended = true,
+                    Poll::Pending => {
+                        self.count_drops::<R>(ctx, false);
+                        return Poll::Pending;
+                    }
+                }
+            }
+        })
+        .await
+    }
+
+    /// Adds the drops to the mount's losses, and logs them when the last log is old enough
+    /// (or `finally`).
+    fn count_drops<R: Runtime>(&mut self, ctx: &MountContext, finally: bool) {
+        if self.dropped > 0 {
+            Losses::add(&ctx.losses.slow_consumer, self.dropped);
+            self.unlogged += self.dropped;
+            self.dropped = 0;
+        }
+        if self.unlogged == 0 {
+            return;
+        }
+        let now = R::now();
+        let due = finally
+            || self
+                .last_log
+                .is_none_or(|at| now.duration_since(at) >= DROP_LOG_EVERY);
+        if due {
+            tracing::warn!(mount = %ctx.name, dropped = self.unlogged, buffer = self.capacity,
+                "Core messages dropped: every handler slot was busy and the mount's subscription buffer was full (Core NATS cannot redeliver them)");
+            self.unlogged = 0;
+            self.last_log = Some(now);
+        }
+    }
+}
+
+impl<S> futures_util::Stream for Buffered<S>
+where
+    S: futures_util::Stream<Item = async_nats::Message> + Unpin,
+{
+    type Item = async_nats::Message;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if let Some(msg) = this.held.pop_front() {
+            return Poll::Ready(Some(msg));
+        }
+        if this.ended {
+            return Poll::Ready(None);
+        }
+        this.subscription.poll_next_unpin(cx)
     }
 }
 
@@ -56,7 +172,7 @@ const RUN: usize = 128;
 /// cooperative budget runs out, or when none is buffered; the task then yields.
 async fn consume<R: Runtime, S>(
     ctx: &Arc<MountContext>,
-    mut messages: S,
+    mut messages: Buffered<S>,
     slots: &Arc<Semaphore>,
     mut shutdown: watch::Receiver<bool>,
 ) where
@@ -104,26 +220,30 @@ async fn consume<R: Runtime, S>(
         tokio::select! {
             biased;
             () = &mut holding => {}
+            // Never ends: takes in what arrives meanwhile, up to the mount's buffer.
+            () = messages.hold::<R>(ctx) => {}
             _ = shutdown.changed() => {
                 // Shutdown began while a delivery holds this loop (every slot taken): what is
                 // buffered will never be handled, so it is counted now, not when (or if) that
                 // delivery ends within the grace period.
-                report_unhandled(ctx, &mut messages).await;
+                report_unhandled::<R, _>(ctx, &mut messages).await;
                 holding.await;
                 return;
             }
         }
     }
-    report_unhandled(ctx, &mut messages).await;
+    report_unhandled::<R, _>(ctx, &mut messages).await;
 }
 
 /// Counts and logs the Core messages received but not handed to a handler when shutdown
-/// began: lost, as Core NATS cannot redeliver them (rule 14).
-async fn report_unhandled<S>(ctx: &MountContext, messages: &mut S)
+/// began: lost, as Core NATS cannot redeliver them (rule 14). Logs the drops not yet logged.
+async fn report_unhandled<R: Runtime, S>(ctx: &MountContext, messages: &mut Buffered<S>)
 where
     S: futures_util::Stream<Item = async_nats::Message> + Unpin,
 {
+    messages.count_drops::<R>(ctx, true);
     let unhandled = count_buffered(messages).await;
+    Losses::add(&ctx.losses.unhandled_at_shutdown, unhandled as u64);
     if unhandled > 0 {
         tracing::warn!(mount = %ctx.name, messages = unhandled,
             "Core messages received but not handled when shutdown began: lost (Core NATS cannot redeliver them)");

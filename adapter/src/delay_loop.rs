@@ -1,9 +1,12 @@
 //! The delay loop: one per app, one timer, publishing delayed Core copies when due.
 
+use std::sync::Arc;
+
 use ruststream_core::PendingCopy;
 use tokio::sync::{mpsc, watch};
 
-use crate::exec::publish_plain;
+use crate::exec::{Unpublished, publish_plain};
+use crate::mount_context::Losses;
 use crate::runtime::Runtime;
 
 /// The delay queue of Core copies (one per app, one timer): publishes each copy when due.
@@ -16,7 +19,7 @@ pub(crate) async fn delay_loop<R: Runtime>(
     client: async_nats::Client,
     mut incoming: mpsc::UnboundedReceiver<(PendingCopy, std::time::Instant)>,
     mut finish: watch::Receiver<Option<std::time::Instant>>,
-    mount_count: usize,
+    losses: Vec<Arc<Losses>>,
 ) -> Vec<usize> {
     let mut queue = ruststream_core::DelayQueue::new();
     // The mounts' senders close with their loops, at shutdown, before the deadline is set:
@@ -47,8 +50,11 @@ pub(crate) async fn delay_loop<R: Runtime>(
                 let due: Vec<PendingCopy> = queue.handle_timeout(R::now()).collect();
                 for copy in due {
                     let subject = copy.publication.subject.clone();
-                    if let Err(e) = publish_plain(&client, copy.publication).await {
-                        tracing::error!(%subject, error = %e.0, "delayed Core copy lost: its publish failed");
+                    if let Err(e) = publish_plain(&client, copy.publication, Unpublished::Copy).await {
+                        if let Some(losses) = losses.get(copy.mount) {
+                            Losses::add(&losses.copies, 1);
+                        }
+                        tracing::error!(%subject, error = %e.reason, "delayed Core copy lost: its publish failed");
                     }
                 }
             }
@@ -58,7 +64,7 @@ pub(crate) async fn delay_loop<R: Runtime>(
     while let Ok((copy, at)) = incoming.try_recv() {
         queue.handle_copy(copy, at);
     }
-    let mut lost = vec![0; mount_count];
+    let mut lost = vec![0; losses.len()];
     for copy in queue.drain() {
         if let Some(n) = lost.get_mut(copy.mount) {
             *n += 1;

@@ -12,17 +12,19 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use ruststream_core::{
-    AckReply, Delivery as CoreDelivery, Event, LeaseEnd, Plan, RetryCountReading, plan_with_clock,
+    AckReply, Delivery as CoreDelivery, Disposition, Event, LeaseEnd, Plan, RetryCountReading,
+    plan_with_clock,
 };
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
 use crate::exec::{
-    PublishFailed, execute, execute_logs, execute_now, header_pairs, waits_for_confirmation,
+    PublishFailed, Unpublished, execute, execute_logs, execute_now, header_pairs,
+    waits_for_confirmation,
 };
 use crate::handler_run::{HandlerRun, handled, start_handler};
 use crate::leases::run_leased;
-use crate::mount_context::MountContext;
+use crate::mount_context::{Losses, MountContext};
 use crate::report::report;
 use crate::runtime::Runtime;
 
@@ -335,19 +337,55 @@ async fn settle<R: Runtime>(
     };
     let decided = match executed {
         Ok(()) => decided,
-        Err(e) => {
-            tracing::error!(error = %e.0, plan = %decided, "publish failed: the plan stopped before its settlement; planning the recovery");
-            let recovery = plan_with_clock(delivery, Event::PublishFailed, &ctx.policy, R::now);
-            match execute(ctx, msg, delivery, &recovery).await {
-                Ok(()) => tracing::warn!(plan = %recovery, "recovery sent"),
-                Err(e) => {
-                    tracing::error!(error = %e.0, plan = %recovery, "recovery plan failed too")
-                }
-            }
-            recovery
-        }
+        Err(e) => recover::<R>(ctx, msg, delivery, &decided, e).await,
     };
     report(ctx, msg, delivery, event, &decided);
+}
+
+/// Plans and executes the recovery from a publish of `failed_plan` that failed (`failed`): the
+/// at-limit path for a Core copy over `max_payload` (rule 21), otherwise the core's plan for a
+/// failed publish (a `-NAK` on JetStream; on Core the delivery is lost, and counted for the
+/// mount). A recovery whose own publish fails is recovered once more the same way, at most
+/// twice in all. Returns the plan that was executed last.
+async fn recover<'p, R: Runtime>(
+    ctx: &'p MountContext,
+    msg: &async_nats::Message,
+    delivery: &CoreDelivery<'_>,
+    failed_plan: &Plan<'p>,
+    mut failed: PublishFailed,
+) -> Plan<'p> {
+    tracing::error!(mount = %ctx.name, subject = %msg.subject, error = %failed.reason, plan = %failed_plan,
+        "publish failed: the plan stopped before its settlement; planning the recovery");
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let event = match failed.what {
+            Unpublished::CopyTooLarge => Event::CopyTooLarge,
+            Unpublished::Copy | Unpublished::DeadLetter => Event::PublishFailed,
+        };
+        let recovery = plan_with_clock(delivery, event, &ctx.policy, R::now);
+        if recovery.disposition() == Disposition::Lost {
+            let counter = match failed.what {
+                Unpublished::DeadLetter => &ctx.losses.dead_letters,
+                Unpublished::Copy | Unpublished::CopyTooLarge => &ctx.losses.copies,
+            };
+            Losses::add(counter, 1);
+        }
+        match execute(ctx, msg, delivery, &recovery).await {
+            Ok(()) => {
+                tracing::warn!(mount = %ctx.name, plan = %recovery, "recovery sent");
+                return recovery;
+            }
+            Err(again) if tries < 2 => {
+                tracing::error!(mount = %ctx.name, error = %again.reason, plan = %recovery, "recovery plan failed too; planning its recovery");
+                failed = again;
+            }
+            Err(again) => {
+                tracing::error!(mount = %ctx.name, error = %again.reason, plan = %recovery, "recovery plan failed too");
+                return recovery;
+            }
+        }
+    }
 }
 
 /// Starts handling one JetStream delivery in its slot: on the mount's own task first, and if

@@ -18,7 +18,46 @@ use crate::mount_context::{DeadLetterSink, MountContext};
 
 /// A publish that failed; the plan stopped there.
 #[derive(Debug)]
-pub(crate) struct PublishFailed(pub(crate) String);
+pub(crate) struct PublishFailed {
+    /// What was not published.
+    pub(crate) what: Unpublished,
+    /// Why, for the log.
+    pub(crate) reason: String,
+}
+
+/// What a [`PublishFailed`] did not publish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unpublished {
+    /// A Core copy (at once, or handed to the delay queue).
+    Copy,
+    /// A Core copy larger than the server's `max_payload`: never sent (rule 21).
+    CopyTooLarge,
+    /// A dead letter.
+    DeadLetter,
+}
+
+impl PublishFailed {
+    fn new(what: Unpublished, reason: impl std::fmt::Display) -> Self {
+        Self {
+            what,
+            reason: reason.to_string(),
+        }
+    }
+}
+
+/// Refuses a Core copy that the server would refuse for its size (rule 21): its headers and
+/// payload over the connection's `max_payload`.
+fn check_copy_size(client: &Client, copy: &Publication) -> Result<(), PublishFailed> {
+    let size = copy.wire_len();
+    let max = client.max_payload();
+    match size > max {
+        true => Err(PublishFailed::new(
+            Unpublished::CopyTooLarge,
+            format_args!("the copy is {size} bytes, over the server's max_payload of {max}"),
+        )),
+        false => Ok(()),
+    }
+}
 
 /// The delivered message's parts, as the core builds copies and dead letters from.
 pub(crate) fn core_message(msg: &async_nats::Message) -> Message {
@@ -77,8 +116,13 @@ fn header_map(headers: &Headers) -> HeaderMap {
     map
 }
 
-/// Publishes a Core copy (or any plain publication) with its reply subject and headers.
-pub(crate) async fn publish_plain(client: &Client, p: Publication) -> Result<(), PublishFailed> {
+/// Publishes a Core copy (or any plain publication) with its reply subject and headers; a
+/// failure says it is `what`.
+pub(crate) async fn publish_plain(
+    client: &Client,
+    p: Publication,
+    what: Unpublished,
+) -> Result<(), PublishFailed> {
     let subject = async_nats::Subject::from(p.subject.as_str());
     let headers = header_map(&p.headers);
     let result = match p.reply {
@@ -94,7 +138,7 @@ pub(crate) async fn publish_plain(client: &Client, p: Publication) -> Result<(),
                 .await
         }
     };
-    result.map_err(|e| PublishFailed(e.to_string()))
+    result.map_err(|e| PublishFailed::new(what, e))
 }
 
 /// Publishes a dead letter and waits for it to be confirmed (rule 8).
@@ -113,11 +157,12 @@ async fn publish_dead_letter(ctx: &MountContext, p: Publication) -> Result<(), P
     let headers = header_map(&p.headers);
     match &ctx.dead_letters {
         DeadLetterSink::JetStream(js) => {
+            let failed = |e: &dyn std::fmt::Display| PublishFailed::new(Unpublished::DeadLetter, e);
             let ack = js
                 .publish_with_headers(subject, headers, p.payload)
                 .await
-                .map_err(|e| PublishFailed(e.to_string()))?;
-            let ack = ack.await.map_err(|e| PublishFailed(e.to_string()))?;
+                .map_err(|e| failed(&e))?;
+            let ack = ack.await.map_err(|e| failed(&e))?;
             match (ack.duplicate, own_id) {
                 (false, _) => Ok(()),
                 (true, Some(id)) => {
@@ -125,21 +170,19 @@ async fn publish_dead_letter(ctx: &MountContext, p: Publication) -> Result<(), P
                         "dead letter already stored by an earlier try: confirmed");
                     Ok(())
                 }
-                (true, None) => Err(PublishFailed(format!(
+                (true, None) => Err(failed(&format_args!(
                     "stream `{}` reported the dead letter a duplicate and stored nothing",
                     ack.stream
                 ))),
             }
         }
         DeadLetterSink::Plain => {
+            let failed = |e: &dyn std::fmt::Display| PublishFailed::new(Unpublished::DeadLetter, e);
             ctx.client
                 .publish_with_headers(subject, headers, p.payload)
                 .await
-                .map_err(|e| PublishFailed(e.to_string()))?;
-            ctx.client
-                .flush()
-                .await
-                .map_err(|e| PublishFailed(e.to_string()))
+                .map_err(|e| failed(&e))?;
+            ctx.client.flush().await.map_err(|e| failed(&e))
         }
     }
 }
@@ -181,13 +224,15 @@ fn schedule_copy(
     retry_count: ruststream_core::RetryCount,
     at: Instant,
 ) -> Result<(), PublishFailed> {
+    let publication = core_message(msg).copy(subject, retry_count);
+    check_copy_size(&ctx.client, &publication)?;
     let copy = PendingCopy {
         mount: ctx.index,
-        publication: core_message(msg).copy(subject, retry_count),
+        publication,
     };
     ctx.delayed
         .send((copy, at))
-        .map_err(|_| PublishFailed("the delay queue has stopped".to_owned()))
+        .map_err(|_| PublishFailed::new(Unpublished::Copy, "the delay queue has stopped"))
 }
 
 /// Whether `action` is executed without the client: a log, or a copy handed to the delay
@@ -295,11 +340,9 @@ pub(crate) async fn execute(
             } => {
                 // Boxed: rare next to settlements, and large; it should not grow every
                 // delivery's future.
-                Box::pin(publish_plain(
-                    &ctx.client,
-                    core_message(msg).copy(subject, retry_count),
-                ))
-                .await?;
+                let copy = core_message(msg).copy(subject, retry_count);
+                check_copy_size(&ctx.client, &copy)?;
+                Box::pin(publish_plain(&ctx.client, copy, Unpublished::Copy)).await?;
             }
             Action::ScheduleCopy {
                 subject,

@@ -36,12 +36,15 @@ mod startup;
 
 pub use app::{App, StartError};
 pub use handler::{DecodeError, Delivery, Handler, JetStreamInfo, Json, OutcomeFuture};
-pub use mount::{DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY, DEFAULT_HANDLER_TIME_LIMIT, Mount};
+pub use mount::{
+    DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY, DEFAULT_HANDLER_TIME_LIMIT, DEFAULT_SUBSCRIPTION_BUFFER,
+    Mount,
+};
 pub use report::Settled;
 pub use running::{Running, ShutdownHandle};
 pub use runtime::{Reactor, Runtime};
 pub use ruststream_core::{Attempt, DeclarationError, DeclarationErrorKind, Disposition, Outcome};
-pub use shutdown::{DEFAULT_GRACE_PERIOD, ShutdownReport};
+pub use shutdown::{CoreLosses, DEFAULT_GRACE_PERIOD, ShutdownReport};
 pub use startup::connect_url;
 
 /// Re-exported so applications can build [`App::with_options`] and read headers without

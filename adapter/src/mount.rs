@@ -21,6 +21,10 @@ pub const DEFAULT_CONCURRENCY: usize = 64;
 /// says so with [`Mount::handler_time_limit`].
 pub const DEFAULT_HANDLER_TIME_LIMIT: Duration = Duration::from_secs(5 * 60);
 
+/// How many Core messages a mount holds while every handler slot is busy, by default: 65,536,
+/// as many as async-nats buffers per subscription by default (rule 21).
+pub const DEFAULT_SUBSCRIPTION_BUFFER: usize = 65_536;
+
 /// A mount point as the application declares it: where a handler listens, `max_attempts`,
 /// the dead-letter subject, and how the runtime consumes it.
 ///
@@ -35,6 +39,7 @@ pub struct Mount {
     pub(crate) filter_subject: Option<String>,
     pub(crate) leases: bool,
     pub(crate) handler_time_limit: Duration,
+    pub(crate) subscription_buffer: NonZeroUsize,
 }
 
 impl Mount {
@@ -47,6 +52,8 @@ impl Mount {
             filter_subject: None,
             leases: true,
             handler_time_limit: DEFAULT_HANDLER_TIME_LIMIT,
+            subscription_buffer: NonZeroUsize::new(DEFAULT_SUBSCRIPTION_BUFFER)
+                .unwrap_or(NonZeroUsize::MIN),
         }
     }
 
@@ -154,6 +161,27 @@ impl Mount {
     #[must_use]
     pub fn handler_time_limit(mut self, limit: Duration) -> Self {
         self.handler_time_limit = limit;
+        self
+    }
+
+    /// How many Core messages the mount holds, received and not yet handled, while every
+    /// handler slot is busy (default [`DEFAULT_SUBSCRIPTION_BUFFER`]). Messages that arrive
+    /// while it is full are dropped: Core NATS cannot hold them back. Each is counted for the
+    /// mount, logged (a warning at most every 5 seconds, with the count), and in
+    /// [`ShutdownReport::core_losses`](crate::ShutdownReport::core_losses) (rule 21).
+    ///
+    /// A smaller buffer bounds the memory and the delay of a slow mount; a larger one absorbs
+    /// longer bursts. JetStream mounts ignore it: they fetch only as many messages as they have
+    /// free handler slots, and the stream holds the rest.
+    ///
+    /// The mount's loop moves messages from async-nats' own subscription channel into this
+    /// buffer whenever it waits for a handler slot, so async-nats' channel (its
+    /// `ConnectOptions::subscription_capacity`, 65,536 by default) fills only if the mount's
+    /// task gets no CPU time while that many messages arrive. async-nats drops those itself,
+    /// and reports them only with its `Event::SlowConsumer` event, which names no mount.
+    #[must_use]
+    pub fn subscription_buffer(mut self, messages: NonZeroUsize) -> Self {
+        self.subscription_buffer = messages;
         self
     }
 

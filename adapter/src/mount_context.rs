@@ -2,6 +2,7 @@
 //! deliveries' tasks.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
@@ -39,6 +40,28 @@ pub(crate) struct MountContext {
     pub(crate) lease_settings: LeaseSettings,
     /// The mount's deliveries that had to wait and have not finished, for shutdown.
     pub(crate) in_flight: Arc<InFlight>,
+    /// The mount's Core losses so far (rule 21).
+    pub(crate) losses: Arc<Losses>,
+}
+
+/// A Core mount's losses (rule 21), counted as they happen and read into the shutdown report.
+#[derive(Debug, Default)]
+pub(crate) struct Losses {
+    /// Messages dropped because the mount's subscription buffer was full.
+    pub(crate) slow_consumer: AtomicU64,
+    /// Copies whose publish failed (at once or when due).
+    pub(crate) copies: AtomicU64,
+    /// Dead letters whose publish failed.
+    pub(crate) dead_letters: AtomicU64,
+    /// Messages received and not handed to a handler when shutdown began.
+    pub(crate) unhandled_at_shutdown: AtomicU64,
+}
+
+impl Losses {
+    /// Adds `n` to `counter`.
+    pub(crate) fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
 }
 
 /// How many of a mount's deliveries had to wait (a handler still running after its first

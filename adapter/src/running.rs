@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use async_nats::Client;
 use tokio::sync::{oneshot, watch};
 
-use crate::mount_context::InFlight;
+use crate::mount_context::{InFlight, Losses};
 use crate::runtime::{Reactor, Runtime};
 use crate::shutdown::ShutdownReport;
 
@@ -27,6 +27,8 @@ pub(crate) struct MountTask<T> {
     pub(crate) name: &'static str,
     /// Its deliveries still running.
     pub(crate) in_flight: Arc<InFlight>,
+    /// Its Core losses (rule 21).
+    pub(crate) losses: Arc<Losses>,
     /// Its loop.
     pub(crate) task: T,
 }

@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
@@ -26,9 +27,81 @@ pub struct ShutdownReport {
     /// Delayed Core copies still waiting at the end of the grace period, per mount: lost, as
     /// SETTLEMENT.md says (rule 14).
     pub lost_copies: Vec<(String, usize)>,
+    /// Core messages lost over the app's life, per mount, for the mounts that lost any (rule
+    /// 21); delayed copies still waiting at the end are in [`lost_copies`](Self::lost_copies).
+    pub core_losses: Vec<CoreLosses>,
     /// Why the app stopped on its own, if it did: the runtime the NATS connection ran on
     /// ended under it (only possible on smol, whose app owns a Tokio reactor thread).
     pub failure: Option<String>,
+}
+
+/// One Core mount's losses over the app's life (rule 21): Core NATS cannot redeliver, so
+/// these messages are gone, and each was logged when it was lost.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CoreLosses {
+    /// The mount's name.
+    pub mount: String,
+    /// Messages dropped because the mount's subscription buffer was full
+    /// ([`Mount::subscription_buffer`](crate::Mount::subscription_buffer)).
+    pub slow_consumer: u64,
+    /// Copies (rule 4) whose publish failed, at once or when their delay was over.
+    pub unpublished_copies: u64,
+    /// Dead letters whose publish failed.
+    pub unpublished_dead_letters: u64,
+    /// Messages received and not yet handed to a handler when shutdown began.
+    pub unhandled_at_shutdown: u64,
+}
+
+impl CoreLosses {
+    /// The sum of every kind of loss.
+    pub fn total(&self) -> u64 {
+        self.slow_consumer
+            + self.unpublished_copies
+            + self.unpublished_dead_letters
+            + self.unhandled_at_shutdown
+    }
+}
+
+impl std::fmt::Display for ShutdownReport {
+    /// The report on one line, every count named, for logs and scripts to read:
+    ///
+    /// `abandoned=[MOUNT:N ...] lost_copies=[MOUNT:N ...] core_losses=[MOUNT:slow_consumer=N,unpublished_copies=N,unpublished_dead_letters=N,unhandled_at_shutdown=N ...] failure=none|"WHY"`
+    ///
+    /// Lists are space-separated inside their brackets and empty (`[]`) when nothing was left
+    /// or lost; the failure is quoted as a Rust string literal (`{:?}`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        fn counts(f: &mut std::fmt::Formatter<'_>, list: &[(String, usize)]) -> std::fmt::Result {
+            let mut sep = "";
+            for (mount, n) in list {
+                write!(f, "{sep}{mount}:{n}")?;
+                sep = " ";
+            }
+            Ok(())
+        }
+        write!(f, "abandoned=[")?;
+        counts(f, &self.abandoned)?;
+        write!(f, "] lost_copies=[")?;
+        counts(f, &self.lost_copies)?;
+        write!(f, "] core_losses=[")?;
+        let mut sep = "";
+        for l in &self.core_losses {
+            write!(
+                f,
+                "{sep}{}:slow_consumer={},unpublished_copies={},unpublished_dead_letters={},unhandled_at_shutdown={}",
+                l.mount,
+                l.slow_consumer,
+                l.unpublished_copies,
+                l.unpublished_dead_letters,
+                l.unhandled_at_shutdown
+            )?;
+            sep = " ";
+        }
+        write!(f, "] failure=")?;
+        match &self.failure {
+            Some(why) => write!(f, "{why:?}"),
+            None => write!(f, "none"),
+        }
+    }
 }
 
 impl<R: Runtime> Running<R> {
@@ -78,9 +151,9 @@ impl<R: Runtime> Running<R> {
             if stuck {
                 tracing::debug!(mount = %mount.name, "mount loop still busy at the end of the grace period");
             }
-            mounts.push((mount.name, mount.in_flight));
+            mounts.push((mount.name, mount.in_flight, mount.losses));
         }
-        for (name, in_flight) in &mounts {
+        for (name, in_flight, _) in &mounts {
             // Every delivery still running had to wait, and counts in `in_flight` (a Core
             // delivery waiting on its mount's loop too); slots held for pull requests do not.
             let running = match grace_period.within::<R, _>(in_flight.idle()).await {
@@ -102,11 +175,29 @@ impl<R: Runtime> Running<R> {
         }
         R::join(self.lease_task).await;
         if let Ok(lost) = self.lost.await {
-            for ((name, _), n) in mounts.iter().zip(lost) {
+            for ((name, _, _), n) in mounts.iter().zip(lost) {
                 if n > 0 {
                     tracing::warn!(mount = %name, copies = n, "delayed Core copies lost at shutdown");
                     report.lost_copies.push((name.to_string(), n));
                 }
+            }
+        }
+        for (name, _, losses) in &mounts {
+            let read = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
+            let counted = CoreLosses {
+                mount: name.to_string(),
+                slow_consumer: read(&losses.slow_consumer),
+                unpublished_copies: read(&losses.copies),
+                unpublished_dead_letters: read(&losses.dead_letters),
+                unhandled_at_shutdown: read(&losses.unhandled_at_shutdown),
+            };
+            if counted.total() > 0 {
+                tracing::warn!(mount = %name, slow_consumer = counted.slow_consumer,
+                    unpublished_copies = counted.unpublished_copies,
+                    unpublished_dead_letters = counted.unpublished_dead_letters,
+                    unhandled_at_shutdown = counted.unhandled_at_shutdown,
+                    "Core messages lost over the app's life");
+                report.core_losses.push(counted);
             }
         }
         // Nothing can reach the server once its connection's runtime is gone.

@@ -34,6 +34,30 @@ pub struct Publication {
     pub payload: Bytes,
 }
 
+impl Publication {
+    /// Its size as the server counts it against `max_payload`: the payload, plus, when there
+    /// are headers, the header block of an `HPUB` (`NATS/1.0\r\n`, a `name: value\r\n` line
+    /// per pair, and a closing `\r\n`). Subjects and the reply subject do not count.
+    pub fn wire_len(&self) -> usize {
+        /// `NATS/1.0\r\n` and the closing `\r\n`.
+        const FRAME: usize = b"NATS/1.0\r\n".len() + b"\r\n".len();
+        /// `: ` and `\r\n` around and after a value.
+        const PER_PAIR: usize = b": ".len() + b"\r\n".len();
+        let headers = match self.headers.is_empty() {
+            true => 0,
+            false => {
+                FRAME
+                    + self
+                        .headers
+                        .iter()
+                        .map(|(name, value)| name.len() + value.len() + PER_PAIR)
+                        .sum::<usize>()
+            }
+        };
+        headers + self.payload.len()
+    }
+}
+
 impl Message {
     /// The Core copy to publish to `subject` after attempt `retry_count` (rule 4): the payload
     /// and reply subject unchanged, the headers rewritten by [`Headers::for_copy`].
@@ -73,5 +97,43 @@ impl Message {
             headers,
             payload: self.payload.clone(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn publication(
+        headers: &[(&'static str, &'static str)],
+        payload: &'static [u8],
+    ) -> Publication {
+        let mut h = Headers::new();
+        for (n, v) in headers {
+            h.append(
+                Bytes::from_static(n.as_bytes()),
+                Bytes::from_static(v.as_bytes()),
+            );
+        }
+        Publication {
+            subject: Subject::new("a.b").expect("a literal subject"),
+            reply: Some(Bytes::from_static(b"_INBOX.x")),
+            headers: h,
+            payload: Bytes::from_static(payload),
+        }
+    }
+
+    #[test]
+    fn wire_len_without_headers_is_the_payload() {
+        assert_eq!(publication(&[], b"hello").wire_len(), 5);
+        assert_eq!(publication(&[], b"").wire_len(), 0);
+    }
+
+    #[test]
+    fn wire_len_counts_the_hpub_header_block() {
+        // "NATS/1.0\r\n" "a: 1\r\n" "x-ruststream-retry-count: 12\r\n" "\r\n" + payload.
+        let p = publication(&[("a", "1"), ("x-ruststream-retry-count", "12")], b"hello");
+        let block = "NATS/1.0\r\na: 1\r\nx-ruststream-retry-count: 12\r\n\r\n";
+        assert_eq!(p.wire_len(), block.len() + 5);
     }
 }

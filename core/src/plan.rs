@@ -66,6 +66,12 @@ pub enum Event {
     /// A publish of the previous plan for this delivery failed, so that plan's settlement was
     /// not sent (rule 8).
     PublishFailed,
+    /// The Core copy the previous plan publishes (or schedules) is larger than the server's
+    /// `max_payload` (the copy adds its retry-count header to the delivery), so it was not
+    /// published: the delivery takes the at-limit path instead (rule 21), whose dead letter
+    /// is the delivery as it arrived, so it fits. JetStream publishes no copies; given this
+    /// event, a JetStream delivery takes the at-limit path too.
+    CopyTooLarge,
 }
 
 impl From<Outcome> for Event {
@@ -375,7 +381,7 @@ fn at_limit<'p>(jetstream: bool, policy: &'p MountPolicy, plan: Plan<'p>) -> Pla
 ///   a limit → the same; `retry` below the limit → that log, then a copy now; `retry_after(d)`
 ///   without a limit or below it → a copy armed for `now + d` (a copy now when `d` is zero);
 ///   at the limit → the dead letter, or a warning and nothing.
-/// - [`Event::Undecodable`]: the at-limit plan.
+/// - [`Event::Undecodable`] and [`Event::CopyTooLarge`]: the at-limit plan.
 /// - [`Event::PublishFailed`]: JetStream `-NAK` with the policy's dead-letter retry delay, so
 ///   the delivery comes back past the limit and the dead letter is tried again; on Core, a
 ///   `Lost` log.
@@ -426,7 +432,9 @@ pub fn plan_with_clock<'p>(
                 plan
             }
         }
-        Event::Undecodable => at_limit(jetstream, policy, Plan::new(Disposition::LetGo)),
+        Event::Undecodable | Event::CopyTooLarge => {
+            at_limit(jetstream, policy, Plan::new(Disposition::LetGo))
+        }
         Event::PublishFailed if jetstream => Plan::new(Disposition::DeadLetterRetry).with(
             Action::Settle(Settlement::nak(policy.dead_letter_retry_delay())),
         ),

@@ -479,6 +479,21 @@ fn undecodable_payload_takes_the_at_limit_path() {
 }
 
 #[test]
+fn rule_21_core_copy_too_large_takes_the_at_limit_path() {
+    let dlq = subject(DLQ);
+    // Below the limit: the copy would have gone out; its dead letter goes instead.
+    let p = core_wildcard(Some(5), true);
+    let pl = plan(&core(1), Event::CopyTooLarge, &p, now());
+    assert_eq!(pl.actions(), [Action::PublishDeadLetter { subject: &dlq }]);
+    assert_eq!(pl.disposition(), Disposition::DeadLettered);
+    // Without a dead-letter subject: let go, with the at-limit warning.
+    let p = core_wildcard(Some(5), false);
+    let pl = plan(&core(2), Event::CopyTooLarge, &p, now());
+    assert_eq!(pl.actions(), [Action::Log(Log::LetGo)]);
+    assert_eq!(pl.disposition(), Disposition::LetGo);
+}
+
+#[test]
 fn core_publish_failure_is_logged_as_lost() {
     let p = core_subject(Some(3), true);
     let pl = plan(&core(3), Event::PublishFailed, &p, now());

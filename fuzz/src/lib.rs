@@ -168,6 +168,7 @@ enum EventInput {
     Handled(OutcomeInput),
     Undecodable,
     PublishFailed,
+    CopyTooLarge,
 }
 
 #[derive(Debug, Arbitrary)]
@@ -256,7 +257,7 @@ fn part_c(
                 (logs, Disposition::RunHandler)
             }
         }
-        Event::Undecodable => at_limit_plan(),
+        Event::Undecodable | Event::CopyTooLarge => at_limit_plan(),
         Event::PublishFailed if js => (
             vec![E::Settle(Settlement::nak(policy.dead_letter_retry_delay()))],
             Disposition::DeadLetterRetry,
@@ -335,6 +336,7 @@ pub fn check_plan(data: &[u8]) {
     let event = match input.event {
         EventInput::Arrived => Event::Arrived,
         EventInput::Undecodable => Event::Undecodable,
+        EventInput::CopyTooLarge => Event::CopyTooLarge,
         EventInput::PublishFailed => Event::PublishFailed,
         EventInput::Handled(o) => Event::Handled(match o {
             OutcomeInput::Ack => Outcome::Ack,

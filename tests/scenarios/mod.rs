@@ -10,6 +10,7 @@ mod common;
 mod core_nats;
 mod jetstream;
 mod leases;
+mod losses;
 mod rules;
 mod servers;
 mod shutdown;

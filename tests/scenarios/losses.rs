@@ -1,0 +1,183 @@
+//! Rule 21: Core losses are counted per mount, logged, and in the shutdown report; a copy over
+//! `max_payload` takes the at-limit path.
+
+use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::common::*;
+
+/// The mount's line of the report, or all zeros when it lost nothing.
+fn losses_of(report: &adapter::ShutdownReport, mount: &str) -> adapter::CoreLosses {
+    report
+        .core_losses
+        .iter()
+        .find(|l| l.mount == mount)
+        .cloned()
+        .unwrap_or_else(|| adapter::CoreLosses {
+            mount: mount.to_owned(),
+            ..Default::default()
+        })
+}
+
+#[test]
+fn rule_21_slow_core_consumer_drops_are_counted_per_mount() {
+    run(async {
+        let (server, tc, _r, ev) = core_case().await;
+        let handled = Arc::new(AtomicU64::new(0));
+        let count = handled.clone();
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("core-slow-21", "c21s.in")
+                    .concurrency(NonZeroUsize::MIN)
+                    .subscription_buffer(NonZeroUsize::new(10).unwrap()),
+                move |_d: Delivery| {
+                    let count = count.clone();
+                    async move {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        count.fetch_add(1, Ordering::SeqCst);
+                        Outcome::Ack
+                    }
+                },
+            )
+            // A quiet neighbour: its line must not appear in the report.
+            .mount(
+                Mount::core_subject("core-idle-21", "c21i.in"),
+                |_d: Delivery| async { Outcome::Ack },
+            )
+        })
+        .await;
+        const SENT: u64 = 500;
+        for i in 0..SENT {
+            tc.client
+                .publish("c21s.in", bytes::Bytes::from(i.to_string()))
+                .await
+                .expect("publish");
+        }
+        tc.client.flush().await.expect("flush");
+        // Handled at 20 ms each: wait until the count stops moving.
+        let mut last = u64::MAX;
+        loop {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let now = handled.load(Ordering::SeqCst);
+            if now == last {
+                break;
+            }
+            last = now;
+        }
+        let report = app.shutdown().await;
+        let handled = handled.load(Ordering::SeqCst);
+        let losses = losses_of(&report, "core-slow-21");
+        assert!(
+            losses.slow_consumer > 0,
+            "a 10-message buffer behind a 20 ms handler must drop: {report:?}"
+        );
+        assert_eq!(
+            handled + losses.slow_consumer + losses.unhandled_at_shutdown,
+            SENT,
+            "every message sent is handled or counted lost: handled {handled}, {report:?}"
+        );
+        assert_eq!(
+            losses.unpublished_copies + losses.unpublished_dead_letters,
+            0
+        );
+        assert!(
+            report.core_losses.iter().all(|l| l.mount == "core-slow-21"),
+            "{report:?}"
+        );
+        logged(&[
+            "WARN",
+            "mount=core-slow-21",
+            "subscription buffer was full",
+            "buffer=10",
+        ])
+        .await;
+        let line = report.to_string();
+        assert!(
+            line.contains(&format!(
+                "core_losses=[core-slow-21:slow_consumer={},",
+                losses.slow_consumer
+            )),
+            "{line}"
+        );
+    });
+}
+
+#[test]
+fn rule_21_core_copy_over_max_payload_takes_the_at_limit_path() {
+    run(async {
+        let (server, tc, r, ev) = core_case().await;
+        let dead = Wire::watch(&tc.client, "c21p.dlq").await;
+        let copies = Wire::watch(&tc.client, "c21p.retry").await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_wildcard("core-big-21", "c21p.in.*", "c21p.retry")
+                    .max_attempts(3)
+                    .dead_letter("c21p.dlq"),
+                scripted(&r, |_, _| Outcome::Retry),
+            )
+        })
+        .await;
+        // Fits as published (no headers); its copy adds `x-ruststream-retry-count: 1` and the
+        // header block, and would not.
+        let max = tc.client.server_info().max_payload;
+        let payload = bytes::Bytes::from(vec![b'x'; max - 10]);
+        tc.client
+            .publish("c21p.in.a", payload.clone())
+            .await
+            .expect("publish");
+        tc.client.flush().await.expect("flush");
+        let seen = dead.at_least(1).await;
+        assert_eq!(seen.len(), 1);
+        assert_eq!(
+            seen[0].payload, payload,
+            "the dead letter is the delivery as it arrived"
+        );
+        assert_eq!(attempts(&r), [1], "handled once, not copied");
+        assert_eq!(dispositions(&ev), [Disposition::DeadLettered]);
+        quiet(200).await;
+        assert!(copies.all().is_empty(), "no copy went out");
+        logged(&["mount=core-big-21", "over the server's max_payload"]).await;
+        let report = app.shutdown().await;
+        assert!(report.core_losses.is_empty(), "{report:?}");
+    });
+}
+
+#[test]
+fn rule_21_core_dead_letter_that_cannot_be_stored_is_counted() {
+    run(async {
+        let (server, tc, r, ev) = core_case().await;
+        // A dead-letter stream that takes one message and refuses the next.
+        tc.js
+            .create_stream(adapter::async_nats::jetstream::stream::Config {
+                name: "DLQ21".to_owned(),
+                subjects: vec!["c21d.dlq".to_owned()],
+                storage: adapter::async_nats::jetstream::stream::StorageType::Memory,
+                max_messages: 1,
+                discard: adapter::async_nats::jetstream::stream::DiscardPolicy::New,
+                ..Default::default()
+            })
+            .await
+            .expect("stream");
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("core-dlq-21", "c21d.in")
+                    .max_attempts(1)
+                    .dead_letter("c21d.dlq"),
+                scripted(&r, |_, _| Outcome::Retry),
+            )
+        })
+        .await;
+        core_publish(&tc, "c21d.in", HeaderMap::new(), b"first").await;
+        core_publish(&tc, "c21d.in", HeaderMap::new(), b"second").await;
+        settled(&ev, 2).await;
+        assert_eq!(
+            dispositions(&ev),
+            [Disposition::DeadLettered, Disposition::Lost]
+        );
+        let report = app.shutdown().await;
+        let losses = losses_of(&report, "core-dlq-21");
+        assert_eq!(losses.unpublished_dead_letters, 1, "{report:?}");
+        assert_eq!(losses.total(), 1, "{report:?}");
+        assert_eq!(tc.stream_len("DLQ21").await, 1);
+    });
+}
