@@ -126,9 +126,10 @@ pub type Running = ruststream_adapter::Running<Runtime>;
 pub use async_compat::Compat;
 
 pub use ruststream_adapter::{
-    Attempt, CoreLosses, DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY, DEFAULT_GRACE_PERIOD,
-    DEFAULT_HANDLER_TIME_LIMIT, DEFAULT_SUBSCRIPTION_BUFFER, DeclarationError,
-    DeclarationErrorKind, DecodeError, Delivery, Disposition, Handler, JetStreamInfo, Json, Mount,
-    Outcome, OutcomeFuture, Settled, ShutdownHandle, ShutdownReport, StartError, async_nats,
-    connect_url,
+    AppFailed, Attempt, CONSUMER_REREAD, CoreLosses, DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY,
+    DEFAULT_GRACE_PERIOD, DEFAULT_HANDLER_TIME_LIMIT, DEFAULT_SUBSCRIPTION_BUFFER,
+    DeclarationError, DeclarationErrorKind, DecodeError, Delivery, Disposition, Handler,
+    JetStreamInfo, Json, MAX_RECOVERIES, Mount, Outcome, OutcomeFuture, RECOVERY_LIMIT,
+    RECOVERY_WINDOW, Recovery, RunError, SAME_SUSPECT_LIMIT, Settled, ShutdownHandle,
+    ShutdownReport, StartError, async_nats, connect_url,
 };

@@ -19,6 +19,9 @@
 //!   --ack-wait-ms MS        ack_wait of a consumer the service creates (default 30000)
 //!   --no-leases             do not renew a running JetStream handler's lease with +WPI
 //!   --handler-time-limit-ms MS   cancel a handler that runs longer (default 300000)
+//!   --subscription-buffer N Core messages held while every handler slot is busy; more are
+//!                           dropped and counted (default 65536)
+//!   --concurrency N         handlers run at once (default 64)
 //!   --runtime tokio|smol    which adapter runs the mount (default tokio)
 //! CONNECTION (see below):
 //!   --url URL               one server URL, or several separated by commas
@@ -58,9 +61,20 @@
 //! period at once). Logs go to stderr
 //! (`RUST_LOG=ruststream=debug` shows every settlement).
 //!
+//! At exit it prints the shutdown report on one line on stderr:
+//!
+//! ```text
+//! scripted: shutdown report: abandoned=[MOUNT:N ...] lost_copies=[MOUNT:N ...] core_losses=[MOUNT:slow_consumer=N,unpublished_copies=N,unpublished_dead_letters=N,unhandled_at_shutdown=N ...] recoveries=N failure=none|"WHY"
+//! ```
+//!
+//! (the `Display` form of `ShutdownReport`: empty lists are `[]`, and a mount is listed only
+//! where it left or lost something).
+//!
 //! Refusals go to stderr as `scripted: mount `NAME`: what is wrong`, like the library's
 //! start-up errors, and the exit code says which: 2 for flags the example refuses itself, 1
-//! for what the library or the server refuses. A clean shutdown exits 0.
+//! for what the library or the server refuses, and 1 when the app stopped on its own (its
+//! connection or subscriptions lost for good, rule 20), after the report line. A clean
+//! shutdown exits 0.
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, missing_docs)]
 
@@ -87,6 +101,8 @@ struct Flags {
     runtime: Option<String>,
     no_leases: bool,
     handler_time_limit_ms: Option<u64>,
+    subscription_buffer: Option<u64>,
+    concurrency: Option<u64>,
     creds: Option<PathBuf>,
     user: Option<String>,
     password: Option<String>,
@@ -98,7 +114,7 @@ struct Flags {
 
 const USAGE: &str = "usage: scripted [--url URL] (--subject S | --wildcard W --copy-subject S | --stream S --durable D)
                 [--name NAME] [--max-attempts N] [--dead-letter S] [--queue-group G] [--ack-wait-ms MS]
-                [--no-leases] [--handler-time-limit-ms MS]
+                [--no-leases] [--handler-time-limit-ms MS] [--subscription-buffer N] [--concurrency N]
                 [--runtime tokio|smol] [--creds FILE] [--user U --password P] [--token T]
                 [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]
 see the top of adapter-tokio/examples/scripted.rs";
@@ -145,6 +161,14 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Flags, String> {
             "--handler-time-limit-ms" => {
                 set(&mut f.handler_time_limit_ms, &flag, number(value()?)?)?
             }
+            "--subscription-buffer" => match number(value()?)? {
+                0 => return Err("--subscription-buffer must be at least 1".to_owned()),
+                n => set(&mut f.subscription_buffer, &flag, n)?,
+            },
+            "--concurrency" => match number(value()?)? {
+                0 => return Err("--concurrency must be at least 1".to_owned()),
+                n => set(&mut f.concurrency, &flag, n)?,
+            },
             "--runtime" => match value()?.as_str() {
                 runtime @ ("tokio" | "smol") => set(&mut f.runtime, &flag, runtime.to_owned())?,
                 other => return Err(format!("--runtime is tokio or smol, not `{other}`")),
@@ -217,6 +241,18 @@ fn mount(f: &Flags) -> Result<Mount, String> {
     }
     if let Some(ms) = f.handler_time_limit_ms {
         m = m.handler_time_limit(Duration::from_millis(ms));
+    }
+    let positive = |flag: &str, n: u64| {
+        usize::try_from(n)
+            .ok()
+            .and_then(std::num::NonZeroUsize::new)
+            .ok_or_else(|| format!("{flag} {n} is out of range"))
+    };
+    if let Some(n) = f.subscription_buffer {
+        m = m.subscription_buffer(positive("--subscription-buffer", n)?);
+    }
+    if let Some(n) = f.concurrency {
+        m = m.concurrency(positive("--concurrency", n)?);
     }
     Ok(m)
 }
@@ -347,8 +383,13 @@ async fn serve<R: ruststream_adapter::Runtime>(
     let app = ruststream_adapter::App::<R>::with_options(url, options).mount(mount, handle);
     match app.run().await {
         Ok(report) => {
-            eprintln!("scripted: stopped ({report:?})");
+            eprintln!("scripted: shutdown report: {report}");
             std::process::ExitCode::SUCCESS
+        }
+        Err(ruststream_adapter::RunError::Failed(failed)) => {
+            eprintln!("scripted: shutdown report: {}", failed.report);
+            eprintln!("scripted: mount `{name}`: {failed}");
+            std::process::ExitCode::from(1)
         }
         Err(e) => {
             // The library names the mount in what is about it; the rest (the URL, the

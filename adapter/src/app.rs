@@ -4,26 +4,25 @@
 use std::collections::HashSet;
 use std::future::Future;
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::{Client, ConnectOptions};
-use ruststream_core::{DeclarationError, Descriptor, Outcome};
+use ruststream_core::{DeclarationError, Outcome};
 use serde::de::DeserializeOwned;
-use tokio::sync::{Semaphore, mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::core_loop::{core_loop, spawned_slots};
 use crate::delay_loop::delay_loop;
 use crate::handler::{Handler, Json};
-use crate::leases::{LeaseRoom, LeaseSettings, lease_loop};
+use crate::launch::{Launcher, MountRecord};
+use crate::leases::{LeaseRoom, lease_loop};
 use crate::mount::Mount;
-use crate::mount_context::{MountContext, intern};
-use crate::pull_loop::pull_loop;
 use crate::report::{Observer, Settled};
-use crate::running::{MountTask, Running};
+use crate::running::{AppFailed, Running};
 use crate::runtime::{Reactor, Runtime};
 use crate::shutdown::{DEFAULT_GRACE_PERIOD, ShutdownReport};
-use crate::startup::{CheckedMount, Source, check_mounts, connect, literal_subject};
+use crate::startup::{check_mounts, connect};
+use crate::supervisor::Supervisor;
 
 /// Why the app did not start. Every error about a mount names it.
 #[derive(Debug, thiserror::Error)]
@@ -211,110 +210,76 @@ impl<R: Runtime> App<R> {
             let policy = mount.declaration.validate()?;
             declared.push((mount, handler, policy));
         }
+        // How to connect again when the client dies (rule 20): the application's own client
+        // cannot be made again.
+        let reconnect = match &self.connect {
+            Connect::Url { url, options } => Some((url.clone(), (**options).clone())),
+            Connect::Client(_) => None,
+        };
         let (client, owns_client) = connect(self.connect).await?;
-        let checked = check_mounts::<R>(&client, declared).await?;
+        let checked = check_mounts::<R>(&client, declared.clone()).await?;
 
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (finish_tx, finish_rx) = watch::channel(None);
         let (delay_tx, delay_rx) = mpsc::unbounded_channel();
-        let leases = Arc::new(LeaseRoom::default());
-        let mount_count = checked.len();
-        let mut mounts = Vec::with_capacity(mount_count);
-        for (index, checked) in checked.into_iter().enumerate() {
-            let CheckedMount {
-                mount,
-                handler,
-                policy,
-                source,
-                dead_letters,
-            } = checked;
-            let jetstream_names = match policy.descriptor() {
-                Descriptor::JetStream { stream, consumer } => {
-                    Some((intern(stream), intern(consumer)))
-                }
-                Descriptor::CoreSubject(_) | Descriptor::CoreWildcard { .. } => None,
-            };
-            let consumer_config = match &source {
-                Source::JetStream(consumer) => Some(&consumer.cached_info().config),
-                Source::Core(_) => None,
-            };
-            let lease_settings = LeaseSettings {
-                ack_wait: consumer_config.map(|c| c.ack_wait),
-                backoff: consumer_config
-                    .map(|c| c.backoff.clone())
-                    .unwrap_or_default(),
-                renew: mount.leases,
-                limit: mount.handler_time_limit,
-            };
-            let ctx = Arc::new(MountContext {
-                index,
-                name: intern(mount.name()),
-                literal_subject: literal_subject(&policy),
-                policy,
-                handler,
-                client: client.clone(),
-                dead_letters,
-                delayed: delay_tx.clone(),
-                jetstream_names,
-                observer: self.observer.clone(),
-                leases: leases.clone(),
-                lease_settings,
-                in_flight: Arc::default(),
-                losses: Arc::default(),
-            });
-            let in_flight = ctx.in_flight.clone();
-            let losses = ctx.losses.clone();
-            let name = ctx.name;
-            let task = match source {
-                Source::JetStream(consumer) => {
-                    let slots = Arc::new(Semaphore::new(mount.concurrency.get()));
-                    let pulling = pull_loop::<R>(
-                        ctx,
-                        *consumer,
-                        slots.clone(),
-                        mount.concurrency,
-                        shutdown_rx.clone(),
-                    );
-                    R::spawn_next_to(&reactor, pulling)
-                }
-                Source::Core(subscribers) => {
-                    let slots = Arc::new(Semaphore::new(spawned_slots(mount.concurrency)));
-                    let consuming = core_loop::<R>(
-                        ctx,
-                        subscribers,
-                        slots,
-                        mount.subscription_buffer,
-                        shutdown_rx.clone(),
-                    );
-                    R::spawn_next_to(&reactor, consuming)
-                }
-            };
-            mounts.push(MountTask {
-                name,
-                in_flight,
-                losses,
-                task,
-            });
-        }
-        drop(delay_tx);
+        let (ended_tx, ended_rx) = mpsc::unbounded_channel();
+        let launcher = Launcher::<R> {
+            reactor: reactor.clone(),
+            delayed: delay_tx,
+            leases: Arc::new(LeaseRoom::default()),
+            observer: self.observer,
+            shutdown: shutdown_rx.clone(),
+            ended: ended_tx,
+        };
+        let records: Arc<[MountRecord]> = checked.iter().map(MountRecord::new).collect();
+        let tasks: Vec<Option<R::Task>> = checked
+            .into_iter()
+            .enumerate()
+            .map(|(index, checked)| Some(launcher.launch(index, checked, &client, &records[index])))
+            .collect();
+        let tasks = Arc::new(Mutex::new(tasks));
+        let clients = Arc::new(watch::Sender::new(client.clone()));
+        let failed = Arc::new(watch::Sender::new(None));
+        let recoveries = Arc::default();
 
-        let losses = mounts.iter().map(|m| m.losses.clone()).collect();
-        let lease_task = R::spawn(lease_loop::<R>(leases, client.clone(), finish_rx.clone()));
+        let lease_task = R::spawn(lease_loop::<R>(
+            launcher.leases.clone(),
+            clients.subscribe(),
+            finish_rx.clone(),
+        ));
         let (lost_tx, lost_rx) = oneshot::channel();
-        let delay_client = client.clone();
+        let losses = records.iter().map(|m| m.losses.clone()).collect();
+        let delay_clients = clients.subscribe();
         let delay_task = R::spawn(async move {
-            let lost = delay_loop::<R>(delay_client, delay_rx, finish_rx, losses).await;
+            let lost = delay_loop::<R>(delay_clients, delay_rx, finish_rx, losses).await;
             let _ = lost_tx.send(lost);
         });
-        tracing::info!(mounts = mount_count, "ruststream started");
+        let supervisor = Supervisor::<R> {
+            launcher,
+            connect: reconnect,
+            clients: clients.clone(),
+            declared,
+            records: records.clone(),
+            tasks: tasks.clone(),
+            ended: ended_rx,
+            shutdown: shutdown_rx,
+            failed: failed.clone(),
+            recoveries: Arc::clone(&recoveries),
+        };
+        let supervisor = R::spawn_next_to(&reactor, supervisor.run());
+        tracing::info!(mounts = records.len(), "ruststream started");
 
         Ok(Running {
             reactor,
-            client,
+            clients,
             owns_client,
             shutdown: Arc::new(shutdown_tx),
             finish: finish_tx,
-            mounts,
+            mounts: records,
+            tasks,
+            supervisor,
+            failed,
+            recoveries,
             delay_task,
             lease_task,
             lost: lost_rx,
@@ -326,8 +291,22 @@ impl<R: Runtime> App<R> {
     /// second signal ends the grace period at once (see [`Running::until_signal`]).
     ///
     /// # Errors
-    /// As [`start`](Self::start).
-    pub async fn run(self) -> Result<ShutdownReport, StartError> {
-        Ok(self.start().await?.until_signal().await)
+    /// [`RunError::Start`] as [`start`](Self::start); [`RunError::Failed`] when the app
+    /// stopped on its own (see [`Running::until_signal`]): the process should then exit
+    /// non-zero.
+    pub async fn run(self) -> Result<ShutdownReport, RunError> {
+        Ok(self.start().await?.until_signal().await?)
     }
+}
+
+/// Why [`App::run`] ended with an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// The app did not start.
+    #[error(transparent)]
+    Start(#[from] StartError),
+    /// The app started, then could not go on and stopped on its own.
+    #[error(transparent)]
+    Failed(#[from] AppFailed),
 }

@@ -16,7 +16,7 @@ use crate::runtime::Runtime;
 /// it short). Gives how many copies were still
 /// waiting then, per mount index: those are lost (SETTLEMENT.md, rule 14).
 pub(crate) async fn delay_loop<R: Runtime>(
-    client: async_nats::Client,
+    clients: watch::Receiver<async_nats::Client>,
     mut incoming: mpsc::UnboundedReceiver<(PendingCopy, std::time::Instant)>,
     mut finish: watch::Receiver<Option<std::time::Instant>>,
     losses: Vec<Arc<Losses>>,
@@ -48,6 +48,8 @@ pub(crate) async fn delay_loop<R: Runtime>(
             },
             _ = R::sleep_until(next.unwrap_or_else(R::now)), if next.is_some() => {
                 let due: Vec<PendingCopy> = queue.handle_timeout(R::now()).collect();
+                // The app's client now: a new one if the supervisor replaced a dead one.
+                let client = clients.borrow().clone();
                 for copy in due {
                     let subject = copy.publication.subject.clone();
                     if let Err(e) = publish_plain(&client, copy.publication, Unpublished::Copy).await {

@@ -87,7 +87,10 @@ pub(crate) fn read_jetstream<'m>(
 ) -> Option<CoreDelivery<'m>> {
     let reply = msg.reply.as_ref().map_or(&b""[..], |r| r.as_bytes());
     match AckReply::parse(reply) {
-        Ok(r) => Some(CoreDelivery::jetstream(&msg.subject, r)),
+        Ok(r) => {
+            ctx.received.note(r.stream_sequence);
+            Some(CoreDelivery::jetstream(&msg.subject, r))
+        }
         Err(e) => {
             tracing::error!(mount = %ctx.name, subject = %msg.subject, error = %e,
                 "JetStream message with an unreadable ack reply subject: not handled, not settled");

@@ -97,7 +97,7 @@ pub(crate) async fn run_leased<R: Runtime>(
     let key = ctx
         .leases
         .lock()
-        .handle_start(ctx.lease_settings.terms(delivery), io, started);
+        .handle_start(ctx.lease_settings().terms(delivery), io, started);
     ctx.leases.started.notify_one();
     let result = tokio::select! {
         result = run => Some(result),
@@ -109,7 +109,7 @@ pub(crate) async fn run_leased<R: Runtime>(
         Some(result) => handled(ctx, msg, delivery, result),
         None => {
             tracing::error!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
-                elapsed = ?now.saturating_duration_since(started), limit = ?ctx.lease_settings.limit,
+                elapsed = ?now.saturating_duration_since(started), limit = ?ctx.lease_settings().limit,
                 "handler time limit reached: cancelled, treated as no outcome");
             Event::Handled(Outcome::None)
         }
@@ -123,7 +123,7 @@ pub(crate) async fn run_leased<R: Runtime>(
 /// belong to abandoned handlers, whose results will come late and not be sent.
 pub(crate) async fn lease_loop<R: Runtime>(
     room: Arc<LeaseRoom>,
-    client: Client,
+    clients: watch::Receiver<Client>,
     mut finish: watch::Receiver<Option<Instant>>,
 ) {
     loop {
@@ -143,6 +143,7 @@ pub(crate) async fn lease_loop<R: Runtime>(
                             let reply = room.lock().get(key).and_then(|io| io.reply.clone());
                             let Some(reply) = reply else { continue };
                             let wpi = bytes::Bytes::from_static(WORK_IN_PROGRESS);
+                            let client = clients.borrow().clone();
                             match client.publish(reply, wpi).now_or_never() {
                                 // Handed to the client: the lease is renewed from now.
                                 Some(Ok(())) => room.lock().handle_renewed(key, R::now()),

@@ -23,6 +23,7 @@ mod delivery;
 mod exec;
 mod handler;
 mod handler_run;
+mod launch;
 mod leases;
 mod mount;
 mod mount_context;
@@ -33,19 +34,23 @@ mod runtime;
 mod servers;
 mod shutdown;
 mod startup;
+mod supervisor;
 
-pub use app::{App, StartError};
+pub use app::{App, RunError, StartError};
 pub use handler::{DecodeError, Delivery, Handler, JetStreamInfo, Json, OutcomeFuture};
 pub use mount::{
     DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY, DEFAULT_HANDLER_TIME_LIMIT, DEFAULT_SUBSCRIPTION_BUFFER,
     Mount,
 };
 pub use report::Settled;
-pub use running::{Running, ShutdownHandle};
+pub use running::{AppFailed, Running, ShutdownHandle};
 pub use runtime::{Reactor, Runtime};
 pub use ruststream_core::{Attempt, DeclarationError, DeclarationErrorKind, Disposition, Outcome};
 pub use shutdown::{CoreLosses, DEFAULT_GRACE_PERIOD, ShutdownReport};
 pub use startup::connect_url;
+pub use supervisor::{
+    CONSUMER_REREAD, MAX_RECOVERIES, RECOVERY_LIMIT, RECOVERY_WINDOW, Recovery, SAME_SUSPECT_LIMIT,
+};
 
 /// Re-exported so applications can build [`App::with_options`] and read headers without
 /// naming async-nats themselves.

@@ -37,11 +37,52 @@ pub(crate) struct MountContext {
     pub(crate) observer: Option<Observer>,
     /// The app's leases (rule 16), and how this mount's are kept.
     pub(crate) leases: Arc<LeaseRoom>,
-    pub(crate) lease_settings: LeaseSettings,
+    /// Shared with the mount's record, where the supervisor updates it (rule 16: a consumer's
+    /// `ack_wait` or `BackOff` that changes).
+    pub(crate) lease_settings: Arc<Mutex<LeaseSettings>>,
     /// The mount's deliveries that had to wait and have not finished, for shutdown.
     pub(crate) in_flight: Arc<InFlight>,
     /// The mount's Core losses so far (rule 21).
     pub(crate) losses: Arc<Losses>,
+    /// The stream sequences of the JetStream deliveries it received lately (rule 20).
+    pub(crate) received: Arc<Received>,
+}
+
+/// The stream sequences of the last [`Received::KEPT`] JetStream deliveries a mount received,
+/// whatever its loop: what tells a message that never reached the mount (one that brought
+/// the client down) from those that did (rule 20). One atomic store per delivery.
+pub(crate) struct Received {
+    sequences: Box<[AtomicU64]>,
+    next: std::sync::atomic::AtomicUsize,
+}
+
+impl Default for Received {
+    fn default() -> Self {
+        Self {
+            sequences: (0..Self::KEPT).map(|_| AtomicU64::new(0)).collect(),
+            next: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+}
+
+impl Received {
+    /// How many sequences are kept: 8,192 (64 KiB per JetStream mount).
+    pub(crate) const KEPT: usize = 8192;
+
+    /// Notes that the delivery of `stream_sequence` was received.
+    pub(crate) fn note(&self, stream_sequence: u64) {
+        let at = self.next.fetch_add(1, Ordering::Relaxed) % Self::KEPT;
+        self.sequences[at].store(stream_sequence, Ordering::Relaxed);
+    }
+
+    /// The sequences kept.
+    pub(crate) fn snapshot(&self) -> std::collections::HashSet<u64> {
+        self.sequences
+            .iter()
+            .map(|s| s.load(Ordering::Relaxed))
+            .filter(|&s| s != 0)
+            .collect()
+    }
 }
 
 /// A Core mount's losses (rule 21), counted as they happen and read into the shutdown report.
@@ -117,6 +158,13 @@ pub(crate) enum LiteralSubject {
 }
 
 impl MountContext {
+    /// The mount's lease settings now, locked: keep the guard short.
+    pub(crate) fn lease_settings(&self) -> std::sync::MutexGuard<'_, LeaseSettings> {
+        self.lease_settings
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// `subject` for a handler's delivery. A delivered subject is its own buffer, and its first
     /// clone allocates a shared one; a delivery on the mount's literal subject gets the
     /// mount's copy instead, which costs nothing to clone (no allocation, no reference count).

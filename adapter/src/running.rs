@@ -1,14 +1,15 @@
 //! A started app: its handle, and waiting for a signal or a shutdown request.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_nats::Client;
 use tokio::sync::{oneshot, watch};
 
-use crate::mount_context::{InFlight, Losses};
+use crate::launch::MountRecord;
 use crate::runtime::{Reactor, Runtime};
 use crate::shutdown::ShutdownReport;
+use crate::supervisor::Recovery;
 
 /// A handle that asks a running app to shut down gracefully. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -22,30 +23,50 @@ impl ShutdownHandle {
     }
 }
 
-/// A started mount's loop and its handler slots, for shutdown.
-pub(crate) struct MountTask<T> {
-    pub(crate) name: &'static str,
-    /// Its deliveries still running.
-    pub(crate) in_flight: Arc<InFlight>,
-    /// Its Core losses (rule 21).
-    pub(crate) losses: Arc<Losses>,
-    /// Its loop.
-    pub(crate) task: T,
-}
-
 /// A started app, on the runtime `R` (named through the runtime crate's alias).
 pub struct Running<R: Runtime> {
     pub(crate) reactor: R::Reactor,
-    pub(crate) client: Client,
+    /// The app's current client: replaced when the supervisor connects a new one (rule 20).
+    pub(crate) clients: Arc<watch::Sender<Client>>,
     pub(crate) owns_client: bool,
     pub(crate) shutdown: Arc<watch::Sender<bool>>,
     pub(crate) finish: watch::Sender<Option<Instant>>,
-    pub(crate) mounts: Vec<MountTask<R::Task>>,
+    pub(crate) mounts: Arc<[MountRecord]>,
+    /// Each mount's current loop, by mount index; the supervisor replaces an ended one.
+    pub(crate) tasks: Arc<Mutex<Vec<Option<R::Task>>>>,
+    pub(crate) supervisor: R::Task,
+    /// Why the app cannot go on, once the supervisor says so.
+    pub(crate) failed: Arc<watch::Sender<Option<String>>>,
+    pub(crate) recoveries: Arc<Mutex<Vec<Recovery>>>,
     pub(crate) delay_task: R::Task,
     /// The lease loop; it ends when `finish` holds a deadline.
     pub(crate) lease_task: R::Task,
     pub(crate) lost: oneshot::Receiver<Vec<usize>>,
     pub(crate) grace: Duration,
+}
+
+/// A running app that stopped on its own because it could not go on: the runtime its NATS
+/// connection ran on ended, or its subscriptions could not be made again (rule 20). It shut
+/// down as gracefully as it could; the process should exit non-zero.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the app stopped on its own: {}", .report.failure.as_deref().unwrap_or("no reason given"))]
+pub struct AppFailed {
+    /// The shutdown's report; its [`failure`](ShutdownReport::failure) says why.
+    pub report: ShutdownReport,
+}
+
+impl ShutdownReport {
+    /// `Ok(self)` after a shutdown that was asked for, `Err` after one the app made on its
+    /// own ([`failure`](Self::failure) is set).
+    ///
+    /// # Errors
+    /// [`AppFailed`] holding the report when [`failure`](Self::failure) is set.
+    pub fn into_result(self) -> Result<Self, AppFailed> {
+        match self.failure {
+            Some(_) => Err(AppFailed { report: self }),
+            None => Ok(self),
+        }
+    }
 }
 
 impl<R: Runtime> std::fmt::Debug for Running<R> {
@@ -60,9 +81,19 @@ impl<R: Runtime> std::fmt::Debug for Running<R> {
 }
 
 impl<R: Runtime> Running<R> {
-    /// The NATS client the app runs on.
-    pub fn client(&self) -> &Client {
-        &self.client
+    /// The NATS client the app runs on now: a clone of it (cheap). After the supervisor
+    /// replaced a dead client (rule 20), this is the new one.
+    pub fn client(&self) -> Client {
+        self.clients.borrow().clone()
+    }
+
+    /// The recoveries the app has made so far (rule 20): each lost connection or ended
+    /// subscription it noticed and got over.
+    pub fn recoveries(&self) -> Vec<Recovery> {
+        self.recoveries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// A handle to ask for shutdown from elsewhere.
@@ -75,32 +106,45 @@ impl<R: Runtime> Running<R> {
     /// once: handlers still running are abandoned and delayed Core copies not yet due are
     /// lost, both reported as when the grace period runs out.
     ///
-    /// Also returns if the runtime the NATS connection runs on ends under the app (on smol,
-    /// its Tokio reactor thread): that is logged as an error and reported in
-    /// [`ShutdownReport::failure`], and the app stops without waiting on the dead connection.
-    pub async fn until_signal(self) -> ShutdownReport {
+    /// Also ends when the app cannot go on, logged as an error and reported in
+    /// [`ShutdownReport::failure`]: when the runtime the NATS connection runs on ends under
+    /// the app (on smol, its Tokio reactor thread; the app then stops without waiting on the
+    /// dead connection), or when the supervisor gives up subscribing the mounts again (rule
+    /// 20: see [`RECOVERY_LIMIT`](crate::RECOVERY_LIMIT),
+    /// [`MAX_RECOVERIES`](crate::MAX_RECOVERIES) and
+    /// [`SAME_SUSPECT_LIMIT`](crate::SAME_SUSPECT_LIMIT)).
+    ///
+    /// # Errors
+    /// [`AppFailed`], holding the shutdown's report, when the app stopped on its own. The
+    /// process should then exit non-zero, so that whatever runs it (systemd, Kubernetes)
+    /// starts it again and shows the failure: never a process that is up and consumes
+    /// nothing.
+    pub async fn until_signal(self) -> Result<ShutdownReport, AppFailed> {
         let reactor = self.reactor.clone();
-        reactor.enter(self.until_signal_here()).await
+        reactor.enter(self.until_signal_here()).await.into_result()
     }
 
     async fn until_signal_here(self) -> ShutdownReport {
         let mut asked = self.shutdown.subscribe();
-        let failure = tokio::select! {
+        let mut failed = self.failed.subscribe();
+        let (failure, reactor_dead) = tokio::select! {
             signal = R::termination_signal() => {
                 match signal {
                     Ok(name) => tracing::info!(signal = name, "shutting down"),
                     Err(e) => tracing::error!(error = %e, "cannot listen for signals; shutting down"),
                 }
-                None
+                (None, false)
             }
             _ = asked.wait_for(|stop| *stop) => {
                 tracing::info!("shutdown requested");
-                None
+                (None, false)
             }
             why = self.reactor.failed() => {
                 tracing::error!(error = %why, "the app cannot go on; stopping");
-                Some(why)
+                (Some(why), true)
             }
+            // The supervisor has logged why.
+            why = failed.wait_for(Option::is_some) => (why.ok().and_then(|why| (*why).clone()), false),
         };
         let again = async {
             match R::termination_signal().await {
@@ -111,7 +155,7 @@ impl<R: Runtime> Running<R> {
                 Err(_) => std::future::pending().await,
             }
         };
-        self.shutdown_here(failure, again).await
+        self.shutdown_here(failure, reactor_dead, again).await
     }
 
     /// Stops the runtime the NATS connection runs on, as if it had died: on smol, the app's

@@ -11,6 +11,7 @@ use futures_util::future::FusedFuture;
 
 use crate::running::Running;
 use crate::runtime::{Reactor, Runtime};
+use crate::supervisor::Recovery;
 
 /// How long the final flush and drain of a shutdown may take.
 const FINAL_FLUSH: Duration = Duration::from_secs(5);
@@ -30,8 +31,12 @@ pub struct ShutdownReport {
     /// Core messages lost over the app's life, per mount, for the mounts that lost any (rule
     /// 21); delayed copies still waiting at the end are in [`lost_copies`](Self::lost_copies).
     pub core_losses: Vec<CoreLosses>,
+    /// The recoveries the app made while it ran (rule 20): lost connections and ended
+    /// subscriptions it noticed and got over.
+    pub recoveries: Vec<Recovery>,
     /// Why the app stopped on its own, if it did: the runtime the NATS connection ran on
-    /// ended under it (only possible on smol, whose app owns a Tokio reactor thread).
+    /// ended under it (only possible on smol, whose app owns a Tokio reactor thread), or its
+    /// mounts could not be subscribed again (rule 20).
     pub failure: Option<String>,
 }
 
@@ -65,7 +70,7 @@ impl CoreLosses {
 impl std::fmt::Display for ShutdownReport {
     /// The report on one line, every count named, for logs and scripts to read:
     ///
-    /// `abandoned=[MOUNT:N ...] lost_copies=[MOUNT:N ...] core_losses=[MOUNT:slow_consumer=N,unpublished_copies=N,unpublished_dead_letters=N,unhandled_at_shutdown=N ...] failure=none|"WHY"`
+    /// `abandoned=[MOUNT:N ...] lost_copies=[MOUNT:N ...] core_losses=[MOUNT:slow_consumer=N,unpublished_copies=N,unpublished_dead_letters=N,unhandled_at_shutdown=N ...] recoveries=N failure=none|"WHY"`
     ///
     /// Lists are space-separated inside their brackets and empty (`[]`) when nothing was left
     /// or lost; the failure is quoted as a Rust string literal (`{:?}`).
@@ -96,7 +101,7 @@ impl std::fmt::Display for ShutdownReport {
             )?;
             sep = " ";
         }
-        write!(f, "] failure=")?;
+        write!(f, "] recoveries={} failure=", self.recoveries.len())?;
         match &self.failure {
             Some(why) => write!(f, "{why:?}"),
             None => write!(f, "none"),
@@ -114,18 +119,20 @@ impl<R: Runtime> Running<R> {
     pub async fn shutdown(self) -> ShutdownReport {
         let reactor = self.reactor.clone();
         reactor
-            .enter(self.shutdown_here(None, std::future::pending()))
+            .enter(self.shutdown_here(None, false, std::future::pending()))
             .await
     }
 
-    /// The shutdown: `cut`, when it ends first, ends the grace period there.
+    /// The shutdown: `cut`, when it ends first, ends the grace period there. `reactor_dead`:
+    /// the runtime the connection ran on has ended (`failure` says so).
     pub(crate) async fn shutdown_here(
         self,
         failure: Option<String>,
+        reactor_dead: bool,
         cut: impl Future<Output = ()> + Send,
     ) -> ShutdownReport {
         // With the reactor gone, nothing that runs next to it can end: no grace period.
-        let grace = if failure.is_some() {
+        let grace = if reactor_dead {
             Duration::ZERO
         } else {
             self.grace
@@ -135,24 +142,41 @@ impl<R: Runtime> Running<R> {
             cut: std::pin::pin!(cut.fuse()),
         };
         self.shutdown.send_replace(true);
+        // Once shutdown has begun the supervisor starts nothing new; what it was starting is
+        // in `tasks` when it ends.
+        let _ = grace_period.within::<R, _>(R::join(self.supervisor)).await;
+        let failure = failure.or_else(|| self.failed.borrow().clone());
         let mut report = ShutdownReport {
             failure,
+            recoveries: std::mem::take(
+                &mut *self
+                    .recoveries
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            ),
             ..ShutdownReport::default()
         };
         // A mount loop ends once its current delivery does: a Core delivery that waits with
         // every slot taken runs on the loop itself. Past the grace period it is abandoned, as
         // are handlers still holding a slot.
-        let mut mounts = Vec::with_capacity(self.mounts.len());
-        for mount in self.mounts {
-            let stuck = grace_period
-                .within::<R, _>(R::join(mount.task))
-                .await
-                .is_none();
+        let tasks = std::mem::take(
+            &mut *self
+                .tasks
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for (mount, task) in self.mounts.iter().zip(tasks) {
+            let Some(task) = task else { continue };
+            let stuck = grace_period.within::<R, _>(R::join(task)).await.is_none();
             if stuck {
                 tracing::debug!(mount = %mount.name, "mount loop still busy at the end of the grace period");
             }
-            mounts.push((mount.name, mount.in_flight, mount.losses));
         }
+        let mounts: Vec<_> = self
+            .mounts
+            .iter()
+            .map(|m| (m.name, m.in_flight.clone(), m.losses.clone()))
+            .collect();
         for (name, in_flight, _) in &mounts {
             // Every delivery still running had to wait, and counts in `in_flight` (a Core
             // delivery waiting on its mount's loop too); slots held for pull requests do not.
@@ -201,14 +225,15 @@ impl<R: Runtime> Running<R> {
             }
         }
         // Nothing can reach the server once its connection's runtime is gone.
-        if report.failure.is_none() {
-            match R::timeout(FINAL_FLUSH, self.client.flush()).await {
+        if !reactor_dead {
+            let client = self.clients.borrow().clone();
+            match R::timeout(FINAL_FLUSH, client.flush()).await {
                 Some(Ok(())) => {}
                 Some(Err(e)) => tracing::warn!(error = %e, "flush at shutdown failed"),
                 None => tracing::warn!("flush at shutdown timed out"),
             }
             if self.owns_client {
-                match R::timeout(FINAL_FLUSH, self.client.drain()).await {
+                match R::timeout(FINAL_FLUSH, client.drain()).await {
                     Some(Ok(())) => {}
                     Some(Err(e)) => tracing::warn!(error = %e, "drain at shutdown failed"),
                     None => tracing::warn!("drain at shutdown timed out"),

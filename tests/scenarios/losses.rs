@@ -170,10 +170,10 @@ fn rule_21_core_dead_letter_that_cannot_be_stored_is_counted() {
         core_publish(&tc, "c21d.in", HeaderMap::new(), b"first").await;
         core_publish(&tc, "c21d.in", HeaderMap::new(), b"second").await;
         settled(&ev, 2).await;
-        assert_eq!(
-            dispositions(&ev),
-            [Disposition::DeadLettered, Disposition::Lost]
-        );
+        // The two dead letters race for the one place: either may win.
+        let mut got = dispositions(&ev);
+        got.sort_by_key(|d| format!("{d:?}"));
+        assert_eq!(got, [Disposition::DeadLettered, Disposition::Lost]);
         let report = app.shutdown().await;
         let losses = losses_of(&report, "core-dlq-21");
         assert_eq!(losses.unpublished_dead_letters, 1, "{report:?}");

@@ -7,6 +7,7 @@
 //! Assertions wait for eventual outcomes with generous deadlines; delays are in milliseconds.
 
 mod common;
+mod connection;
 mod core_nats;
 mod jetstream;
 mod leases;

@@ -84,6 +84,7 @@ macro_rules! phases {
             })
             .await;
             let (report, took) = signalled(report, signalled_twice).await;
+            let report = report.expect("a signalled shutdown is not a failure");
             assert!(
                 took < Duration::from_secs(5),
                 "{name} {subject}: took {took:?}"
@@ -122,6 +123,7 @@ macro_rules! phases {
         tc.client.flush().await.unwrap();
         ruststream_tests::logged(&[&format!("mount={name}-copy"), "settled"]).await;
         let (report, took) = signalled(report, true).await;
+        let report = report.expect("a signalled shutdown is not a failure");
         assert!(
             took < Duration::from_secs(5),
             "{name} with a copy waiting: took {took:?}"

@@ -37,7 +37,8 @@ fn smol_reactor_loss_is_reported_not_hung() {
         let report = tokio::time::timeout(Duration::from_secs(20), running.until_signal())
             .await
             .expect("until_signal returns once the reactor is gone, instead of hanging");
-        let failure = report.failure.expect("the loss is reported");
+        let failed = report.expect_err("the app stopped on its own: an error");
+        let failure = failed.report.failure.expect("the loss is reported");
         assert!(failure.contains("reactor"), "{failure}");
     });
 }

@@ -1,0 +1,451 @@
+//! The supervisor (rule 20): one task per app that notices a mount whose subscription or pull
+//! inbox ended while the app runs, reconnects and subscribes it again within a bounded time,
+//! and ends the app with an error when that keeps failing, so that a process never stays up
+//! consuming nothing.
+//!
+//! It also watches the connection: a reconnection that async-nats made by itself is logged
+//! and reported, and after every loss of the connection each JetStream mount's consumer is
+//! asked for its oldest unacknowledged message. A message that brings the client down every
+//! time it is delivered keeps that message in place; after [`SAME_SUSPECT_LIMIT`] losses in a
+//! row with the same one, the app ends with an error naming its stream sequence, rather than
+//! let it be redelivered without bound (its delivery never reaches a handler, so no
+//! `max_attempts` can end it).
+//!
+//! Every [`CONSUMER_REREAD`] it reads each JetStream mount's consumer again, and takes a
+//! changed `ack_wait` or `BackOff` into its lease settings (rule 16).
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::consumer::pull;
+use async_nats::{Client, ConnectOptions};
+use ruststream_core::{Descriptor, MountPolicy};
+use tokio::sync::{mpsc, watch};
+
+use crate::handler::Handler;
+use crate::launch::{Launcher, MountRecord, lease_settings, update_lease_settings};
+use crate::leases::LeaseSettings;
+use crate::mount::Mount;
+use crate::runtime::Runtime;
+use crate::startup::{check_mounts, connect_url};
+
+/// How long the supervisor waits, after a mount's subscription ended, for the others that end
+/// with it (a dead connection ends them all), so that one recovery covers them.
+const GATHER: Duration = Duration::from_millis(100);
+
+/// How long a recovery may take: a new connection if the old one is dead, then every ended
+/// mount checked and subscribed again. Past it, the app ends with an error.
+pub const RECOVERY_LIMIT: Duration = Duration::from_secs(30);
+
+/// How many recoveries [`RECOVERY_WINDOW`] may hold: one more, and the app ends with an error.
+pub const MAX_RECOVERIES: usize = 5;
+
+/// The window [`MAX_RECOVERIES`] counts in.
+pub const RECOVERY_WINDOW: Duration = Duration::from_secs(300);
+
+/// After this many losses of the connection in a row while a JetStream consumer's oldest
+/// unacknowledged message stays the same, the app ends with an error naming it.
+pub const SAME_SUSPECT_LIMIT: u32 = 3;
+
+/// How many sequences after a consumer's ack floor are searched for the message that
+/// brought the client down.
+const SUSPECT_SCAN: u64 = 64;
+
+/// How often the supervisor looks at the connection's reconnect count.
+const HEALTH_EVERY: Duration = Duration::from_millis(500);
+
+/// How often each JetStream mount's consumer is read again for its `ack_wait` and `BackOff`.
+pub const CONSUMER_REREAD: Duration = Duration::from_secs(30);
+
+/// How long a flush may take to tell a live client from a dead one, and a server request
+/// (consumer info) may take.
+const PATIENCE: Duration = Duration::from_secs(5);
+
+/// One recovery the supervisor made while the app ran.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovery {
+    /// What happened: the client's connection ended and a new client was made, the
+    /// subscriptions ended on a live connection, or async-nats reconnected by itself.
+    pub reason: String,
+    /// The mounts subscribed again (none when async-nats reconnected by itself: its
+    /// subscriptions carry over).
+    pub mounts: Vec<String>,
+}
+
+/// What the supervisor needs, built by the app at start-up.
+pub(crate) struct Supervisor<R: Runtime> {
+    pub(crate) launcher: Launcher<R>,
+    /// How to connect again: `None` for an app on the application's own client.
+    pub(crate) connect: Option<(String, ConnectOptions)>,
+    pub(crate) clients: Arc<watch::Sender<Client>>,
+    pub(crate) declared: Vec<(Mount, Arc<dyn Handler>, MountPolicy)>,
+    pub(crate) records: Arc<[MountRecord]>,
+    pub(crate) tasks: Arc<Mutex<Vec<Option<R::Task>>>>,
+    pub(crate) ended: mpsc::UnboundedReceiver<usize>,
+    pub(crate) shutdown: watch::Receiver<bool>,
+    pub(crate) failed: Arc<watch::Sender<Option<String>>>,
+    pub(crate) recoveries: Arc<Mutex<Vec<Recovery>>>,
+}
+
+/// The supervisor's own bookkeeping.
+struct Watch {
+    /// When recent recoveries began.
+    window: VecDeque<Instant>,
+    /// Per JetStream mount: its consumer's oldest unacknowledged stream sequence at the last
+    /// loss of the connection, and in how many losses in a row it was the same.
+    suspects: HashMap<usize, (u64, u32)>,
+    /// The client's connect count last seen.
+    connects: u64,
+}
+
+impl<R: Runtime> Supervisor<R> {
+    /// Runs until shutdown begins, or until the app must end: then the reason is in `failed`.
+    pub(crate) async fn run(mut self) {
+        let mut watch = Watch {
+            window: VecDeque::new(),
+            suspects: HashMap::new(),
+            connects: self.client().statistics().connects.load(ORDER),
+        };
+        let mut health = R::now() + HEALTH_EVERY;
+        let mut reread = R::now() + CONSUMER_REREAD;
+        let mut stop = self.shutdown.clone();
+        loop {
+            if *stop.borrow_and_update() {
+                return;
+            }
+            let work = async {
+                tokio::select! {
+                    biased;
+                    Some(first) = self.ended.recv() => Some(self.recover(first, &mut watch).await),
+                    () = R::sleep_until(health) => {
+                        health = R::now() + HEALTH_EVERY;
+                        Some(self.health(&mut watch).await)
+                    }
+                    () = R::sleep_until(reread) => {
+                        reread = R::now() + CONSUMER_REREAD;
+                        self.reread_consumers().await;
+                        Some(Ok(()))
+                    }
+                    else => None,
+                }
+            };
+            // Shutdown wins over whatever the supervisor is doing: it starts nothing after.
+            let outcome = tokio::select! {
+                biased;
+                changed = stop.changed() => match changed {
+                    Ok(()) => continue,
+                    Err(_) => return,
+                },
+                outcome = work => outcome,
+            };
+            match outcome {
+                Some(Ok(())) => {}
+                None => return,
+                Some(Err(reason)) => {
+                    tracing::error!(reason = %reason, "the app cannot go on; stopping");
+                    self.failed.send_replace(Some(reason));
+                    return;
+                }
+            }
+        }
+    }
+
+    fn client(&self) -> Client {
+        self.clients.borrow().clone()
+    }
+
+    fn names(&self, indices: &BTreeSet<usize>) -> Vec<String> {
+        indices
+            .iter()
+            .map(|&i| self.records[i].name.to_owned())
+            .collect()
+    }
+
+    /// Reconnects if need be, and subscribes again every mount whose loop ended (`first`,
+    /// and those that end with it).
+    async fn recover(&mut self, first: usize, watch: &mut Watch) -> Result<(), String> {
+        let mut indices = BTreeSet::from([first]);
+        R::sleep_until(R::now() + GATHER).await;
+        while let Ok(index) = self.ended.try_recv() {
+            indices.insert(index);
+        }
+        let names = self.names(&indices);
+        tracing::error!(mounts = ?names,
+            "the subscriptions of these mounts ended while the app runs: reconnecting and subscribing them again");
+        let started = R::now();
+        watch
+            .window
+            .retain(|at| started.saturating_duration_since(*at) < RECOVERY_WINDOW);
+        watch.window.push_back(started);
+        if watch.window.len() > MAX_RECOVERIES {
+            return Err(format!(
+                "mounts {names:?}: subscriptions ended {} times within {} s; not trying again",
+                watch.window.len(),
+                RECOVERY_WINDOW.as_secs()
+            ));
+        }
+        let deadline = started + RECOVERY_LIMIT;
+        let mut pause = Duration::from_millis(100);
+        let mut client_died = false;
+        loop {
+            match self.resubscribe(&indices, &mut client_died).await {
+                Ok(()) => break,
+                Err(e) if R::now() + pause < deadline => {
+                    tracing::warn!(mounts = ?names, error = %e, "subscribing again failed; trying again");
+                    tokio::select! {
+                        () = R::sleep_until(R::now() + pause) => {}
+                        _ = self.shutdown.changed() => return Ok(()),
+                    }
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+                Err(e) => {
+                    return Err(format!(
+                        "mounts {names:?}: could not subscribe again within {} s: {e}",
+                        RECOVERY_LIMIT.as_secs()
+                    ));
+                }
+            }
+        }
+        let reason = match client_died {
+            true => "the client's connection ended; a new client was connected",
+            false => "the subscriptions ended on a live connection",
+        };
+        tracing::warn!(mounts = ?names, took = ?R::now().saturating_duration_since(started), reason,
+            "mounts subscribed again");
+        self.record(reason, names);
+        if client_died {
+            watch.connects = self.client().statistics().connects.load(ORDER);
+            self.check_suspects(watch, "the client's connection ended")
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// One try at subscribing `indices` again: a new client first if the current one is dead.
+    async fn resubscribe(
+        &mut self,
+        indices: &BTreeSet<usize>,
+        client_died: &mut bool,
+    ) -> Result<(), String> {
+        let mut client = self.client();
+        match R::timeout(PATIENCE, client.flush()).await {
+            Some(Ok(())) => {}
+            // Its connection task is gone: nothing sent through it can arrive.
+            Some(Err(_)) => {
+                *client_died = true;
+                let Some((url, options)) = &self.connect else {
+                    return Err(
+                        "the application's own NATS client stopped working, and an app \
+                         made with App::with_client cannot connect a new one"
+                            .to_owned(),
+                    );
+                };
+                tracing::error!("the NATS client stopped working: connecting a new one");
+                client = match R::timeout(PATIENCE, connect_url(url, options.clone())).await {
+                    Some(Ok(client)) => client,
+                    Some(Err(e)) => return Err(e.to_string()),
+                    None => return Err("connecting a new client timed out".to_owned()),
+                };
+                self.clients.send_replace(client.clone());
+            }
+            None => return Err("the connection to NATS does not answer".to_owned()),
+        }
+        let declared = indices.iter().map(|&i| self.declared[i].clone()).collect();
+        let checked = check_mounts::<R>(&client, declared)
+            .await
+            .map_err(|e| e.to_string())?;
+        for (&index, checked) in indices.iter().zip(checked) {
+            let record = &self.records[index];
+            update_lease_settings(record, lease_settings(&checked));
+            let task = self.launcher.launch(index, checked, &client, record);
+            // The old loop has ended: its handle goes.
+            self.tasks.lock().unwrap_or_else(PoisonError::into_inner)[index] = Some(task);
+        }
+        Ok(())
+    }
+
+    fn record(&self, reason: &str, mounts: Vec<String>) {
+        self.recoveries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Recovery {
+                reason: reason.to_owned(),
+                mounts,
+            });
+    }
+
+    /// Notices a reconnection async-nats made by itself (its subscriptions carry over).
+    async fn health(&mut self, watch: &mut Watch) -> Result<(), String> {
+        let connects = self.client().statistics().connects.load(ORDER);
+        if connects <= watch.connects {
+            return Ok(());
+        }
+        let times = connects - watch.connects;
+        watch.connects = connects;
+        tracing::warn!(
+            times,
+            "the connection to NATS was lost and made again by the client"
+        );
+        self.record(
+            "the connection to NATS was lost; the client reconnected",
+            Vec::new(),
+        );
+        self.check_suspects(watch, "the connection to NATS was lost")
+            .await
+    }
+
+    /// After a loss of the connection: each JetStream mount's consumer's oldest unacknowledged
+    /// message, logged; the same one at [`SAME_SUSPECT_LIMIT`] losses in a row ends the app.
+    async fn check_suspects(&self, watch: &mut Watch, what: &str) -> Result<(), String> {
+        let js = async_nats::jetstream::new(self.client());
+        for (index, (_, _, policy)) in self.declared.iter().enumerate() {
+            let Descriptor::JetStream { stream, consumer } = policy.descriptor() else {
+                continue;
+            };
+            let name = self.records[index].name;
+            let info = R::timeout(PATIENCE, async {
+                let mut c = js
+                    .get_consumer_from_stream::<pull::Config, _, _>(consumer, stream)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                c.info().await.cloned().map_err(|e| e.to_string())
+            })
+            .await;
+            let info = match info {
+                Some(Ok(info)) => info,
+                Some(Err(e)) => {
+                    tracing::warn!(mount = %name, error = %e, "cannot read the consumer's info after the connection loss");
+                    continue;
+                }
+                None => {
+                    tracing::warn!(mount = %name, "reading the consumer's info after the connection loss timed out");
+                    continue;
+                }
+            };
+            if info.num_ack_pending == 0 {
+                watch.suspects.remove(&index);
+                continue;
+            }
+            let sequence = self.suspect(&js, index, stream, &info).await;
+            let times = match watch.suspects.get(&index) {
+                Some(&(seen, n)) if seen == sequence => n + 1,
+                _ => 1,
+            };
+            watch.suspects.insert(index, (sequence, times));
+            tracing::warn!(mount = %name, stream, consumer, stream_sequence = sequence, times,
+                ack_pending = info.num_ack_pending, redelivered = info.num_redelivered,
+                "{what} while this consumer waits for the acknowledgement of the message at this stream sequence");
+            if times >= SAME_SUSPECT_LIMIT {
+                return Err(format!(
+                    "mount `{name}`: the connection to NATS was lost {times} times in a row while \
+                     consumer `{consumer}` of stream `{stream}` waited for the message at stream \
+                     sequence {sequence}, which probably brings the client down every time it is \
+                     delivered. Look at it (`nats stream get {stream} {sequence}`), remove it \
+                     (`nats stream rmm {stream} {sequence}`) or move it aside, then start the \
+                     service again"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The message most likely to have brought the client down: the first one after the
+    /// consumer's ack floor, up to the last it delivered, that the mount never received (a
+    /// message the client cannot read never reaches it) and that the consumer would deliver
+    /// (still stored, on its filter subject); the first after the ack floor if none is found
+    /// among the first [`SUSPECT_SCAN`].
+    async fn suspect(
+        &self,
+        js: &async_nats::jetstream::Context,
+        index: usize,
+        stream: &str,
+        info: &async_nats::jetstream::consumer::Info,
+    ) -> u64 {
+        let first = info.ack_floor.stream_sequence + 1;
+        let last = info
+            .delivered
+            .stream_sequence
+            .min(first.saturating_add(SUSPECT_SCAN - 1));
+        let received = self.records[index].received.snapshot();
+        let filter = match info.config.filter_subject.as_str() {
+            "" => None,
+            f => ruststream_core::Wildcard::new(f).ok(),
+        };
+        let Some(Ok(stream)) = R::timeout(PATIENCE, js.get_stream(stream)).await else {
+            return first;
+        };
+        for sequence in first..=last {
+            if received.contains(&sequence) {
+                continue;
+            }
+            // The stored message, as JSON (its headers base64-encoded): reading it cannot
+            // bring the client down, though it may fail to decode.
+            use async_nats::jetstream::stream::RawMessageErrorKind;
+            let stored = match R::timeout(PATIENCE, stream.get_raw_message(sequence)).await {
+                Some(Ok(stored)) => stored,
+                Some(Err(e)) if e.kind() == RawMessageErrorKind::NoMessageFound => continue,
+                // Stored, and async-nats cannot read it either: the likeliest culprit.
+                Some(Err(_)) => return sequence,
+                None => continue,
+            };
+            let on_filter = match (&filter, ruststream_core::Subject::new(&stored.subject)) {
+                (None, _) => true,
+                (Some(filter), Ok(subject)) => filter.matches(&subject),
+                (Some(_), Err(_)) => true,
+            };
+            if on_filter {
+                return sequence;
+            }
+        }
+        first
+    }
+
+    /// Reads each JetStream mount's consumer again, and takes a changed `ack_wait` or
+    /// `BackOff` into the mount's lease settings.
+    async fn reread_consumers(&self) {
+        let js = async_nats::jetstream::new(self.client());
+        for (index, (_, _, policy)) in self.declared.iter().enumerate() {
+            let Descriptor::JetStream { stream, consumer } = policy.descriptor() else {
+                continue;
+            };
+            let record = &self.records[index];
+            let read = R::timeout(PATIENCE, async {
+                let mut c = js
+                    .get_consumer_from_stream::<pull::Config, _, _>(consumer, stream)
+                    .await
+                    .ok()?;
+                c.info().await.ok().map(|i| i.config.clone())
+            })
+            .await
+            .flatten();
+            let Some(config) = read else {
+                tracing::debug!(mount = %record.name, "cannot read the consumer again; its lease settings stay");
+                continue;
+            };
+            let changed = {
+                let mut settings = record
+                    .lease_settings
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                let changed = settings.ack_wait != Some(config.ack_wait)
+                    || settings.backoff != config.backoff;
+                if changed {
+                    *settings = LeaseSettings {
+                        ack_wait: Some(config.ack_wait),
+                        backoff: config.backoff.clone(),
+                        ..settings.clone()
+                    };
+                }
+                changed
+            };
+            if changed {
+                tracing::info!(mount = %record.name, ack_wait = ?config.ack_wait, backoff = ?config.backoff,
+                    "the consumer's ack_wait or BackOff changed: leases follow it");
+            }
+        }
+    }
+}
+
+/// Reading a counter another task writes: no ordering is needed beyond the value itself.
+const ORDER: std::sync::atomic::Ordering = std::sync::atomic::Ordering::Relaxed;

@@ -1,0 +1,159 @@
+//! Rule 20: a connection or subscription that dies is noticed, the mounts come back, and an
+//! app that cannot go on ends with an error instead of staying up consuming nothing.
+
+use std::io::{BufRead, BufReader, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::common::*;
+
+/// Publishes one message with `header_block` (a whole `NATS/1.0` block, byte for byte) over a
+/// raw TCP connection, as any publisher may: async-nats would refuse to build such a header.
+/// Waits for the server's PONG, so the server has processed it.
+fn raw_publish(server: &NatsServer, subject: &str, header_block: &[u8], payload: &[u8]) {
+    let address = server.url().trim_start_matches("nats://").to_owned();
+    let mut stream = std::net::TcpStream::connect(&address).expect("raw connection");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+    let mut line = String::new();
+    reader.read_line(&mut line).expect("INFO");
+    assert!(line.starts_with("INFO"), "{line}");
+    let mut out = Vec::new();
+    out.extend_from_slice(b"CONNECT {\"verbose\":false,\"pedantic\":false,\"headers\":true}\r\n");
+    out.extend_from_slice(
+        format!(
+            "HPUB {subject} {} {}\r\n",
+            header_block.len(),
+            header_block.len() + payload.len()
+        )
+        .as_bytes(),
+    );
+    out.extend_from_slice(header_block);
+    out.extend_from_slice(payload);
+    out.extend_from_slice(b"\r\nPING\r\n");
+    stream.write_all(&out).expect("raw publish");
+    loop {
+        line.clear();
+        reader.read_line(&mut line).expect("a reply");
+        assert!(!line.starts_with("-ERR"), "the server refused: {line}");
+        if line.starts_with("PONG") {
+            return;
+        }
+    }
+}
+
+/// A header value with a lone carriage return: async-nats 0.51's connection task panics on it.
+const LONE_CR: &[u8] = b"NATS/1.0\r\nX-Poison: a\rb\r\n\r\n";
+
+#[test]
+fn rule_20_a_poison_header_on_core_brings_the_client_down_and_the_mount_back() {
+    run(async {
+        let (server, tc, _r, ev) = core_case().await;
+        let handled = Arc::new(Mutex::new(Vec::<String>::new()));
+        let seen = handled.clone();
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_wildcard("core-poison-20", "c20.in.*", "c20.retry"),
+                move |d: Delivery| {
+                    seen.lock()
+                        .unwrap()
+                        .push(String::from_utf8_lossy(&d.payload).into_owned());
+                    async { Outcome::Ack }
+                },
+            )
+        })
+        .await;
+        core_publish(&tc, "c20.in.a", HeaderMap::new(), b"before").await;
+        eventually("the first message", || {
+            (handled.lock().unwrap().len() == 1).then_some(())
+        })
+        .await;
+        raw_publish(&server, "c20.in.b", LONE_CR, b"poison");
+        let recovered = eventually("the mount to be subscribed again", || {
+            let r = app.recoveries();
+            (!r.is_empty()).then_some(r)
+        })
+        .await;
+        assert_eq!(recovered.len(), 1, "{recovered:?}");
+        assert_eq!(recovered[0].mounts, ["core-poison-20"], "{recovered:?}");
+        assert!(recovered[0].reason.contains("new client"), "{recovered:?}");
+        logged(&["ERROR", "core-poison-20", "ended while the app runs"]).await;
+        // Every later message is handled, on the new client.
+        for i in 0..20 {
+            tc.client
+                .publish("c20.in.c", format!("after-{i}").into())
+                .await
+                .expect("publish");
+        }
+        tc.client.flush().await.expect("flush");
+        eventually("every later message", || {
+            (handled.lock().unwrap().len() == 21).then_some(())
+        })
+        .await;
+        let got = handled.lock().unwrap().clone();
+        assert_eq!(got[0], "before");
+        let later: Vec<String> = (0..20).map(|i| format!("after-{i}")).collect();
+        assert_eq!(got[1..], later[..]);
+        let report = app.shutdown().await;
+        assert_eq!(report.recoveries.len(), 1, "{report:?}");
+        assert!(report.failure.is_none(), "{report:?}");
+        assert!(
+            report.to_string().contains("recoveries=1 failure=none"),
+            "{report}"
+        );
+    });
+}
+
+#[test]
+fn rule_20_a_poison_jetstream_message_ends_the_app_with_its_stream_sequence() {
+    run(async {
+        let (server, tc, _acks, _r, ev) = js_case().await;
+        tc.js_publish("orders.good", HeaderMap::new(), b"good")
+            .await;
+        raw_publish(&server, "orders.poison", LONE_CR, b"poison");
+        assert_eq!(
+            tc.stream_len("ORDERS").await,
+            2,
+            "the stream stored the poison"
+        );
+        let handled = Arc::new(AtomicU64::new(0));
+        let count = handled.clone();
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                js_mount("js-poison-20").max_attempts(3),
+                move |_d: Delivery| {
+                    count.fetch_add(1, Ordering::SeqCst);
+                    async { Outcome::Ack }
+                },
+            )
+        })
+        .await;
+        let began = Instant::now();
+        let ended = tokio::time::timeout(Duration::from_secs(60), app.until_signal())
+            .await
+            .expect("the app ends on its own, bounded, instead of looping for ever");
+        let failed = ended.expect_err("an app that cannot go on ends with an error");
+        let reason = failed.report.failure.clone().expect("the reason");
+        assert!(
+            reason.contains("stream sequence 2") && reason.contains("nats stream rmm ORDERS 2"),
+            "{reason}"
+        );
+        assert!(
+            failed.report.recoveries.len() >= usize::try_from(SAME_SUSPECT).unwrap() - 1,
+            "{:?}",
+            failed.report.recoveries
+        );
+        // The good message travels in the poison's batch: each time, its +ACK went into the
+        // client that the poison then brought down, so it came back (at least once).
+        let runs = handled.load(Ordering::SeqCst);
+        assert!(
+            (1..=u64::from(SAME_SUSPECT)).contains(&runs),
+            "the good message runs once per connection at most: {runs}"
+        );
+        logged(&["WARN", "js-poison-20", "stream_sequence=2"]).await;
+        eprintln!("the poison ended the app in {:?}", began.elapsed());
+    });
+}
+
+const SAME_SUSPECT: u32 = adapter::SAME_SUSPECT_LIMIT;
