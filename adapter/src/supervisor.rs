@@ -88,6 +88,14 @@ pub(crate) struct Supervisor<R: Runtime> {
     pub(crate) recoveries: Arc<Mutex<Vec<Recovery>>>,
 }
 
+/// Why a try at subscribing again failed.
+enum Retry {
+    /// Worth another try (the server may come back).
+    Later(String),
+    /// Not: nothing can change it.
+    Never(String),
+}
+
 /// The supervisor's own bookkeeping.
 struct Watch {
     /// When recent recoveries began.
@@ -191,7 +199,8 @@ impl<R: Runtime> Supervisor<R> {
         loop {
             match self.resubscribe(&indices, &mut client_died).await {
                 Ok(()) => break,
-                Err(e) if R::now() + pause < deadline => {
+                Err(Retry::Never(e)) => return Err(format!("mounts {names:?}: {e}")),
+                Err(Retry::Later(e)) if R::now() + pause < deadline => {
                     tracing::warn!(mounts = ?names, error = %e, "subscribing again failed; trying again");
                     tokio::select! {
                         () = R::sleep_until(R::now() + pause) => {}
@@ -199,7 +208,7 @@ impl<R: Runtime> Supervisor<R> {
                     }
                     pause = (pause * 2).min(Duration::from_secs(2));
                 }
-                Err(e) => {
+                Err(Retry::Later(e)) => {
                     return Err(format!(
                         "mounts {names:?}: could not subscribe again within {} s: {e}",
                         RECOVERY_LIMIT.as_secs()
@@ -227,7 +236,7 @@ impl<R: Runtime> Supervisor<R> {
         &mut self,
         indices: &BTreeSet<usize>,
         client_died: &mut bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), Retry> {
         let mut client = self.client();
         match R::timeout(PATIENCE, client.flush()).await {
             Some(Ok(())) => {}
@@ -235,26 +244,32 @@ impl<R: Runtime> Supervisor<R> {
             Some(Err(_)) => {
                 *client_died = true;
                 let Some((url, options)) = &self.connect else {
-                    return Err(
-                        "the application's own NATS client stopped working, and an app \
-                         made with App::with_client cannot connect a new one"
+                    return Err(Retry::Never(
+                        "the application's own NATS client stopped working, and an app made \
+                         with App::with_client cannot connect a new one"
                             .to_owned(),
-                    );
+                    ));
                 };
                 tracing::error!("the NATS client stopped working: connecting a new one");
                 client = match R::timeout(PATIENCE, connect_url(url, options.clone())).await {
                     Some(Ok(client)) => client,
-                    Some(Err(e)) => return Err(e.to_string()),
-                    None => return Err("connecting a new client timed out".to_owned()),
+                    Some(Err(e)) => return Err(Retry::Later(e.to_string())),
+                    None => {
+                        return Err(Retry::Later("connecting a new client timed out".to_owned()));
+                    }
                 };
                 self.clients.send_replace(client.clone());
             }
-            None => return Err("the connection to NATS does not answer".to_owned()),
+            None => {
+                return Err(Retry::Later(
+                    "the connection to NATS does not answer".to_owned(),
+                ));
+            }
         }
         let declared = indices.iter().map(|&i| self.declared[i].clone()).collect();
         let checked = check_mounts::<R>(&client, declared)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| Retry::Later(e.to_string()))?;
         for (&index, checked) in indices.iter().zip(checked) {
             let record = &self.records[index];
             update_lease_settings(record, lease_settings(&checked));

@@ -157,3 +157,74 @@ fn rule_20_a_poison_jetstream_message_ends_the_app_with_its_stream_sequence() {
 }
 
 const SAME_SUSPECT: u32 = adapter::SAME_SUSPECT_LIMIT;
+
+#[test]
+fn rule_20_an_app_on_the_applications_own_client_ends_with_an_error_when_it_dies() {
+    run(async {
+        let (server, tc, _r, _ev) = core_case().await;
+        capture_logs();
+        let url = server.url();
+        let own = adapter::connect_url(&url, adapter::async_nats::ConnectOptions::new())
+            .await
+            .expect("the application's client");
+        let app = App::with_client(own)
+            .mount(
+                Mount::core_subject("core-own-20", "c20o.in"),
+                |_d: Delivery| async { Outcome::Ack },
+            )
+            .start()
+            .await
+            .expect("the app starts");
+        core_publish(&tc, "c20o.in", HeaderMap::new(), b"fine").await;
+        raw_publish(&server, "c20o.in", LONE_CR, b"poison");
+        let ended = tokio::time::timeout(Duration::from_secs(20), app.until_signal())
+            .await
+            .expect("the app ends on its own: it cannot make the application's client again");
+        let failed = ended.expect_err("an error, not a clean stop");
+        let reason = failed.report.failure.clone().expect("the reason");
+        assert!(
+            reason.contains("core-own-20") && reason.contains("App::with_client"),
+            "{reason}"
+        );
+        assert!(
+            failed.to_string().contains("stopped on its own"),
+            "{failed}"
+        );
+    });
+}
+
+#[test]
+fn rule_20_subscriptions_that_keep_ending_end_the_app() {
+    run(async {
+        let (server, tc, _r, ev) = core_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("core-again-20", "c20a.in"),
+                |_d: Delivery| async { Outcome::Ack },
+            )
+        })
+        .await;
+        let limit = adapter::MAX_RECOVERIES;
+        for round in 1..=limit {
+            raw_publish(&server, "c20a.in", LONE_CR, b"poison");
+            eventually("the mount to come back", || {
+                (app.recoveries().len() == round).then_some(())
+            })
+            .await;
+        }
+        // One more inside the window: the app gives up.
+        raw_publish(&server, "c20a.in", LONE_CR, b"poison");
+        let ended = tokio::time::timeout(Duration::from_secs(20), app.until_signal())
+            .await
+            .expect("the app ends on its own");
+        let failed = ended.expect_err("an error, not a clean stop");
+        let reason = failed.report.failure.clone().expect("the reason");
+        assert!(
+            reason.contains("core-again-20")
+                && reason.contains(&format!("ended {} times", limit + 1)),
+            "{reason}"
+        );
+        assert_eq!(failed.report.recoveries.len(), limit, "{:?}", failed.report);
+        drop(tc);
+    });
+}
