@@ -43,8 +43,8 @@
 //! [`ShutdownReport::abandoned`] like any other. (On tokio it would run on, detached.)
 //!
 //! If that thread ends under the app, [`Running::until_signal`] logs an error and returns at
-//! once with [`ShutdownReport::failure`] saying so, instead of hanging on a connection nobody
-//! drives. A future spawned outside any app (none of this crate's) falls back to
+//! once with an [`AppFailed`] error whose report's [`ShutdownReport::failure`] says so,
+//! instead of hanging on a connection nobody drives. A future spawned outside any app (none of this crate's) falls back to
 //! [async-compat](https://docs.rs/async-compat)'s Tokio context.
 //!
 //! # Your own async-nats client, and async-nats outside a handler
@@ -81,7 +81,7 @@
 //!     // the wait for the stream's acknowledgement (a timer): both inside one `Compat`.
 //!     client.publish("greet.new", "hello".into()).await?;
 //!     Compat::new(async { js.publish("orders.new", "{}".into()).await?.await }).await?;
-//!     running.until_signal().await;
+//!     running.until_signal().await?;
 //!     Ok::<_, Box<dyn std::error::Error>>(())
 //! })?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())

@@ -1,50 +1,11 @@
 //! Rule 20: a connection or subscription that dies is noticed, the mounts come back, and an
 //! app that cannot go on ends with an error instead of staying up consuming nothing.
 
-use std::io::{BufRead, BufReader, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use ruststream_tests::raw::{LONE_CR, raw_publish};
+
 use super::common::*;
-
-/// Publishes one message with `header_block` (a whole `NATS/1.0` block, byte for byte) over a
-/// raw TCP connection, as any publisher may: async-nats would refuse to build such a header.
-/// Waits for the server's PONG, so the server has processed it.
-fn raw_publish(server: &NatsServer, subject: &str, header_block: &[u8], payload: &[u8]) {
-    let address = server.url().trim_start_matches("nats://").to_owned();
-    let mut stream = std::net::TcpStream::connect(&address).expect("raw connection");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
-    let mut reader = BufReader::new(stream.try_clone().expect("clone"));
-    let mut line = String::new();
-    reader.read_line(&mut line).expect("INFO");
-    assert!(line.starts_with("INFO"), "{line}");
-    let mut out = Vec::new();
-    out.extend_from_slice(b"CONNECT {\"verbose\":false,\"pedantic\":false,\"headers\":true}\r\n");
-    out.extend_from_slice(
-        format!(
-            "HPUB {subject} {} {}\r\n",
-            header_block.len(),
-            header_block.len() + payload.len()
-        )
-        .as_bytes(),
-    );
-    out.extend_from_slice(header_block);
-    out.extend_from_slice(payload);
-    out.extend_from_slice(b"\r\nPING\r\n");
-    stream.write_all(&out).expect("raw publish");
-    loop {
-        line.clear();
-        reader.read_line(&mut line).expect("a reply");
-        assert!(!line.starts_with("-ERR"), "the server refused: {line}");
-        if line.starts_with("PONG") {
-            return;
-        }
-    }
-}
-
-/// A header value with a lone carriage return: async-nats 0.51's connection task panics on it.
-const LONE_CR: &[u8] = b"NATS/1.0\r\nX-Poison: a\rb\r\n\r\n";
 
 #[test]
 fn rule_20_a_poison_header_on_core_brings_the_client_down_and_the_mount_back() {

@@ -17,6 +17,7 @@ use futures_util::StreamExt;
 /// How long any eventual assertion waits before it fails.
 pub const PATIENCE: Duration = Duration::from_secs(10);
 
+pub mod raw;
 mod server;
 
 pub use server::{NatsServer, ServerOptions, nats_server_bin, nats_server_version};

@@ -347,3 +347,133 @@ fn scripted_shows_a_lease_on_the_wire_and_runs_a_slow_handler_once() {
         }
     });
 }
+
+/// The report line `scripted` prints at exit.
+fn report_line(service: &Service) -> String {
+    service
+        .stderr
+        .lock()
+        .unwrap()
+        .iter()
+        .find_map(|l| {
+            l.strip_prefix("scripted: shutdown report: ")
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| panic!("no report line:\n{}", service.printed()))
+}
+
+/// The number after `key=` in `line`.
+fn count(line: &str, key: &str) -> u64 {
+    let at = line
+        .find(&format!("{key}="))
+        .unwrap_or_else(|| panic!("{key} in {line}"));
+    line[at + key.len() + 1..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .unwrap_or_else(|e| panic!("{key} in {line}: {e}"))
+}
+
+#[test]
+fn scripted_prints_its_shutdown_report_with_the_core_losses_on_one_line() {
+    run(async {
+        for runtime in ["tokio", "smol"] {
+            let server = NatsServer::start();
+            let tc = TestClient::connect(&server).await;
+            let url = server.url();
+            let args = [
+                "--runtime",
+                runtime,
+                "--url",
+                &url,
+                "--subject",
+                "slow.core",
+                "--concurrency",
+                "1",
+                "--subscription-buffer",
+                "5",
+            ];
+            let mut service = Service::spawn(&args, &[("RUST_LOG", "info")]);
+            service.wait_for("ruststream started").await;
+            const SENT: u64 = 200;
+            for _ in 0..SENT {
+                tc.client
+                    .publish("slow.core", r#"{"outcome":"ack","sleep_ms":20}"#.into())
+                    .await
+                    .unwrap();
+            }
+            tc.client.flush().await.unwrap();
+            service.wait_for("subscription buffer was full").await;
+            // A few handler runs more, then stop.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            service.terminate();
+            assert_eq!(service.exit_code().await, 0, "{}", service.printed());
+            let line = report_line(&service);
+            assert!(
+                line.starts_with("abandoned=[] lost_copies=[] core_losses=[scripted:"),
+                "{line}"
+            );
+            assert!(line.ends_with("recoveries=0 failure=none"), "{line}");
+            let runs = service
+                .stdout
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|l| l.starts_with("mount=scripted"))
+                .count() as u64;
+            let dropped = count(&line, "slow_consumer");
+            let unhandled = count(&line, "unhandled_at_shutdown");
+            assert!(dropped > 0, "{runtime}: {line}");
+            assert_eq!(
+                runs + dropped + unhandled,
+                SENT,
+                "{runtime}: every message handled or counted: {runs} runs, {line}"
+            );
+        }
+    });
+}
+
+#[test]
+fn scripted_exits_non_zero_naming_a_stored_message_that_brings_the_client_down() {
+    run(async {
+        for runtime in ["tokio", "smol"] {
+            let server = NatsServer::start();
+            let tc = TestClient::connect(&server).await;
+            tc.stream("POISON", &["poison.>"]).await;
+            ruststream_tests::raw::raw_publish(
+                &server,
+                "poison.x",
+                ruststream_tests::raw::LONE_CR,
+                br#"{"outcome":"ack"}"#,
+            );
+            let url = server.url();
+            let args = [
+                "--runtime",
+                runtime,
+                "--url",
+                &url,
+                "--stream",
+                "POISON",
+                "--durable",
+                "w",
+                "--ack-wait-ms",
+                "500",
+                "--max-attempts",
+                "3",
+            ];
+            let mut service = Service::spawn(&args, &[("RUST_LOG", "info")]);
+            assert_eq!(service.exit_code().await, 1, "{}", service.printed());
+            let line = report_line(&service);
+            assert!(
+                line.contains("stream sequence 1") && line.contains("nats stream rmm POISON 1"),
+                "{runtime}: {line}"
+            );
+            let printed = service.printed();
+            assert!(
+                printed.contains("scripted: mount `scripted`: the app stopped on its own"),
+                "{runtime}: {printed}"
+            );
+        }
+    });
+}
