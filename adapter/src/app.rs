@@ -22,7 +22,7 @@ use crate::running::{AppFailed, Running};
 use crate::runtime::{Reactor, Runtime};
 use crate::shutdown::{DEFAULT_GRACE_PERIOD, ShutdownReport};
 use crate::startup::{check_mounts, connect};
-use crate::supervisor::Supervisor;
+use crate::supervisor::{CONSUMER_REREAD, Supervisor};
 
 /// Why the app did not start. Every error about a mount names it.
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +80,7 @@ pub struct App<R> {
     mounts: Vec<(Mount, Arc<dyn Handler>)>,
     grace: Duration,
     observer: Option<Observer>,
+    consumer_reread: Duration,
     runtime: PhantomData<fn() -> R>,
 }
 
@@ -107,6 +108,7 @@ impl<R: Runtime> App<R> {
             mounts: Vec::new(),
             grace: DEFAULT_GRACE_PERIOD,
             observer: None,
+            consumer_reread: CONSUMER_REREAD,
             runtime: PhantomData,
         }
     }
@@ -168,6 +170,15 @@ impl<R: Runtime> App<R> {
     #[must_use]
     pub fn grace_period(mut self, grace: Duration) -> Self {
         self.grace = grace;
+        self
+    }
+
+    /// How often each JetStream mount's consumer is read again for a changed `ack_wait` or
+    /// `BackOff` (default [`CONSUMER_REREAD`]). For tests.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn consumer_reread_every(mut self, every: Duration) -> Self {
+        self.consumer_reread = every;
         self
     }
 
@@ -265,6 +276,7 @@ impl<R: Runtime> App<R> {
             shutdown: shutdown_rx,
             failed: failed.clone(),
             recoveries: Arc::clone(&recoveries),
+            consumer_reread: self.consumer_reread,
         };
         let supervisor = R::spawn_next_to(&reactor, supervisor.run());
         tracing::info!(mounts = records.len(), "ruststream started");

@@ -86,6 +86,8 @@ pub(crate) struct Supervisor<R: Runtime> {
     pub(crate) shutdown: watch::Receiver<bool>,
     pub(crate) failed: Arc<watch::Sender<Option<String>>>,
     pub(crate) recoveries: Arc<Mutex<Vec<Recovery>>>,
+    /// How often the consumers are read again ([`CONSUMER_REREAD`] unless a test says).
+    pub(crate) consumer_reread: Duration,
 }
 
 /// Why a try at subscribing again failed.
@@ -116,7 +118,7 @@ impl<R: Runtime> Supervisor<R> {
             connects: self.client().statistics().connects.load(ORDER),
         };
         let mut health = R::now() + HEALTH_EVERY;
-        let mut reread = R::now() + CONSUMER_REREAD;
+        let mut reread = R::now() + self.consumer_reread;
         let mut stop = self.shutdown.clone();
         loop {
             if *stop.borrow_and_update() {
@@ -131,7 +133,7 @@ impl<R: Runtime> Supervisor<R> {
                         Some(self.health(&mut watch).await)
                     }
                     () = R::sleep_until(reread) => {
-                        reread = R::now() + CONSUMER_REREAD;
+                        reread = R::now() + self.consumer_reread;
                         self.reread_consumers().await;
                         Some(Ok(()))
                     }

@@ -183,3 +183,51 @@ fn rule_16_start_up_warns_of_an_ack_wait_too_short_for_leases() {
         app.shutdown().await;
     });
 }
+
+#[test]
+fn rule_16_leases_follow_a_consumer_whose_ack_wait_changes() {
+    run(async {
+        let (server, tc, acks, r, ev) = js_case().await;
+        let orders = tc.js.get_stream("ORDERS").await.unwrap();
+        let config = |ack_wait| adapter::async_nats::jetstream::consumer::pull::Config {
+            durable_name: Some("worker".to_owned()),
+            ack_policy: adapter::async_nats::jetstream::consumer::AckPolicy::Explicit,
+            ack_wait,
+            ..Default::default()
+        };
+        orders
+            .create_consumer(config(Duration::from_secs(10)))
+            .await
+            .expect("the consumer");
+        let app = start(&server, &ev, |a| {
+            a.consumer_reread_every(Duration::from_millis(200)).mount(
+                js_mount("lease-change").max_attempts(3),
+                slow(&r, |_| Duration::from_millis(2_500), |_| Outcome::Ack),
+            )
+        })
+        .await;
+        // The operator shortens ack_wait while the service runs: read at start-up, a lease
+        // would first be renewed after 5 s, long after the server redelivers at 1 s.
+        orders
+            .update_consumer(config(Duration::from_secs(1)))
+            .await
+            .expect("ack_wait updated");
+        logged(&["mount=lease-change", "ack_wait or BackOff changed", "1s"]).await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"slow").await;
+        eventually("the +ACK", || {
+            acks.payloads().iter().any(|p| p == "+ACK").then_some(())
+        })
+        .await;
+        quiet(1_000).await;
+        let payloads = acks.payloads();
+        assert_eq!(attempts(&r), [1], "one run: {payloads:?}");
+        assert!(
+            payloads.iter().filter(|p| *p == "+WPI").count() >= 3,
+            "renewed every 500 ms: {payloads:?}"
+        );
+        assert_eq!(payloads.last().map(String::as_str), Some("+ACK"));
+        let info = eventually_info(&tc, |i| i.num_ack_pending == 0 && i.num_pending == 0).await;
+        assert_eq!(info.num_redelivered, 0, "{info:?}");
+        app.shutdown().await;
+    });
+}
