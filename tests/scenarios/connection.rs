@@ -189,3 +189,39 @@ fn rule_20_subscriptions_that_keep_ending_end_the_app() {
         drop(tc);
     });
 }
+
+#[test]
+fn rule_20_a_stored_message_whose_subject_the_client_cannot_read_ends_the_app() {
+    run(async {
+        let (server, tc, _acks, _r, ev) = js_case().await;
+        // A subject with a 0xFF byte: async-nats drops the connection on it and reconnects.
+        ruststream_tests::raw::raw_publish_bytes(
+            &server,
+            b"orders.\xff",
+            b"NATS/1.0\r\n\r\n",
+            b"unreadable",
+        );
+        assert_eq!(tc.stream_len("ORDERS").await, 1, "the stream stored it");
+        let app = start(&server, &ev, |a| {
+            a.mount(js_mount("js-ff-20").max_attempts(3), |_d: Delivery| async {
+                Outcome::Ack
+            })
+        })
+        .await;
+        let ended = tokio::time::timeout(Duration::from_secs(90), app.until_signal())
+            .await
+            .expect("the app ends on its own, bounded, instead of looping for ever");
+        let failed = ended.expect_err("an app that cannot go on ends with an error");
+        let reason = failed.report.failure.clone().expect("the reason");
+        assert!(reason.contains("stream sequence 1"), "{reason}");
+        assert!(
+            failed
+                .report
+                .recoveries
+                .iter()
+                .all(|r| r.reason.contains("reconnected") && r.mounts.is_empty()),
+            "async-nats reconnected by itself: {:?}",
+            failed.report.recoveries
+        );
+    });
+}

@@ -18,6 +18,14 @@ pub const LONE_CR: &[u8] = b"NATS/1.0\r\nX-Poison: a\rb\r\n\r\n";
 /// # Panics
 /// When the server cannot be reached or refuses the message.
 pub fn raw_publish(server: &NatsServer, subject: &str, header_block: &[u8], payload: &[u8]) {
+    raw_publish_bytes(server, subject.as_bytes(), header_block, payload);
+}
+
+/// As [`raw_publish`], to a subject given as bytes: one async-nats cannot hold (not UTF-8).
+///
+/// # Panics
+/// As [`raw_publish`].
+pub fn raw_publish_bytes(server: &NatsServer, subject: &[u8], header_block: &[u8], payload: &[u8]) {
     let address = server.url().trim_start_matches("nats://").to_owned();
     let stream = std::net::TcpStream::connect(&address).expect("raw connection");
     stream
@@ -30,9 +38,11 @@ pub fn raw_publish(server: &NatsServer, subject: &str, header_block: &[u8], payl
     assert!(line.starts_with("INFO"), "{line}");
     let mut out = Vec::new();
     out.extend_from_slice(b"CONNECT {\"verbose\":false,\"pedantic\":false,\"headers\":true}\r\n");
+    out.extend_from_slice(b"HPUB ");
+    out.extend_from_slice(subject);
     out.extend_from_slice(
         format!(
-            "HPUB {subject} {} {}\r\n",
+            " {} {}\r\n",
             header_block.len(),
             header_block.len() + payload.len()
         )
