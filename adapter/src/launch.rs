@@ -39,7 +39,10 @@ impl MountRecord {
             in_flight: Arc::default(),
             losses: Arc::default(),
             lease_settings: Arc::new(Mutex::new(lease_settings(checked))),
-            received: Arc::default(),
+            received: Arc::new(Received::new(matches!(
+                checked.source,
+                Source::JetStream(_)
+            ))),
         }
     }
 }

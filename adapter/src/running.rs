@@ -87,7 +87,8 @@ impl<R: Runtime> Running<R> {
         self.clients.borrow().clone()
     }
 
-    /// The recoveries the app has made so far (rule 20): each lost connection or ended
+    /// The recoveries the app has made so far (rule 20), the last
+    /// [`RECOVERIES_KEPT`](crate::RECOVERIES_KEPT): each lost connection or ended
     /// subscription it noticed and got over.
     pub fn recoveries(&self) -> Vec<Recovery> {
         self.recoveries

@@ -31,7 +31,8 @@ pub struct ShutdownReport {
     /// Core messages lost over the app's life, per mount, for the mounts that lost any (rule
     /// 21); delayed copies still waiting at the end are in [`lost_copies`](Self::lost_copies).
     pub core_losses: Vec<CoreLosses>,
-    /// The recoveries the app made while it ran (rule 20): lost connections and ended
+    /// The recoveries the app made while it ran (rule 20), the last
+    /// [`RECOVERIES_KEPT`](crate::RECOVERIES_KEPT): lost connections and ended
     /// subscriptions it noticed and got over.
     pub recoveries: Vec<Recovery>,
     /// Why the app stopped on its own, if it did: the runtime the NATS connection ran on

@@ -62,6 +62,10 @@ pub const CONSUMER_REREAD: Duration = Duration::from_secs(30);
 /// (consumer info) may take.
 const PATIENCE: Duration = Duration::from_secs(5);
 
+/// How many recoveries an app keeps for its report (the most recent); older ones are only in
+/// the log.
+pub const RECOVERIES_KEPT: usize = 1000;
+
 /// One recovery the supervisor made while the app ran.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Recovery {
@@ -282,14 +286,19 @@ impl<R: Runtime> Supervisor<R> {
         Ok(())
     }
 
+    /// Keeps a recovery for the report: the last [`RECOVERIES_KEPT`].
     fn record(&self, reason: &str, mounts: Vec<String>) {
-        self.recoveries
+        let mut kept = self
+            .recoveries
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(Recovery {
-                reason: reason.to_owned(),
-                mounts,
-            });
+            .unwrap_or_else(PoisonError::into_inner);
+        if kept.len() == RECOVERIES_KEPT {
+            kept.remove(0);
+        }
+        kept.push(Recovery {
+            reason: reason.to_owned(),
+            mounts,
+        });
     }
 
     /// Notices a reconnection async-nats made by itself (its subscriptions carry over).
