@@ -151,7 +151,10 @@ async fn one_delivery(runtime: &str, auth: ServerOptions, connect: &[&str], env:
     service.terminate();
     assert_eq!(service.exit_code().await, 0, "{}", service.printed());
     let printed = service.printed();
-    assert!(printed.contains("scripted: stopped"), "{printed}");
+    assert!(
+        printed.contains("scripted: shutdown report: abandoned=[] lost_copies=[] core_losses=[] recoveries=0 failure=none"),
+        "{printed}"
+    );
     for secret in [PASSWORD, TOKEN] {
         assert!(
             !printed.contains(secret),
