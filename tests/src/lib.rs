@@ -17,6 +17,8 @@ use futures_util::StreamExt;
 /// How long any eventual assertion waits before it fails.
 pub const PATIENCE: Duration = Duration::from_secs(10);
 
+pub mod cluster;
+pub mod process;
 pub mod raw;
 mod server;
 

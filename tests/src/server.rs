@@ -230,6 +230,47 @@ impl NatsServer {
         }
     }
 
+    /// Stops the server with SIGTERM, as a service manager does, and waits until it has exited
+    /// (its JetStream store shut down cleanly); the store stays. Gives its exit status, which
+    /// is not judged (nats-server 2.9.10 has been seen to exit 0 and 1 on SIGTERM). Nothing
+    /// happens when it is not running.
+    ///
+    /// # Panics
+    /// When the signal cannot be sent, or the server has not exited within 10 s (it is then
+    /// killed).
+    pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        let sent = Command::new("sh")
+            .args(["-c", "kill -s TERM \"$1\"", "sh"])
+            .arg(child.id().to_string())
+            .status();
+        let deadline = Instant::now() + START_PATIENCE;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
+            if !matches!(sent, Ok(s) if s.success()) || Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("nats-server did not exit on SIGTERM within 10 s (sent: {sent:?})");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Starts the server again on the same port and store, after [`stop`](Self::stop) (which
+    /// kills it with SIGKILL) or [`terminate`](Self::terminate) (SIGTERM), so that a test can
+    /// keep it down for a while in between.
+    ///
+    /// # Panics
+    /// When it is still running, or does not come back.
+    pub fn start_again(&mut self) {
+        assert!(self.child.is_none(), "the server is still running");
+        if let Err(e) = self.spawn() {
+            panic!("{e}");
+        }
+    }
+
     /// Starts the server again on the same port and store.
     ///
     /// # Panics
@@ -245,14 +286,25 @@ impl NatsServer {
 /// The client port in the ports file nats-server writes for process `pid` once it listens:
 /// JSON like `{"client":["nats://127.0.0.1:PORT"],…}`.
 fn read_ports_file(dir: &std::path::Path, pid: u32) -> Option<u16> {
+    ports_in_file(dir, pid)?.first().copied()
+}
+
+/// Every port of a `nats://` URL in the ports file nats-server writes for process `pid` once
+/// it listens (client first; a clustered node's file lists its cluster port too), or `None`
+/// while there is no such file.
+pub(crate) fn ports_in_file(dir: &std::path::Path, pid: u32) -> Option<Vec<u16>> {
     let suffix = format!("_{pid}.ports");
     let entry = std::fs::read_dir(dir)
         .ok()?
         .filter_map(Result::ok)
         .find(|e| e.file_name().to_string_lossy().ends_with(&suffix))?;
     let text = std::fs::read_to_string(entry.path()).ok()?;
-    let url = text.split('"').find(|s| s.starts_with("nats://"))?;
-    url.rsplit(':').next()?.parse().ok()
+    Some(
+        text.split('"')
+            .filter(|s| s.starts_with("nats://"))
+            .filter_map(|url| url.rsplit(':').next()?.parse::<u16>().ok())
+            .collect(),
+    )
 }
 
 impl Drop for NatsServer {

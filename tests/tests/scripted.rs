@@ -4,108 +4,13 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use ruststream_tests::{NatsServer, PATIENCE, ServerOptions, TestClient, eventually, example_bin};
+use ruststream_tests::process::Scripted;
+use ruststream_tests::{NatsServer, PATIENCE, ServerOptions, TestClient, eventually};
 
 const PASSWORD: &str = "scr1pted-pw";
 const TOKEN: &str = "scr1pted-token";
-
-/// A running `scripted`: its process and every line it has printed so far.
-struct Service {
-    child: Child,
-    stdout: Arc<Mutex<Vec<String>>>,
-    stderr: Arc<Mutex<Vec<String>>>,
-}
-
-fn collect(stream: impl std::io::Read + Send + 'static) -> Arc<Mutex<Vec<String>>> {
-    let lines = Arc::new(Mutex::new(Vec::new()));
-    let sink = lines.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stream).lines().map_while(Result::ok) {
-            sink.lock().unwrap().push(line);
-        }
-    });
-    lines
-}
-
-impl Service {
-    fn spawn(args: &[&str], env: &[(&str, &str)]) -> Self {
-        let mut command = Command::new(example_bin("scripted"));
-        command
-            .args(args)
-            .env_remove("NATS_URL")
-            // Everything anything logs, async-nats' connection trace included, to show that
-            // none of it holds a secret (async-nats names server addresses at debug level:
-            // the app hands it addresses without credentials).
-            .env("RUST_LOG", "trace")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for (k, v) in env {
-            command.env(k, v);
-        }
-        let mut child = command.spawn().expect("scripted starts");
-        let stdout = collect(child.stdout.take().unwrap());
-        let stderr = collect(child.stderr.take().unwrap());
-        Self {
-            child,
-            stdout,
-            stderr,
-        }
-    }
-
-    fn printed(&self) -> String {
-        let mut all = self.stdout.lock().unwrap().join("\n");
-        all.push('\n');
-        all.push_str(&self.stderr.lock().unwrap().join("\n"));
-        all
-    }
-
-    async fn wait_for(&self, text: &str) {
-        eventually(&format!("scripted to print {text:?}"), || {
-            self.printed().contains(text).then_some(())
-        })
-        .await;
-    }
-
-    /// Waits for the process to exit; its exit code.
-    async fn exit_code(&mut self) -> i32 {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                // Let the reader threads take the last lines.
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                return status.code().expect("exited, not killed by a signal");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "scripted did not exit:\n{}",
-                self.printed()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    fn terminate(&self) {
-        let status = Command::new("sh")
-            .args(["-c", "kill -s TERM \"$1\"", "sh"])
-            .arg(self.child.id().to_string())
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn run(scenario: impl std::future::Future<Output = ()>) {
     tokio::runtime::Builder::new_multi_thread()
@@ -136,7 +41,7 @@ async fn one_delivery(runtime: &str, auth: ServerOptions, connect: &[&str], env:
     let mut args = vec!["--runtime", runtime, "--subject", &subject];
     args.extend(connect.iter().map(String::as_str));
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let mut service = Service::spawn(&args, &env);
+    let mut service = Scripted::spawn(&args, &env);
     service.wait_for("ruststream started").await;
     tc.client
         .publish(subject.clone(), r#"{"outcome":"ack"}"#.into())
@@ -149,7 +54,12 @@ async fn one_delivery(runtime: &str, auth: ServerOptions, connect: &[&str], env:
         ))
         .await;
     service.terminate();
-    assert_eq!(service.exit_code().await, 0, "{}", service.printed());
+    assert_eq!(
+        service.exit_code(PATIENCE).await,
+        0,
+        "{}",
+        service.printed()
+    );
     let printed = service.printed();
     assert!(
         printed.contains("scripted: shutdown report: abandoned=[] lost_copies=[] core_losses=[] recoveries=0 failure=none"),
@@ -270,9 +180,9 @@ fn scripted_refusals_name_the_mount_and_exit_non_zero() {
         ];
         for (args, code, why) in cases {
             let name = args[1];
-            let mut service = Service::spawn(args, &[]);
+            let mut service = Scripted::spawn(args, &[]);
             assert_eq!(
-                service.exit_code().await,
+                service.exit_code(PATIENCE).await,
                 code,
                 "{args:?}: {}",
                 service.printed()
@@ -309,7 +219,7 @@ fn scripted_shows_a_lease_on_the_wire_and_runs_a_slow_handler_once() {
                 "--max-attempts",
                 "3",
             ];
-            let mut service = Service::spawn(&args, &[]);
+            let mut service = Scripted::spawn(&args, &[]);
             service.wait_for("ruststream started").await;
             tc.js_publish(
                 "slow.x",
@@ -333,7 +243,12 @@ fn scripted_shows_a_lease_on_the_wire_and_runs_a_slow_handler_once() {
                 "{runtime}"
             );
             service.terminate();
-            assert_eq!(service.exit_code().await, 0, "{}", service.printed());
+            assert_eq!(
+                service.exit_code(PATIENCE).await,
+                0,
+                "{}",
+                service.printed()
+            );
             let runs = service
                 .stdout
                 .lock()
@@ -352,7 +267,7 @@ fn scripted_shows_a_lease_on_the_wire_and_runs_a_slow_handler_once() {
 }
 
 /// The report line `scripted` prints at exit.
-fn report_line(service: &Service) -> String {
+fn report_line(service: &Scripted) -> String {
     service
         .stderr
         .lock()
@@ -397,7 +312,7 @@ fn scripted_prints_its_shutdown_report_with_the_core_losses_on_one_line() {
                 "--subscription-buffer",
                 "5",
             ];
-            let mut service = Service::spawn(&args, &[("RUST_LOG", "info")]);
+            let mut service = Scripted::spawn(&args, &[("RUST_LOG", "info")]);
             service.wait_for("ruststream started").await;
             const SENT: u64 = 200;
             for _ in 0..SENT {
@@ -411,7 +326,12 @@ fn scripted_prints_its_shutdown_report_with_the_core_losses_on_one_line() {
             // A few handler runs more, then stop.
             tokio::time::sleep(Duration::from_millis(200)).await;
             service.terminate();
-            assert_eq!(service.exit_code().await, 0, "{}", service.printed());
+            assert_eq!(
+                service.exit_code(PATIENCE).await,
+                0,
+                "{}",
+                service.printed()
+            );
             let line = report_line(&service);
             assert!(
                 line.starts_with("abandoned=[] lost_copies=[] core_losses=[scripted:"),
@@ -465,8 +385,13 @@ fn scripted_exits_non_zero_naming_a_stored_message_that_brings_the_client_down()
                 "--max-attempts",
                 "3",
             ];
-            let mut service = Service::spawn(&args, &[("RUST_LOG", "info")]);
-            assert_eq!(service.exit_code().await, 1, "{}", service.printed());
+            let mut service = Scripted::spawn(&args, &[("RUST_LOG", "info")]);
+            assert_eq!(
+                service.exit_code(PATIENCE).await,
+                1,
+                "{}",
+                service.printed()
+            );
             let line = report_line(&service);
             assert!(
                 line.contains("stream sequence 1") && line.contains("nats stream rmm POISON 1"),
