@@ -234,6 +234,7 @@ impl<R: Runtime> App<R> {
         let (finish_tx, finish_rx) = watch::channel(None);
         let (delay_tx, delay_rx) = mpsc::unbounded_channel();
         let (ended_tx, ended_rx) = mpsc::unbounded_channel();
+        let (reconnected_tx, reconnected_rx) = watch::channel(0);
         let launcher = Launcher::<R> {
             reactor: reactor.clone(),
             delayed: delay_tx,
@@ -241,6 +242,7 @@ impl<R: Runtime> App<R> {
             observer: self.observer,
             shutdown: shutdown_rx.clone(),
             ended: ended_tx,
+            reconnected: reconnected_rx,
         };
         let records: Arc<[MountRecord]> = checked.iter().map(MountRecord::new).collect();
         let tasks: Vec<Option<R::Task>> = checked
@@ -277,6 +279,7 @@ impl<R: Runtime> App<R> {
             failed: failed.clone(),
             recoveries: Arc::clone(&recoveries),
             consumer_reread: self.consumer_reread,
+            reconnected: reconnected_tx,
         };
         let supervisor = R::spawn_next_to(&reactor, supervisor.run());
         tracing::info!(mounts = records.len(), "ruststream started");

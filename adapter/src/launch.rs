@@ -73,6 +73,9 @@ pub(crate) struct Launcher<R: Runtime> {
     /// Told the index of a mount whose loop ended while the app was not shutting down: its
     /// subscription or pull inbox ended under it.
     pub(crate) ended: mpsc::UnboundedSender<usize>,
+    /// Counts the connection's losses that async-nats got over by itself: a pull loop then
+    /// takes back the slots of its outstanding requests, which the server has forgotten.
+    pub(crate) reconnected: watch::Receiver<u64>,
 }
 
 impl<R: Runtime> Launcher<R> {
@@ -127,6 +130,7 @@ impl<R: Runtime> Launcher<R> {
                     *consumer,
                     slots,
                     mount.concurrency,
+                    self.reconnected.clone(),
                     self.shutdown.clone(),
                 );
                 R::spawn_next_to(&self.reactor, async move {

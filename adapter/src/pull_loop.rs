@@ -60,6 +60,9 @@ impl Held {
 /// through async-nats' `request_batch`) to one inbox that lives as long as the mount, moves
 /// the slots as the accounting says, and starts each delivery in its slot.
 ///
+/// When the supervisor sees that async-nats reconnected (`reconnected` changes), the
+/// outstanding requests count as lost at once: the server forgot them.
+///
 /// At shutdown no new request goes out; outstanding ones are received to their end (at most
 /// [`PULL_EXPIRES`](ruststream_core::PULL_EXPIRES), or a grace period later for lost ones)
 /// and their messages handled, so none waits for `ack_wait`.
@@ -68,6 +71,7 @@ pub(crate) async fn pull_loop<R: Runtime>(
     consumer: async_nats::jetstream::consumer::PullConsumer,
     slots: Arc<Semaphore>,
     concurrency: NonZeroUsize,
+    mut reconnected: watch::Receiver<u64>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     use async_nats::StatusCode;
@@ -84,6 +88,7 @@ pub(crate) async fn pull_loop<R: Runtime>(
     let mut pulls = PullAccounting::new(concurrency);
     let mut held = Held::default();
     let mut backoff = Duration::from_millis(50);
+    let mut watching = true;
     'pull: loop {
         if *shutdown.borrow() {
             pulls.handle_shutdown();
@@ -129,6 +134,19 @@ pub(crate) async fn pull_loop<R: Runtime>(
         let next = tokio::select! {
             next = replies.next() => next,
             _ = shutdown.changed(), if !pulls.is_stopping() => continue,
+            changed = reconnected.changed(), if watching => {
+                match changed {
+                    Ok(()) => {
+                        let lost = pulls.handle_connection_lost();
+                        held.free(lost);
+                        tracing::debug!(mount = %ctx.name, outstanding = lost,
+                            "the connection was lost and made again: the outstanding pull requests are forgotten, their slots taken back");
+                    }
+                    // The supervisor has stopped (shutdown): nothing more to watch.
+                    Err(_) => watching = false,
+                }
+                continue;
+            }
             () = R::sleep_until(lost_at) => {
                 let lost = pulls.handle_timeout(R::now());
                 tracing::warn!(mount = %ctx.name, outstanding = lost, "pull requests never ended; their slots are taken back");

@@ -92,6 +92,8 @@ pub(crate) struct Supervisor<R: Runtime> {
     pub(crate) recoveries: Arc<Mutex<Vec<Recovery>>>,
     /// How often the consumers are read again ([`CONSUMER_REREAD`] unless a test says).
     pub(crate) consumer_reread: Duration,
+    /// Counts the reconnections async-nats made by itself, for the pull loops.
+    pub(crate) reconnected: watch::Sender<u64>,
 }
 
 /// Why a try at subscribing again failed.
@@ -309,6 +311,7 @@ impl<R: Runtime> Supervisor<R> {
         }
         let times = connects - watch.connects;
         watch.connects = connects;
+        self.reconnected.send_modify(|n| *n += times);
         tracing::warn!(
             times,
             "the connection to NATS was lost and made again by the client"

@@ -170,6 +170,15 @@ impl PullAccounting {
         }
     }
 
+    /// The connection was lost and made again: the server has forgotten every outstanding
+    /// request (a restarted server keeps none, and one that stayed up drops a request whose
+    /// reply subject lost its interest). Returns how many slots to free: all outstanding, at
+    /// once rather than at [`poll_timeout`](Self::poll_timeout). A message of such a request
+    /// that still comes is [`Receipt::Unrequested`], and takes a free slot.
+    pub fn handle_connection_lost(&mut self) -> usize {
+        std::mem::take(&mut self.outstanding)
+    }
+
     /// Shutdown began: no request goes out any more; outstanding ones are received to their
     /// end (or loss).
     pub fn handle_shutdown(&mut self) {
@@ -184,6 +193,21 @@ mod tests {
 
     fn accounting(concurrency: usize) -> PullAccounting {
         PullAccounting::new(NonZeroUsize::new(concurrency).expect("non-zero"))
+    }
+
+    #[test]
+    fn a_lost_connection_frees_every_outstanding_slot_at_once() {
+        let now = Instant::now();
+        let mut a = accounting(8);
+        let first = a.poll_request(8).expect("all free");
+        a.handle_requested(first, now);
+        assert_eq!(a.handle_message(), Receipt::Reserved);
+        assert_eq!(a.handle_connection_lost(), 7);
+        assert_eq!(a.outstanding(), 0);
+        assert_eq!(a.poll_timeout(), None, "nothing left to time out");
+        // A message of the forgotten request that still comes takes a free slot.
+        assert_eq!(a.handle_message(), Receipt::Unrequested);
+        assert_eq!(a.poll_request(8).map(|r| r.batch), Some(8));
     }
 
     #[test]

@@ -24,6 +24,8 @@ enum Step {
     RequestEnd(Option<Vec<u8>>),
     /// Time passes, in milliseconds.
     Advance(u64),
+    /// The connection is lost and made again.
+    ConnectionLost,
     /// Shutdown begins.
     Shutdown,
 }
@@ -39,6 +41,7 @@ fn step() -> impl Strategy<Value = Step> {
         ])
         .prop_map(Step::RequestEnd),
         1 => (0u64..4_000).prop_map(Step::Advance),
+        1 => Just(Step::ConnectionLost),
         1 => Just(Step::Shutdown),
     ]
 }
@@ -86,6 +89,7 @@ proptest! {
                     now += Duration::from_millis(ms);
                     free += a.handle_timeout(now);
                 }
+                Step::ConnectionLost => free += a.handle_connection_lost(),
                 Step::Shutdown => a.handle_shutdown(),
             }
             prop_assert_eq!(free + handlers + a.outstanding(), concurrency);

@@ -225,3 +225,60 @@ fn rule_20_a_stored_message_whose_subject_the_client_cannot_read_ends_the_app() 
         );
     });
 }
+
+#[test]
+fn rule_20_a_jetstream_mount_pulls_again_at_once_after_nats_server_restarts() {
+    run(async {
+        let mut server = NatsServer::start();
+        let tc = TestClient::connect(&server).await;
+        tc.file_stream("FILES", &["files.>"]).await;
+        let ev = events();
+        let handled = Arc::new(AtomicU64::new(0));
+        let count = handled.clone();
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::jetstream("js-restart-20", "FILES", "worker"),
+                move |_d: Delivery| {
+                    count.fetch_add(1, Ordering::SeqCst);
+                    async { Outcome::Ack }
+                },
+            )
+        })
+        .await;
+        tc.js_publish("files.a", HeaderMap::new(), b"before").await;
+        eventually("the first message", || {
+            (handled.load(Ordering::SeqCst) == 1).then_some(())
+        })
+        .await;
+        // The idle mount has a pull request waiting on the server; the restart forgets it.
+        server.restart();
+        let client = app.client();
+        eventually("the app's client to reconnect", || {
+            (client.connection_state() == adapter::async_nats::connection::State::Connected)
+                .then_some(())
+        })
+        .await;
+        let reconnected = Instant::now();
+        let tc = TestClient::connect(&server).await;
+        tc.js_publish("files.a", HeaderMap::new(), b"after").await;
+        eventually("the message after the restart", || {
+            (handled.load(Ordering::SeqCst) == 2).then_some(())
+        })
+        .await;
+        let took = reconnected.elapsed();
+        // The forgotten request would otherwise hold the mount's slots until it counts as
+        // lost: PULL_EXPIRES + PULL_GRACE (3 s) after it was sent.
+        assert!(
+            took < Duration::from_millis(1_500),
+            "pulled again {took:?} after the client reconnected"
+        );
+        let report = app.shutdown().await;
+        assert!(
+            report
+                .recoveries
+                .iter()
+                .any(|r| r.reason.contains("reconnected")),
+            "{report:?}"
+        );
+    });
+}
