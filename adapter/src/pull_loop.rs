@@ -12,6 +12,9 @@ use crate::delivery::{read_jetstream, start_delivery};
 use crate::mount_context::MountContext;
 use crate::runtime::Runtime;
 
+/// How long a flush may take to tell a dead client after a failed pull request.
+const DEAD_CLIENT_CHECK: Duration = Duration::from_millis(200);
+
 /// Takes a free handler slot, or `None` once shutdown has begun.
 async fn slot(
     slots: &Arc<Semaphore>,
@@ -111,6 +114,14 @@ pub(crate) async fn pull_loop<R: Runtime>(
                 }
                 Err(e) => {
                     drop(permits);
+                    // A client whose connection task is gone fails every request at once and
+                    // may never end the inbox: the mount ends, and the supervisor makes a new
+                    // client (rule 20). A flush that only waits (a server that is down) says
+                    // nothing.
+                    if let Some(Err(_)) = R::timeout(DEAD_CLIENT_CHECK, ctx.client.flush()).await {
+                        tracing::error!(mount = %ctx.name, error = %e, "pull request failed: the client has stopped working; the mount stops");
+                        break;
+                    }
                     tracing::warn!(mount = %ctx.name, error = %e, "pull request failed; retrying");
                     tokio::select! {
                         _ = R::sleep_until(R::now() + backoff) => {}

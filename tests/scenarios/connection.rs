@@ -66,55 +66,76 @@ fn rule_20_a_poison_header_on_core_brings_the_client_down_and_the_mount_back() {
     });
 }
 
-#[test]
-fn rule_20_a_poison_jetstream_message_ends_the_app_with_its_stream_sequence() {
-    run(async {
-        let (server, tc, _acks, _r, ev) = js_case().await;
+/// `goods` good messages, then one that brings the client down, stored in ORDERS; a mount
+/// (its name `mount`) consumes them. The app must end with an error naming the poison's
+/// sequence, bounded in time, each good message run at least once.
+async fn poison_ends_the_app(mount: &str, goods: u64) {
+    let (server, tc, _acks, _r, ev) = js_case().await;
+    for _ in 0..goods {
         tc.js_publish("orders.good", HeaderMap::new(), b"good")
             .await;
-        raw_publish(&server, "orders.poison", LONE_CR, b"poison");
-        assert_eq!(
-            tc.stream_len("ORDERS").await,
-            2,
-            "the stream stored the poison"
-        );
-        let handled = Arc::new(AtomicU64::new(0));
-        let count = handled.clone();
-        let app = start(&server, &ev, |a| {
-            a.mount(
-                js_mount("js-poison-20").max_attempts(3),
-                move |_d: Delivery| {
-                    count.fetch_add(1, Ordering::SeqCst);
-                    async { Outcome::Ack }
-                },
-            )
+    }
+    raw_publish(&server, "orders.poison", LONE_CR, b"poison");
+    let poison = goods + 1;
+    assert_eq!(
+        tc.stream_len("ORDERS").await,
+        poison,
+        "the stream stored the poison"
+    );
+    let handled = Arc::new(Mutex::new(std::collections::BTreeMap::<u64, u64>::new()));
+    let seen = handled.clone();
+    let app = start(&server, &ev, |a| {
+        a.mount(js_mount(mount).max_attempts(3), move |d: Delivery| {
+            let sequence = d.jetstream.as_ref().map_or(0, |j| j.stream_sequence);
+            *seen.lock().unwrap().entry(sequence).or_default() += 1;
+            async { Outcome::Ack }
         })
-        .await;
-        let began = Instant::now();
-        let ended = tokio::time::timeout(Duration::from_secs(60), app.until_signal())
-            .await
-            .expect("the app ends on its own, bounded, instead of looping for ever");
-        let failed = ended.expect_err("an app that cannot go on ends with an error");
-        let reason = failed.report.failure.clone().expect("the reason");
-        assert!(
-            reason.contains("stream sequence 2") && reason.contains("nats stream rmm ORDERS 2"),
-            "{reason}"
-        );
-        assert!(
-            failed.report.recoveries.len() >= usize::try_from(SAME_SUSPECT).unwrap() - 1,
-            "{:?}",
-            failed.report.recoveries
-        );
-        // The good message travels in the poison's batch: each time, its +ACK went into the
-        // client that the poison then brought down, so it came back (at least once).
-        let runs = handled.load(Ordering::SeqCst);
-        assert!(
-            (1..=u64::from(SAME_SUSPECT)).contains(&runs),
-            "the good message runs once per connection at most: {runs}"
-        );
-        logged(&["WARN", "js-poison-20", "stream_sequence=2"]).await;
-        eprintln!("the poison ended the app in {:?}", began.elapsed());
-    });
+    })
+    .await;
+    let began = Instant::now();
+    let ended = tokio::time::timeout(Duration::from_secs(60), app.until_signal())
+        .await
+        .expect("the app ends on its own, bounded, instead of looping for ever");
+    let failed = ended.expect_err("an app that cannot go on ends with an error");
+    let reason = failed.report.failure.clone().expect("the reason");
+    assert!(
+        reason.contains(&format!("stream sequence {poison},"))
+            && reason.contains(&format!("nats stream rmm ORDERS {poison}")),
+        "{reason}"
+    );
+    assert!(
+        failed.report.recoveries.len() >= usize::try_from(SAME_SUSPECT).unwrap() - 1,
+        "{:?}",
+        failed.report.recoveries
+    );
+    // A good message that travels in the poison's batch has its +ACK go into the client that
+    // the poison then brings down, so it comes back: at least once, at most once per client.
+    let handled = handled.lock().unwrap().clone();
+    assert_eq!(
+        handled.keys().copied().collect::<Vec<_>>(),
+        (1..poison).collect::<Vec<_>>(),
+        "every good message ran, the poison never"
+    );
+    assert!(
+        handled
+            .values()
+            .all(|runs| (1..=u64::from(SAME_SUSPECT)).contains(runs)),
+        "{handled:?}"
+    );
+    logged(&["WARN", mount, &format!("stream_sequence={poison}")]).await;
+    eprintln!("the poison ended the app in {:?}", began.elapsed());
+}
+
+#[test]
+fn rule_20_a_poison_jetstream_message_ends_the_app_with_its_stream_sequence() {
+    run(poison_ends_the_app("js-poison-20", 1));
+}
+
+#[test]
+fn rule_20_a_poison_jetstream_message_behind_a_full_batch_ends_the_app_too() {
+    // 63 good messages and the poison fill the mount's 64 slots: every handler's +ACK fails
+    // on the dead client, and the pull loop's next request fails too.
+    run(poison_ends_the_app("js-poison-full-20", 63));
 }
 
 const SAME_SUSPECT: u32 = adapter::SAME_SUSPECT_LIMIT;
