@@ -356,7 +356,11 @@ impl<R: Runtime> Supervisor<R> {
                 watch.suspects.remove(&index);
                 continue;
             }
-            let sequence = self.suspect(&js, index, stream, &info).await;
+            let Some(sequence) = self.suspect(&js, index, stream, &info).await else {
+                // Every message it waits for reached the mount: none brought the client down.
+                watch.suspects.remove(&index);
+                continue;
+            };
             let times = match watch.suspects.get(&index) {
                 Some(&(seen, n)) if seen == sequence => n + 1,
                 _ => 1,
@@ -380,17 +384,17 @@ impl<R: Runtime> Supervisor<R> {
     }
 
     /// The message most likely to have brought the client down: the first one after the
-    /// consumer's ack floor, up to the last it delivered, that the mount never received (a
-    /// message the client cannot read never reaches it) and that the consumer would deliver
-    /// (still stored, on its filter subject); the first after the ack floor if none is found
-    /// among the first [`SUSPECT_SCAN`].
+    /// consumer's ack floor, up to the last it delivered (at most [`SUSPECT_SCAN`] of them),
+    /// that the mount never received (a message the client cannot read never reaches it) and
+    /// that the consumer would deliver (still stored, on its filter subject). `None` when every
+    /// such message reached the mount: a handler still running, say, is no suspect.
     async fn suspect(
         &self,
         js: &async_nats::jetstream::Context,
         index: usize,
         stream: &str,
         info: &async_nats::jetstream::consumer::Info,
-    ) -> u64 {
+    ) -> Option<u64> {
         let first = info.ack_floor.stream_sequence + 1;
         let last = info
             .delivered
@@ -402,7 +406,7 @@ impl<R: Runtime> Supervisor<R> {
             f => ruststream_core::Wildcard::new(f).ok(),
         };
         let Some(Ok(stream)) = R::timeout(PATIENCE, js.get_stream(stream)).await else {
-            return first;
+            return None;
         };
         for sequence in first..=last {
             if received.contains(&sequence) {
@@ -415,7 +419,7 @@ impl<R: Runtime> Supervisor<R> {
                 Some(Ok(stored)) => stored,
                 Some(Err(e)) if e.kind() == RawMessageErrorKind::NoMessageFound => continue,
                 // Stored, and async-nats cannot read it either: the likeliest culprit.
-                Some(Err(_)) => return sequence,
+                Some(Err(_)) => return Some(sequence),
                 None => continue,
             };
             let on_filter = match (&filter, ruststream_core::Subject::new(&stored.subject)) {
@@ -424,10 +428,10 @@ impl<R: Runtime> Supervisor<R> {
                 (Some(_), Err(_)) => true,
             };
             if on_filter {
-                return sequence;
+                return Some(sequence);
             }
         }
-        first
+        None
     }
 
     /// Reads each JetStream mount's consumer again, and takes a changed `ack_wait` or

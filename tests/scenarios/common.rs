@@ -138,9 +138,18 @@ pub(crate) async fn eventually_info(
     tc: &TestClient,
     ok: impl Fn(&adapter::async_nats::jetstream::consumer::Info) -> bool,
 ) -> adapter::async_nats::jetstream::consumer::Info {
+    eventually_info_of(tc, "ORDERS", ok).await
+}
+
+/// As [`eventually_info`], for the consumer `worker` of `stream`.
+pub(crate) async fn eventually_info_of(
+    tc: &TestClient,
+    stream: &str,
+    ok: impl Fn(&adapter::async_nats::jetstream::consumer::Info) -> bool,
+) -> adapter::async_nats::jetstream::consumer::Info {
     let deadline = Instant::now() + ruststream_tests::PATIENCE;
     loop {
-        let info = tc.consumer_info("ORDERS", "worker").await;
+        let info = tc.consumer_info(stream, "worker").await;
         if ok(&info) {
             return info;
         }

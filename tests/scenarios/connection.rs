@@ -303,3 +303,51 @@ fn rule_20_a_jetstream_mount_pulls_again_at_once_after_nats_server_restarts() {
         );
     });
 }
+
+#[test]
+fn rule_20_server_restarts_during_a_long_handler_do_not_end_the_app() {
+    run(async {
+        let mut server = NatsServer::start();
+        let tc = TestClient::connect(&server).await;
+        tc.file_stream("LONG", &["long.>"]).await;
+        let (r, ev) = (runs(), events());
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::jetstream("js-long-20", "LONG", "worker")
+                    .ack_wait(Duration::from_millis(1_000))
+                    .max_attempts(3),
+                slow(&r, |_| Duration::from_millis(4_000), |_| Outcome::Ack),
+            )
+        })
+        .await;
+        tc.js_publish("long.a", HeaderMap::new(), b"long").await;
+        eventually("the handler to start", || {
+            (!r.lock().unwrap().is_empty()).then_some(())
+        })
+        .await;
+        // More losses of the connection than SAME_SUSPECT_LIMIT while the one message the
+        // consumer waits for is in the handler's hands: it reached the mount, it is no suspect.
+        let client = app.client();
+        for _ in 0..SAME_SUSPECT + 1 {
+            server.restart();
+            eventually("the app's client to reconnect", || {
+                (client.connection_state() == adapter::async_nats::connection::State::Connected)
+                    .then_some(())
+            })
+            .await;
+            tokio::time::sleep(Duration::from_millis(600)).await;
+        }
+        let tc = TestClient::connect(&server).await;
+        let info = eventually_info_of(&tc, "LONG", |i| {
+            i.num_ack_pending == 0 && i.num_pending == 0
+        })
+        .await;
+        assert_eq!(info.ack_floor.stream_sequence, 1, "{info:?}");
+        let report = app.shutdown().await;
+        assert!(report.failure.is_none(), "{report:?}");
+        assert!(
+            report.recoveries.len() > usize::try_from(SAME_SUSPECT).unwrap(),
+            "{report:?}"
+        );
+    });
+}
