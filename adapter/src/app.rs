@@ -22,7 +22,7 @@ use crate::running::{AppFailed, Running};
 use crate::runtime::{Reactor, Runtime};
 use crate::shutdown::{DEFAULT_GRACE_PERIOD, ShutdownReport};
 use crate::startup::{check_mounts, connect};
-use crate::supervisor::{CONSUMER_REREAD, Supervisor};
+use crate::supervisor::{CONSUMER_REREAD, DEFAULT_DISCONNECTED_LIMIT, Supervisor};
 
 /// Why the app did not start. Every error about a mount names it.
 #[derive(Debug, thiserror::Error)]
@@ -81,6 +81,7 @@ pub struct App<R> {
     grace: Duration,
     observer: Option<Observer>,
     consumer_reread: Duration,
+    disconnected_limit: Duration,
     runtime: PhantomData<fn() -> R>,
 }
 
@@ -109,6 +110,7 @@ impl<R: Runtime> App<R> {
             grace: DEFAULT_GRACE_PERIOD,
             observer: None,
             consumer_reread: CONSUMER_REREAD,
+            disconnected_limit: DEFAULT_DISCONNECTED_LIMIT,
             runtime: PhantomData,
         }
     }
@@ -174,11 +176,24 @@ impl<R: Runtime> App<R> {
     }
 
     /// How often each JetStream mount's consumer is read again for a changed `ack_wait` or
-    /// `BackOff` (default [`CONSUMER_REREAD`]). For tests.
-    #[doc(hidden)]
+    /// `BackOff`, which its leases then follow (default [`CONSUMER_REREAD`], 5 s; rule 16).
+    /// Each read is one request per JetStream mount. Until a shortened `ack_wait` is read, a
+    /// handler running longer than the new `ack_wait` may be redelivered and run again.
     #[must_use]
-    pub fn consumer_reread_every(mut self, every: Duration) -> Self {
+    pub fn consumer_reread(mut self, every: Duration) -> Self {
         self.consumer_reread = every;
+        self
+    }
+
+    /// How long the connection to NATS may stay down before the app ends with an error
+    /// (default [`DEFAULT_DISCONNECTED_LIMIT`], 2 minutes; rule 20). While it is down no
+    /// mount consumes: a warning names the mounts every 10 s, and past the limit
+    /// [`Running::until_signal`] returns [`AppFailed`], so that whatever runs the process
+    /// restarts it and shows the outage. Raise it to ride out longer maintenance;
+    /// `Duration::MAX` never ends the app for it.
+    #[must_use]
+    pub fn disconnected_limit(mut self, limit: Duration) -> Self {
+        self.disconnected_limit = limit;
         self
     }
 
@@ -235,6 +250,7 @@ impl<R: Runtime> App<R> {
         let (delay_tx, delay_rx) = mpsc::unbounded_channel();
         let (ended_tx, ended_rx) = mpsc::unbounded_channel();
         let (reconnected_tx, reconnected_rx) = watch::channel(0);
+        let clients = Arc::new(watch::Sender::new(client.clone()));
         let launcher = Launcher::<R> {
             reactor: reactor.clone(),
             delayed: delay_tx,
@@ -243,6 +259,7 @@ impl<R: Runtime> App<R> {
             shutdown: shutdown_rx.clone(),
             ended: ended_tx,
             reconnected: reconnected_rx,
+            clients: clients.subscribe(),
         };
         let records: Arc<[MountRecord]> = checked.iter().map(MountRecord::new).collect();
         let tasks: Vec<Option<R::Task>> = checked
@@ -251,7 +268,6 @@ impl<R: Runtime> App<R> {
             .map(|(index, checked)| Some(launcher.launch(index, checked, &client, &records[index])))
             .collect();
         let tasks = Arc::new(Mutex::new(tasks));
-        let clients = Arc::new(watch::Sender::new(client.clone()));
         let failed = Arc::new(watch::Sender::new(None));
         let recoveries = Arc::default();
 
@@ -280,6 +296,7 @@ impl<R: Runtime> App<R> {
             recoveries: Arc::clone(&recoveries),
             consumer_reread: self.consumer_reread,
             reconnected: reconnected_tx,
+            disconnected_limit: self.disconnected_limit,
         };
         let supervisor = R::spawn_next_to(&reactor, supervisor.run());
         tracing::info!(mounts = records.len(), "ruststream started");

@@ -235,6 +235,51 @@ fn schedule_copy(
         .map_err(|_| PublishFailed::new(Unpublished::Copy, "the delay queue has stopped"))
 }
 
+/// How long a settlement that the mount's client could not send waits for the supervisor's
+/// new client (rule 20), at most; never more than half the consumer's `ack_wait`.
+const NEW_CLIENT_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Sends a settlement that the mount's client refused (`error`: its connection task is gone)
+/// through the client the supervisor connects in its place: an ack reply subject is good on
+/// any connection, so the delivery is settled once, not redelivered and run again. Waits for
+/// that client at most [`NEW_CLIENT_PATIENCE`] or half `ack_wait`; logs the settlement as not
+/// sent when none comes, or when it fails too.
+async fn settle_through_new_client(
+    ctx: &MountContext,
+    msg: &async_nats::Message,
+    reply: async_nats::Subject,
+    payload: Bytes,
+    error: async_nats::PublishError,
+) {
+    let patience = ctx
+        .lease_settings()
+        .ack_wait
+        .map_or(NEW_CLIENT_PATIENCE, |ack_wait| {
+            NEW_CLIENT_PATIENCE.min(ack_wait / 2)
+        });
+    let mut clients = ctx.clients.clone();
+    let newer = async {
+        loop {
+            if clients.changed().await.is_err() {
+                return None;
+            }
+            let client = clients.borrow_and_update().clone();
+            if client.publish(reply.clone(), payload.clone()).await.is_ok() {
+                return Some(());
+            }
+        }
+    };
+    match tokio::time::timeout(patience, newer).await {
+        Ok(Some(())) => {
+            tracing::info!(mount = %ctx.name, subject = %msg.subject, first_error = %error,
+                "settlement sent through the new client");
+        }
+        Ok(None) | Err(_) => {
+            tracing::error!(mount = %ctx.name, subject = %msg.subject, error = %error, "settlement not sent");
+        }
+    }
+}
+
 /// Whether `action` is executed without the client: a log, or a copy handed to the delay
 /// queue.
 fn without_client(action: &Action<'_>) -> bool {
@@ -326,12 +371,9 @@ pub(crate) async fn execute(
                     tracing::error!(mount = %ctx.name, subject = %msg.subject, "JetStream delivery without an ack reply subject");
                     continue;
                 };
-                if let Err(e) = ctx
-                    .client
-                    .publish(reply, settlement.payload().to_bytes())
-                    .await
-                {
-                    tracing::error!(mount = %ctx.name, subject = %msg.subject, error = %e, "settlement not sent");
+                let payload = settlement.payload().to_bytes();
+                if let Err(e) = ctx.client.publish(reply.clone(), payload.clone()).await {
+                    Box::pin(settle_through_new_client(ctx, msg, reply, payload, e)).await;
                 }
             }
             Action::PublishCopy {

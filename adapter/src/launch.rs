@@ -76,6 +76,8 @@ pub(crate) struct Launcher<R: Runtime> {
     /// Counts the connection's losses that async-nats got over by itself: a pull loop then
     /// takes back the slots of its outstanding requests, which the server has forgotten.
     pub(crate) reconnected: watch::Receiver<u64>,
+    /// The app's current client.
+    pub(crate) clients: watch::Receiver<Client>,
 }
 
 impl<R: Runtime> Launcher<R> {
@@ -105,6 +107,7 @@ impl<R: Runtime> Launcher<R> {
             policy,
             handler,
             client: client.clone(),
+            clients: self.clients.clone(),
             dead_letters,
             delayed: self.delayed.clone(),
             jetstream_names,

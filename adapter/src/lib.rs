@@ -49,8 +49,8 @@ pub use ruststream_core::{Attempt, DeclarationError, DeclarationErrorKind, Dispo
 pub use shutdown::{CoreLosses, DEFAULT_GRACE_PERIOD, ShutdownReport};
 pub use startup::connect_url;
 pub use supervisor::{
-    CONSUMER_REREAD, MAX_RECOVERIES, RECOVERIES_KEPT, RECOVERY_LIMIT, RECOVERY_WINDOW, Recovery,
-    SAME_SUSPECT_LIMIT,
+    CONSUMER_REREAD, DEFAULT_DISCONNECTED_LIMIT, MAX_RECOVERIES, RECOVERIES_KEPT, RECOVERY_LIMIT,
+    RECOVERY_WINDOW, Recovery, SAME_SUSPECT_LIMIT,
 };
 
 /// Re-exported so applications can build [`App::with_options`] and read headers without

@@ -29,6 +29,8 @@ pub(crate) struct MountContext {
     pub(crate) policy: MountPolicy,
     pub(crate) handler: Arc<dyn crate::Handler>,
     pub(crate) client: Client,
+    /// The app's current client, which the supervisor replaces when `client` dies (rule 20).
+    pub(crate) clients: tokio::sync::watch::Receiver<Client>,
     pub(crate) dead_letters: DeadLetterSink,
     pub(crate) delayed: mpsc::UnboundedSender<(PendingCopy, Instant)>,
     pub(crate) jetstream_names: Option<(&'static str, &'static str)>,

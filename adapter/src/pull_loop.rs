@@ -119,8 +119,12 @@ pub(crate) async fn pull_loop<R: Runtime>(
                     // client (rule 20). A flush that only waits (a server that is down) says
                     // nothing.
                     if let Some(Err(_)) = R::timeout(DEAD_CLIENT_CHECK, ctx.client.flush()).await {
-                        tracing::error!(mount = %ctx.name, error = %e, "pull request failed: the client has stopped working; the mount stops");
-                        break;
+                        tracing::error!(mount = %ctx.name, error = %e,
+                            "pull request failed: the client has stopped working; the mount stops once it has handled what it received");
+                        // No request goes out any more; what the inbox holds is handled (and
+                        // settled through the supervisor's new client), then the inbox ends.
+                        pulls.handle_shutdown();
+                        continue;
                     }
                     tracing::warn!(mount = %ctx.name, error = %e, "pull request failed; retrying");
                     tokio::select! {

@@ -226,8 +226,14 @@ impl<R: Runtime> Running<R> {
             }
         }
         // Nothing can reach the server once its connection's runtime is gone.
-        if !reactor_dead {
-            let client = self.clients.borrow().clone();
+        let client = self.clients.borrow().clone();
+        // An app that ends because its connection stayed down does not wait for it again.
+        let down = report.failure.is_some()
+            && client.connection_state() != async_nats::connection::State::Connected;
+        if down {
+            tracing::warn!("the connection to NATS is down: nothing flushed or drained at shutdown");
+        }
+        if !reactor_dead && !down {
             match R::timeout(FINAL_FLUSH, client.flush()).await {
                 Some(Ok(())) => {}
                 Some(Err(e)) => tracing::warn!(error = %e, "flush at shutdown failed"),

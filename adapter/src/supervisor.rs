@@ -11,7 +11,7 @@
 //! let it be redelivered without bound (its delivery never reaches a handler, so no
 //! `max_attempts` can end it).
 //!
-//! Every [`CONSUMER_REREAD`] it reads each JetStream mount's consumer again, and takes a
+//! Every [`CONSUMER_REREAD`] (by default) it reads each JetStream mount's consumer again, and takes a
 //! changed `ack_wait` or `BackOff` into its lease settings (rule 16).
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -52,11 +52,23 @@ pub const SAME_SUSPECT_LIMIT: u32 = 3;
 /// brought the client down.
 const SUSPECT_SCAN: u64 = 64;
 
+/// How long a flush may take to tell a dead client at a health check.
+const DEAD_CHECK: Duration = Duration::from_millis(200);
+
+/// How often a connection that stays down is logged.
+const DOWN_WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// How long the connection to NATS may stay down, by default, before the app ends with an
+/// error: 2 minutes, about as long as the Go client tries by default (60 reconnects, 2 s
+/// apart) before it gives up. Long enough for a server restart or a cluster's failover; short
+/// enough that a service cut off for good is restarted and seen.
+pub const DEFAULT_DISCONNECTED_LIMIT: Duration = Duration::from_secs(120);
+
 /// How often the supervisor looks at the connection's reconnect count.
 const HEALTH_EVERY: Duration = Duration::from_millis(500);
 
 /// How often each JetStream mount's consumer is read again for its `ack_wait` and `BackOff`.
-pub const CONSUMER_REREAD: Duration = Duration::from_secs(30);
+pub const CONSUMER_REREAD: Duration = Duration::from_secs(5);
 
 /// How long a flush may take to tell a live client from a dead one, and a server request
 /// (consumer info) may take.
@@ -94,6 +106,8 @@ pub(crate) struct Supervisor<R: Runtime> {
     pub(crate) consumer_reread: Duration,
     /// Counts the reconnections async-nats made by itself, for the pull loops.
     pub(crate) reconnected: watch::Sender<u64>,
+    /// How long the connection may stay down before the app ends.
+    pub(crate) disconnected_limit: Duration,
 }
 
 /// Why a try at subscribing again failed.
@@ -113,6 +127,13 @@ struct Watch {
     suspects: HashMap<usize, (u64, u32)>,
     /// The client's connect count last seen.
     connects: u64,
+    /// A dead client was replaced by the health check; the mounts it ended are still to be
+    /// subscribed again on the new one.
+    replaced: bool,
+    /// Since when the connection has been down, while it is.
+    down_since: Option<Instant>,
+    /// When the last "still down" warning was logged.
+    down_logged: Option<Instant>,
 }
 
 impl<R: Runtime> Supervisor<R> {
@@ -122,6 +143,9 @@ impl<R: Runtime> Supervisor<R> {
             window: VecDeque::new(),
             suspects: HashMap::new(),
             connects: self.client().statistics().connects.load(ORDER),
+            replaced: false,
+            down_since: None,
+            down_logged: None,
         };
         let mut health = R::now() + HEALTH_EVERY;
         let mut reread = R::now() + self.consumer_reread;
@@ -203,7 +227,7 @@ impl<R: Runtime> Supervisor<R> {
         }
         let deadline = started + RECOVERY_LIMIT;
         let mut pause = Duration::from_millis(100);
-        let mut client_died = false;
+        let mut client_died = std::mem::take(&mut watch.replaced);
         loop {
             match self.resubscribe(&indices, &mut client_died).await {
                 Ok(()) => break,
@@ -251,22 +275,7 @@ impl<R: Runtime> Supervisor<R> {
             // Its connection task is gone: nothing sent through it can arrive.
             Some(Err(_)) => {
                 *client_died = true;
-                let Some((url, options)) = &self.connect else {
-                    return Err(Retry::Never(
-                        "the application's own NATS client stopped working, and an app made \
-                         with App::with_client cannot connect a new one"
-                            .to_owned(),
-                    ));
-                };
-                tracing::error!("the NATS client stopped working: connecting a new one");
-                client = match R::timeout(PATIENCE, connect_url(url, options.clone())).await {
-                    Some(Ok(client)) => client,
-                    Some(Err(e)) => return Err(Retry::Later(e.to_string())),
-                    None => {
-                        return Err(Retry::Later("connecting a new client timed out".to_owned()));
-                    }
-                };
-                self.clients.send_replace(client.clone());
+                client = self.replace_client().await?;
             }
             None => {
                 return Err(Retry::Later(
@@ -289,6 +298,29 @@ impl<R: Runtime> Supervisor<R> {
     }
 
     /// Keeps a recovery for the report: the last [`RECOVERIES_KEPT`].
+    /// Connects a new client in place of the dead one, from the app's URL and options, and
+    /// makes it the app's client (its settlements, renewals, copies and the mounts subscribed
+    /// from now on use it).
+    async fn replace_client(&self) -> Result<Client, Retry> {
+        let Some((url, options)) = &self.connect else {
+            return Err(Retry::Never(
+                "the application's own NATS client stopped working, and an app made with \
+                 App::with_client cannot connect a new one"
+                    .to_owned(),
+            ));
+        };
+        tracing::error!("the NATS client stopped working: connecting a new one");
+        let client = match R::timeout(PATIENCE, connect_url(url, options.clone())).await {
+            Some(Ok(client)) => client,
+            Some(Err(e)) => return Err(Retry::Later(e.to_string())),
+            None => {
+                return Err(Retry::Later("connecting a new client timed out".to_owned()));
+            }
+        };
+        self.clients.send_replace(client.clone());
+        Ok(client)
+    }
+
     fn record(&self, reason: &str, mounts: Vec<String>) {
         let mut kept = self
             .recoveries
@@ -305,7 +337,22 @@ impl<R: Runtime> Supervisor<R> {
 
     /// Notices a reconnection async-nats made by itself (its subscriptions carry over).
     async fn health(&mut self, watch: &mut Watch) -> Result<(), String> {
-        let connects = self.client().statistics().connects.load(ORDER);
+        let client = self.client();
+        // A client whose connection task is gone fails a flush at once; one that is connected
+        // answers within a round trip; one that is reconnecting keeps it waiting (no verdict).
+        if let Some(Err(_)) = R::timeout(DEAD_CHECK, client.flush()).await {
+            match self.replace_client().await {
+                Ok(_) => watch.replaced = true,
+                Err(Retry::Never(why)) => return Err(why),
+                // Tried again at the next check; the mounts' own recovery bounds it.
+                Err(Retry::Later(why)) => {
+                    tracing::warn!(error = %why, "connecting a new client failed; trying again");
+                }
+            }
+            return Ok(());
+        }
+        self.watch_down(watch, &client)?;
+        let connects = client.statistics().connects.load(ORDER);
         if connects <= watch.connects {
             return Ok(());
         }
@@ -322,6 +369,39 @@ impl<R: Runtime> Supervisor<R> {
         );
         self.check_suspects(watch, "the connection to NATS was lost")
             .await
+    }
+
+    /// While the connection is down, warns every [`DOWN_WARN_EVERY`] that no mount consumes;
+    /// past the app's limit (`App::disconnected_limit`), ends the app.
+    fn watch_down(&self, watch: &mut Watch, client: &Client) -> Result<(), String> {
+        use async_nats::connection::State;
+        let now = R::now();
+        if client.connection_state() == State::Connected {
+            if let Some(since) = watch.down_since.take() {
+                tracing::info!(down_for = ?now.saturating_duration_since(since), "the connection to NATS is back");
+            }
+            watch.down_logged = None;
+            return Ok(());
+        }
+        let since = *watch.down_since.get_or_insert(now);
+        let down_for = now.saturating_duration_since(since);
+        if down_for >= self.disconnected_limit {
+            return Err(format!(
+                "the connection to NATS has been down for {} s (the app's disconnected limit): \
+                 no mount could consume. Check that the servers are up and reachable",
+                down_for.as_secs()
+            ));
+        }
+        let warn = watch
+            .down_logged
+            .is_none_or(|at| now.saturating_duration_since(at) >= DOWN_WARN_EVERY);
+        if warn && down_for >= DOWN_WARN_EVERY {
+            let mounts: Vec<&str> = self.records.iter().map(|r| r.name).collect();
+            tracing::warn!(?down_for, limit = ?self.disconnected_limit, ?mounts,
+                "the connection to NATS is down: no mount consumes; the client keeps reconnecting");
+            watch.down_logged = Some(now);
+        }
+        Ok(())
     }
 
     /// After a loss of the connection: each JetStream mount's consumer's oldest unacknowledged

@@ -351,3 +351,70 @@ fn rule_20_server_restarts_during_a_long_handler_do_not_end_the_app() {
         );
     });
 }
+
+#[test]
+fn rule_20_a_handler_running_when_the_client_dies_settles_through_the_new_client() {
+    run(async {
+        let (server, tc, acks, r, ev) = js_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                js_mount("js-across-20").ack_wait(Duration::from_secs(3)),
+                slow(&r, |_| Duration::from_millis(1_000), |_| Outcome::Ack),
+            )
+            .mount(
+                Mount::core_subject("core-across-20", "c20x.in"),
+                |_d: Delivery| async { Outcome::Ack },
+            )
+        })
+        .await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"slow").await;
+        eventually("the handler to start", || {
+            (!r.lock().unwrap().is_empty()).then_some(())
+        })
+        .await;
+        // The client dies under the running handler; the supervisor connects a new one.
+        raw_publish(&server, "c20x.in", LONE_CR, b"poison");
+        eventually("the +ACK", || {
+            acks.payloads().iter().any(|p| p == "+ACK").then_some(())
+        })
+        .await;
+        let info = eventually_info(&tc, |i| i.num_ack_pending == 0 && i.num_pending == 0).await;
+        quiet(3_500).await;
+        assert_eq!(attempts(&r), [1], "one run, settled through the new client");
+        assert_eq!(info.num_redelivered, 0, "{info:?}");
+        logged(&[
+            "mount=js-across-20",
+            "settlement sent through the new client",
+        ])
+        .await;
+        let report = app.shutdown().await;
+        assert_eq!(report.recoveries.len(), 1, "{report:?}");
+    });
+}
+
+#[test]
+fn rule_20_an_app_whose_server_stays_down_ends_with_an_error() {
+    run(async {
+        let (mut server, _tc, _r, ev) = core_case().await;
+        let app = start(&server, &ev, |a| {
+            a.disconnected_limit(Duration::from_secs(2)).mount(
+                Mount::core_subject("core-down-20", "c20d.in"),
+                |_d: Delivery| async { Outcome::Ack },
+            )
+        })
+        .await;
+        server.stop();
+        let stopped = Instant::now();
+        let ended = tokio::time::timeout(Duration::from_secs(20), app.until_signal())
+            .await
+            .expect("the app ends on its own instead of staying up consuming nothing");
+        let took = stopped.elapsed();
+        let failed = ended.expect_err("an error, not a clean stop");
+        let reason = failed.report.failure.clone().expect("the reason");
+        assert!(reason.contains("has been down for 2 s"), "{reason}");
+        assert!(
+            took >= Duration::from_secs(2) && took < Duration::from_secs(10),
+            "ended {took:?} after the server stopped"
+        );
+    });
+}

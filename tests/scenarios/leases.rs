@@ -200,7 +200,7 @@ fn rule_16_leases_follow_a_consumer_whose_ack_wait_changes() {
             .await
             .expect("the consumer");
         let app = start(&server, &ev, |a| {
-            a.consumer_reread_every(Duration::from_millis(200)).mount(
+            a.consumer_reread(Duration::from_millis(200)).mount(
                 js_mount("lease-change").max_attempts(3),
                 slow(&r, |_| Duration::from_millis(2_500), |_| Outcome::Ack),
             )
