@@ -4,7 +4,6 @@ use std::collections::VecDeque;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::{Duration, Instant};
 
 use futures_util::{FutureExt, StreamExt};
 use tokio::sync::{Semaphore, watch};
@@ -53,9 +52,6 @@ pub(crate) async fn core_loop<R: Runtime>(
     }
 }
 
-/// How often, at most, a mount logs the messages it dropped for a full buffer.
-const DROP_LOG_EVERY: Duration = Duration::from_secs(5);
-
 /// A Core mount's messages: its subscription, and the mount's own buffer, which holds what
 /// arrives while every handler slot is busy (rule 21). Messages come from the buffer first,
 /// in the order they arrived.
@@ -65,11 +61,6 @@ struct Buffered<S> {
     capacity: usize,
     /// The subscription has ended; what is held is still given out.
     ended: bool,
-    /// Dropped and not yet counted or logged.
-    dropped: u64,
-    /// Dropped since the last log line.
-    unlogged: u64,
-    last_log: Option<Instant>,
 }
 
 impl<S> Buffered<S>
@@ -82,16 +73,13 @@ where
             held: VecDeque::new(),
             capacity: capacity.get(),
             ended: false,
-            dropped: 0,
-            unlogged: 0,
-            last_log: None,
         }
     }
 
     /// Moves every message async-nats has received into the buffer, dropping those that do
-    /// not fit; counts and logs the drops when nothing more is ready. Never ends: meant to run
-    /// beside something that does.
-    async fn hold<R: Runtime>(&mut self, ctx: &MountContext) {
+    /// not fit, each counted in the mount's losses (the supervisor logs them). Never ends:
+    /// meant to run beside something that does.
+    async fn hold(&mut self, ctx: &MountContext) {
         std::future::poll_fn(|cx| {
             loop {
                 if self.ended {
@@ -101,41 +89,15 @@ where
                     Poll::Ready(Some(msg)) if self.held.len() < self.capacity => {
                         self.held.push_back(msg);
                     }
-                    Poll::Ready(Some(_dropped)) => self.dropped += 1,
+                    Poll::Ready(Some(_dropped)) => Losses::add(&ctx.losses.slow_consumer, 1),
                     Poll::Ready(None) => self.ended = true,
-                    Poll::Pending => {
-                        self.count_drops::<R>(ctx, false);
-                        return Poll::Pending;
-                    }
+                    Poll::Pending => return Poll::Pending,
                 }
             }
         })
         .await
     }
 
-    /// Adds the drops to the mount's losses, and logs them when the last log is old enough
-    /// (or `finally`).
-    fn count_drops<R: Runtime>(&mut self, ctx: &MountContext, finally: bool) {
-        if self.dropped > 0 {
-            Losses::add(&ctx.losses.slow_consumer, self.dropped);
-            self.unlogged += self.dropped;
-            self.dropped = 0;
-        }
-        if self.unlogged == 0 {
-            return;
-        }
-        let now = R::now();
-        let due = finally
-            || self
-                .last_log
-                .is_none_or(|at| now.duration_since(at) >= DROP_LOG_EVERY);
-        if due {
-            tracing::warn!(mount = %ctx.name, dropped = self.unlogged, buffer = self.capacity,
-                "Core messages dropped: every handler slot was busy and the mount's subscription buffer was full (Core NATS cannot redeliver them)");
-            self.unlogged = 0;
-            self.last_log = Some(now);
-        }
-    }
 }
 
 impl<S> futures_util::Stream for Buffered<S>
@@ -221,27 +183,26 @@ async fn consume<R: Runtime, S>(
             biased;
             () = &mut holding => {}
             // Never ends: takes in what arrives meanwhile, up to the mount's buffer.
-            () = messages.hold::<R>(ctx) => {}
+            () = messages.hold(ctx) => {}
             _ = shutdown.changed() => {
                 // Shutdown began while a delivery holds this loop (every slot taken): what is
                 // buffered will never be handled, so it is counted now, not when (or if) that
                 // delivery ends within the grace period.
-                report_unhandled::<R, _>(ctx, &mut messages).await;
+                report_unhandled(ctx, &mut messages).await;
                 holding.await;
                 return;
             }
         }
     }
-    report_unhandled::<R, _>(ctx, &mut messages).await;
+    report_unhandled(ctx, &mut messages).await;
 }
 
 /// Counts and logs the Core messages received but not handed to a handler when shutdown
-/// began: lost, as Core NATS cannot redeliver them (rule 14). Logs the drops not yet logged.
-async fn report_unhandled<R: Runtime, S>(ctx: &MountContext, messages: &mut Buffered<S>)
+/// began: lost, as Core NATS cannot redeliver them (rule 14).
+async fn report_unhandled<S>(ctx: &MountContext, messages: &mut Buffered<S>)
 where
     S: futures_util::Stream<Item = async_nats::Message> + Unpin,
 {
-    messages.count_drops::<R>(ctx, true);
     let unhandled = count_buffered(messages).await;
     Losses::add(&ctx.losses.unhandled_at_shutdown, unhandled as u64);
     if unhandled > 0 {

@@ -87,6 +87,16 @@ impl<R: Runtime> Running<R> {
         self.clients.borrow().clone()
     }
 
+    /// The Core losses of every mount so far (rule 21), for the mounts that lost any: what
+    /// the shutdown report will hold, read while the app runs.
+    pub fn core_losses(&self) -> Vec<crate::CoreLosses> {
+        self.mounts
+            .iter()
+            .map(|m| crate::CoreLosses::read(m.name, &m.losses))
+            .filter(|l| l.total() > 0)
+            .collect()
+    }
+
     /// The recoveries the app has made so far (rule 20), the last
     /// [`RECOVERIES_KEPT`](crate::RECOVERIES_KEPT): each lost connection or ended
     /// subscription it noticed and got over.

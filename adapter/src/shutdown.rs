@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use futures_util::FutureExt;
 use futures_util::future::FusedFuture;
 
+use crate::mount_context::Losses;
 use crate::running::Running;
 use crate::runtime::{Reactor, Runtime};
 use crate::supervisor::Recovery;
@@ -59,6 +60,18 @@ pub struct CoreLosses {
 }
 
 impl CoreLosses {
+    /// The counts of the mount `mount` so far.
+    pub(crate) fn read(mount: &str, losses: &Losses) -> Self {
+        let read = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
+        Self {
+            mount: mount.to_owned(),
+            slow_consumer: read(&losses.slow_consumer),
+            unpublished_copies: read(&losses.copies),
+            unpublished_dead_letters: read(&losses.dead_letters),
+            unhandled_at_shutdown: read(&losses.unhandled_at_shutdown),
+        }
+    }
+
     /// The sum of every kind of loss.
     pub fn total(&self) -> u64 {
         self.slow_consumer
@@ -208,14 +221,7 @@ impl<R: Runtime> Running<R> {
             }
         }
         for (name, _, losses) in &mounts {
-            let read = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
-            let counted = CoreLosses {
-                mount: name.to_string(),
-                slow_consumer: read(&losses.slow_consumer),
-                unpublished_copies: read(&losses.copies),
-                unpublished_dead_letters: read(&losses.dead_letters),
-                unhandled_at_shutdown: read(&losses.unhandled_at_shutdown),
-            };
+            let counted = CoreLosses::read(name, losses);
             if counted.total() > 0 {
                 tracing::warn!(mount = %name, slow_consumer = counted.slow_consumer,
                     unpublished_copies = counted.unpublished_copies,

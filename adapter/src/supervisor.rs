@@ -64,6 +64,9 @@ const DOWN_WARN_EVERY: Duration = Duration::from_secs(10);
 /// enough that a service cut off for good is restarted and seen.
 pub const DEFAULT_DISCONNECTED_LIMIT: Duration = Duration::from_secs(120);
 
+/// How often, at most, a mount's Core losses are logged.
+const LOSSES_LOG_EVERY: Duration = Duration::from_secs(5);
+
 /// How often the supervisor looks at the connection's reconnect count.
 const HEALTH_EVERY: Duration = Duration::from_millis(500);
 
@@ -134,6 +137,8 @@ struct Watch {
     down_since: Option<Instant>,
     /// When the last "still down" warning was logged.
     down_logged: Option<Instant>,
+    /// Each mount's Core losses as last logged, and when.
+    losses_logged: Vec<(crate::CoreLosses, Option<Instant>)>,
 }
 
 impl<R: Runtime> Supervisor<R> {
@@ -146,7 +151,24 @@ impl<R: Runtime> Supervisor<R> {
             replaced: false,
             down_since: None,
             down_logged: None,
+            losses_logged: self
+                .records
+                .iter()
+                .map(|r| {
+                    let none = crate::CoreLosses {
+                        mount: r.name.to_owned(),
+                        ..Default::default()
+                    };
+                    (none, None)
+                })
+                .collect(),
         };
+        self.watch_until_stopped(&mut watch).await;
+        self.log_losses(&mut watch, true);
+    }
+
+    /// [`run`](Self::run)'s loop.
+    async fn watch_until_stopped(&mut self, watch: &mut Watch) {
         let mut health = R::now() + HEALTH_EVERY;
         let mut reread = R::now() + self.consumer_reread;
         let mut stop = self.shutdown.clone();
@@ -157,10 +179,11 @@ impl<R: Runtime> Supervisor<R> {
             let work = async {
                 tokio::select! {
                     biased;
-                    Some(first) = self.ended.recv() => Some(self.recover(first, &mut watch).await),
+                    Some(first) = self.ended.recv() => Some(self.recover(first, watch).await),
                     () = R::sleep_until(health) => {
                         health = R::now() + HEALTH_EVERY;
-                        Some(self.health(&mut watch).await)
+                        self.log_losses(watch, false);
+                        Some(self.health(watch).await)
                     }
                     () = R::sleep_until(reread) => {
                         reread = R::now() + self.consumer_reread;
@@ -512,6 +535,35 @@ impl<R: Runtime> Supervisor<R> {
             }
         }
         None
+    }
+
+    /// Logs each mount's Core losses since the last log (rule 21), with what was lost since
+    /// and in all: the first at once, then at most one warning per mount every
+    /// [`LOSSES_LOG_EVERY`] (`finally`: now, whenever the last was).
+    fn log_losses(&self, watch: &mut Watch, finally: bool) {
+        let at = R::now();
+        for (record, (logged, logged_at)) in self.records.iter().zip(&mut watch.losses_logged) {
+            let now = crate::CoreLosses::read(record.name, &record.losses);
+            let due = finally
+                || logged_at.is_none_or(|t| at.saturating_duration_since(t) >= LOSSES_LOG_EVERY);
+            if now.total() == logged.total() || !due {
+                continue;
+            }
+            let dropped = now.slow_consumer - logged.slow_consumer;
+            let copies = now.unpublished_copies - logged.unpublished_copies;
+            let dead_letters = now.unpublished_dead_letters - logged.unpublished_dead_letters;
+            if dropped > 0 {
+                tracing::warn!(mount = %record.name, dropped, total = now.slow_consumer,
+                    "Core messages dropped: every handler slot was busy and the mount's subscription buffer was full (Core NATS cannot redeliver them)");
+            }
+            if copies + dead_letters > 0 {
+                tracing::warn!(mount = %record.name, copies, dead_letters,
+                    total_copies = now.unpublished_copies, total_dead_letters = now.unpublished_dead_letters,
+                    "Core copies and dead letters lost: their publish failed");
+            }
+            *logged = now;
+            *logged_at = Some(at);
+        }
     }
 
     /// Reads each JetStream mount's consumer again, and takes a changed `ack_wait` or

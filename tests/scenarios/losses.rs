@@ -64,6 +64,7 @@ fn rule_21_slow_core_consumer_drops_are_counted_per_mount() {
             }
             last = now;
         }
+        let app_losses = app.core_losses();
         let report = app.shutdown().await;
         let handled = handled.load(Ordering::SeqCst);
         let losses = losses_of(&report, "core-slow-21");
@@ -88,9 +89,15 @@ fn rule_21_slow_core_consumer_drops_are_counted_per_mount() {
             "WARN",
             "mount=core-slow-21",
             "subscription buffer was full",
-            "buffer=10",
+            &format!("total={}", losses.slow_consumer),
         ])
         .await;
+        assert!(
+            app_losses
+                .iter()
+                .any(|l| l.mount == "core-slow-21" && l.slow_consumer > 0),
+            "read while the app ran: {app_losses:?}"
+        );
         let line = report.to_string();
         assert!(
             line.contains(&format!(
