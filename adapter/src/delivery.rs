@@ -357,8 +357,16 @@ async fn recover<'p, R: Runtime>(
     failed_plan: &Plan<'p>,
     mut failed: PublishFailed,
 ) -> Plan<'p> {
-    tracing::error!(mount = %ctx.name, subject = %msg.subject, error = %failed.reason, plan = %failed_plan,
-        "publish failed: the plan stopped before its settlement; planning the recovery");
+    match failed.what {
+        Unpublished::CopyTooLarge => {
+            tracing::warn!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
+                reason = %failed.reason, "Core copy not published: it would be larger than the server's max_payload; the delivery takes the at-limit path (rule 21)")
+        }
+        Unpublished::Copy | Unpublished::DeadLetter => {
+            tracing::error!(mount = %ctx.name, subject = %msg.subject, error = %failed.reason, plan = %failed_plan,
+                "publish failed: the plan stopped before its settlement; planning the recovery")
+        }
+    }
     let mut tries = 0;
     loop {
         tries += 1;
@@ -367,6 +375,15 @@ async fn recover<'p, R: Runtime>(
             Unpublished::Copy | Unpublished::DeadLetter => Event::PublishFailed,
         };
         let recovery = plan_with_clock(delivery, event, &ctx.policy, R::now);
+        if event == Event::CopyTooLarge && recovery.disposition() == Disposition::LetGo {
+            // No dead-letter subject to take it: lost, and said so in this case's words (the
+            // plan's own warning speaks of a limit reached).
+            Losses::add(&ctx.losses.copies, 1);
+            tracing::error!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
+                size = msg.payload.len(),
+                "Core delivery lost: its copy would be larger than the server's max_payload and the mount has no dead-letter subject");
+            return recovery;
+        }
         if recovery.disposition() == Disposition::Lost {
             let counter = match failed.what {
                 Unpublished::DeadLetter => &ctx.losses.dead_letters,

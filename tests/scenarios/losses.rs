@@ -188,3 +188,40 @@ fn rule_21_core_dead_letter_that_cannot_be_stored_is_counted() {
         assert_eq!(tc.stream_len("DLQ21").await, 1);
     });
 }
+
+#[test]
+fn rule_21_core_copy_over_max_payload_without_a_dead_letter_subject_is_counted_lost() {
+    run(async {
+        let (server, tc, r, ev) = core_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("core-big-lost-21", "c21l.in"),
+                scripted(&r, |_, _| Outcome::RetryAfter(Duration::from_millis(10))),
+            )
+        })
+        .await;
+        let max = tc.client.server_info().max_payload;
+        tc.client
+            .publish("c21l.in", bytes::Bytes::from(vec![b'x'; max - 10]))
+            .await
+            .expect("publish");
+        tc.client.flush().await.expect("flush");
+        settled(&ev, 1).await;
+        quiet(200).await;
+        assert_eq!(attempts(&r), [1], "no copy came back");
+        logged(&[
+            "ERROR",
+            "mount=core-big-lost-21",
+            "larger than the server's max_payload and the mount has no dead-letter subject",
+        ])
+        .await;
+        assert!(
+            log_lines_for("core-big-lost-21", "max_attempts reached").is_empty(),
+            "no limit was declared"
+        );
+        let report = app.shutdown().await;
+        let losses = losses_of(&report, "core-big-lost-21");
+        assert_eq!(losses.unpublished_copies, 1, "{report:?}");
+        assert_eq!(losses.total(), 1, "{report:?}");
+    });
+}
