@@ -205,6 +205,10 @@ fn mount(f: &Flags) -> Result<Mount, String> {
             f.queue_group.is_some() && f.stream.is_some(),
             "--queue-group is for Core mounts",
         ),
+        (
+            f.subscription_buffer.is_some() && f.stream.is_some(),
+            "--subscription-buffer is for Core mounts",
+        ),
     ];
     if let Some((_, why)) = conflicts.iter().find(|(bad, _)| *bad) {
         return Err((*why).to_owned());
@@ -388,7 +392,11 @@ async fn serve<R: ruststream_adapter::Runtime>(
         }
         Err(ruststream_adapter::RunError::Failed(failed)) => {
             eprintln!("scripted: shutdown report: {}", failed.report);
-            eprintln!("scripted: mount `{name}`: {failed}");
+            let text = failed.to_string();
+            match text.contains(&format!("mount `{name}`")) {
+                true => eprintln!("scripted: {text}"),
+                false => eprintln!("scripted: mount `{name}`: {text}"),
+            }
             std::process::ExitCode::from(1)
         }
         Err(e) => {

@@ -45,6 +45,15 @@ pub enum StartError {
     /// reactor thread).
     #[error("cannot start the runtime: {0}")]
     Runtime(String),
+    /// A mount's runtime setting is out of range (its concurrency above
+    /// [`MAX_CONCURRENCY`](crate::MAX_CONCURRENCY)).
+    #[error("mount `{mount}`: {reason}")]
+    Setting {
+        /// The mount's name.
+        mount: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// The server refused or lacks what a mount needs (its stream, its consumer, a
     /// subscription).
     #[error("mount `{mount}`: {reason}")]
@@ -215,6 +224,7 @@ impl<R: Runtime> App<R> {
     ///
     /// # Errors
     /// [`StartError::Declaration`] or [`StartError::DuplicateMount`] for a bad declaration,
+    /// [`StartError::Setting`] for a concurrency out of range,
     /// [`StartError::ServerUrl`] for a URL that does not parse, [`StartError::Connect`], and [`StartError::Server`] when the server lacks or refuses
     /// what a mount needs.
     pub async fn start(self) -> Result<Running<R>, StartError> {
@@ -234,6 +244,16 @@ impl<R: Runtime> App<R> {
                 return Err(StartError::DuplicateMount(mount.name().to_owned()));
             }
             let policy = mount.declaration.validate()?;
+            if mount.concurrency.get() > crate::MAX_CONCURRENCY {
+                return Err(StartError::Setting {
+                    mount: mount.name().to_owned(),
+                    reason: format!(
+                        "concurrency {} is above the most a mount can run at once, {}",
+                        mount.concurrency,
+                        crate::MAX_CONCURRENCY
+                    ),
+                });
+            }
             declared.push((mount, handler, policy));
         }
         // How to connect again when the client dies (rule 20): the application's own client

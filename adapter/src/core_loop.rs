@@ -97,7 +97,6 @@ where
         })
         .await
     }
-
 }
 
 impl<S> futures_util::Stream for Buffered<S>

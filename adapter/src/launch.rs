@@ -147,7 +147,7 @@ impl<R: Runtime> Launcher<R> {
                     ctx,
                     subscribers,
                     slots,
-                    mount.subscription_buffer,
+                    mount.subscription_buffer_or_default(),
                     self.shutdown.clone(),
                 );
                 R::spawn_next_to(&self.reactor, async move {

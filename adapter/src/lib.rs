@@ -40,7 +40,7 @@ pub use app::{App, RunError, StartError};
 pub use handler::{DecodeError, Delivery, Handler, JetStreamInfo, Json, OutcomeFuture};
 pub use mount::{
     DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY, DEFAULT_HANDLER_TIME_LIMIT, DEFAULT_SUBSCRIPTION_BUFFER,
-    Mount,
+    MAX_CONCURRENCY, Mount,
 };
 pub use report::Settled;
 pub use running::{AppFailed, Running, ShutdownHandle};

@@ -12,6 +12,11 @@ pub const DEFAULT_ACK_WAIT: Duration = Duration::from_secs(30);
 /// How many deliveries of one mount are handled at once, by default.
 pub const DEFAULT_CONCURRENCY: usize = 64;
 
+/// The most deliveries one mount may handle at once: `usize::MAX >> 3`, the most permits
+/// Tokio's semaphore (the mount's handler slots) holds. A larger
+/// [`Mount::concurrency`] is refused at start-up with [`StartError::Setting`](crate::StartError::Setting).
+pub const MAX_CONCURRENCY: usize = tokio::sync::Semaphore::MAX_PERMITS;
+
 /// How long a handler may run before it is cancelled, by default: 5 minutes (rule 16).
 ///
 /// Finite, so that a handler that hangs cannot hold its slot, and on JetStream its lease, for
@@ -39,7 +44,8 @@ pub struct Mount {
     pub(crate) filter_subject: Option<String>,
     pub(crate) leases: bool,
     pub(crate) handler_time_limit: Duration,
-    pub(crate) subscription_buffer: NonZeroUsize,
+    /// `None`: [`DEFAULT_SUBSCRIPTION_BUFFER`].
+    pub(crate) subscription_buffer: Option<NonZeroUsize>,
 }
 
 impl Mount {
@@ -52,8 +58,7 @@ impl Mount {
             filter_subject: None,
             leases: true,
             handler_time_limit: DEFAULT_HANDLER_TIME_LIMIT,
-            subscription_buffer: NonZeroUsize::new(DEFAULT_SUBSCRIPTION_BUFFER)
-                .unwrap_or(NonZeroUsize::MIN),
+            subscription_buffer: None,
         }
     }
 
@@ -171,8 +176,9 @@ impl Mount {
     /// [`ShutdownReport::core_losses`](crate::ShutdownReport::core_losses) (rule 21).
     ///
     /// A smaller buffer bounds the memory and the delay of a slow mount; a larger one absorbs
-    /// longer bursts. JetStream mounts ignore it: they fetch only as many messages as they have
-    /// free handler slots, and the stream holds the rest.
+    /// longer bursts. JetStream mounts have no use for it (start-up warns when one sets it):
+    /// they fetch only as many messages as they have free handler slots, and the stream holds
+    /// the rest.
     ///
     /// The mount's loop moves messages from async-nats' own subscription channel into this
     /// buffer whenever it waits for a handler slot, so async-nats' channel (its
@@ -181,8 +187,14 @@ impl Mount {
     /// and reports them only with its `Event::SlowConsumer` event, which names no mount.
     #[must_use]
     pub fn subscription_buffer(mut self, messages: NonZeroUsize) -> Self {
-        self.subscription_buffer = messages;
+        self.subscription_buffer = Some(messages);
         self
+    }
+
+    /// The subscription buffer of a Core mount: the one set, or the default.
+    pub(crate) fn subscription_buffer_or_default(&self) -> NonZeroUsize {
+        self.subscription_buffer
+            .unwrap_or(NonZeroUsize::new(DEFAULT_SUBSCRIPTION_BUFFER).unwrap_or(NonZeroUsize::MIN))
     }
 
     /// The mount's name.

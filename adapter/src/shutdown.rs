@@ -81,18 +81,38 @@ impl CoreLosses {
     }
 }
 
+/// A mount name in the report line: as it is when it holds only ASCII letters, digits, `-`,
+/// `_` and `.`; quoted (`{:?}`) otherwise.
+struct Name<'n>(&'n str);
+
+impl std::fmt::Display for Name<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let plain = !self.0.is_empty()
+            && self
+                .0
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        match plain {
+            true => f.write_str(self.0),
+            false => write!(f, "{:?}", self.0),
+        }
+    }
+}
+
 impl std::fmt::Display for ShutdownReport {
     /// The report on one line, every count named, for logs and scripts to read:
     ///
     /// `abandoned=[MOUNT:N ...] lost_copies=[MOUNT:N ...] core_losses=[MOUNT:slow_consumer=N,unpublished_copies=N,unpublished_dead_letters=N,unhandled_at_shutdown=N ...] recoveries=N failure=none|"WHY"`
     ///
     /// Lists are space-separated inside their brackets and empty (`[]`) when nothing was left
-    /// or lost; the failure is quoted as a Rust string literal (`{:?}`).
+    /// or lost; the failure is quoted as a Rust string literal (`{:?}`). A mount name of
+    /// anything but ASCII letters, digits, `-`, `_` and `.` is quoted the same way, so that
+    /// the line stays unambiguous.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         fn counts(f: &mut std::fmt::Formatter<'_>, list: &[(String, usize)]) -> std::fmt::Result {
             let mut sep = "";
             for (mount, n) in list {
-                write!(f, "{sep}{mount}:{n}")?;
+                write!(f, "{sep}{}:{n}", Name(mount))?;
                 sep = " ";
             }
             Ok(())
@@ -107,7 +127,7 @@ impl std::fmt::Display for ShutdownReport {
             write!(
                 f,
                 "{sep}{}:slow_consumer={},unpublished_copies={},unpublished_dead_letters={},unhandled_at_shutdown={}",
-                l.mount,
+                Name(&l.mount),
                 l.slow_consumer,
                 l.unpublished_copies,
                 l.unpublished_dead_letters,
@@ -237,7 +257,9 @@ impl<R: Runtime> Running<R> {
         let down = report.failure.is_some()
             && client.connection_state() != async_nats::connection::State::Connected;
         if down {
-            tracing::warn!("the connection to NATS is down: nothing flushed or drained at shutdown");
+            tracing::warn!(
+                "the connection to NATS is down: nothing flushed or drained at shutdown"
+            );
         }
         if !reactor_dead && !down {
             match R::timeout(FINAL_FLUSH, client.flush()).await {
@@ -280,5 +302,35 @@ impl<F: FusedFuture<Output = ()>> GracePeriod<'_, F> {
                 None
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_report_line_names_every_count_and_quotes_odd_mount_names() {
+        let report = ShutdownReport {
+            abandoned: vec![("orders".to_owned(), 2)],
+            lost_copies: vec![("a]b:c=1,d".to_owned(), 1)],
+            core_losses: vec![CoreLosses {
+                mount: "greet.v2".to_owned(),
+                slow_consumer: 3,
+                unpublished_copies: 4,
+                unpublished_dead_letters: 5,
+                unhandled_at_shutdown: 6,
+            }],
+            recoveries: vec![],
+            failure: Some("down \"for good\"".to_owned()),
+        };
+        assert_eq!(
+            report.to_string(),
+            r#"abandoned=[orders:2] lost_copies=["a]b:c=1,d":1] core_losses=[greet.v2:slow_consumer=3,unpublished_copies=4,unpublished_dead_letters=5,unhandled_at_shutdown=6] recoveries=0 failure="down \"for good\"""#
+        );
+        assert_eq!(
+            ShutdownReport::default().to_string(),
+            "abandoned=[] lost_copies=[] core_losses=[] recoveries=0 failure=none"
+        );
     }
 }

@@ -94,6 +94,16 @@ pub(crate) async fn check_mounts<R: Runtime>(
                 }
                 Descriptor::CoreSubject(_) | Descriptor::CoreWildcard { .. } => None,
             };
+            if consumer.is_some() {
+                let core_only = [
+                    (mount.queue_group.is_some(), "a queue group"),
+                    (mount.subscription_buffer.is_some(), "a subscription buffer"),
+                ];
+                for (_, what) in core_only.iter().filter(|(set, _)| *set) {
+                    tracing::warn!(mount = %mount.name(),
+                        "{what} is for Core mounts: a JetStream mount has no use for it, and it is ignored");
+                }
+            }
             let config = consumer.as_ref().map(|c| &c.cached_info().config);
             if let Some(ack_wait) = config.map(|c| c.ack_wait)
                 && ack_wait < SHORTEST_LEASED_ACK_WAIT

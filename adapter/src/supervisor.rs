@@ -243,7 +243,10 @@ impl<R: Runtime> Supervisor<R> {
         watch.window.push_back(started);
         if watch.window.len() > MAX_RECOVERIES {
             return Err(format!(
-                "mounts {names:?}: subscriptions ended {} times within {} s; not trying again",
+                "mounts {names:?}: subscriptions ended {} times within {} s; not trying again. \
+                 The likeliest cause is a message that brings the client down, published again \
+                 and again on a subject these mounts receive (a header value with a lone CR, a \
+                 subject that is not UTF-8): the log's recoveries say when; find its publisher",
                 watch.window.len(),
                 RECOVERY_WINDOW.as_secs()
             ));

@@ -344,3 +344,54 @@ fn rule_11_a_backoff_consumer_runs_with_a_warning_on_every_server() {
         app.shutdown().await;
     });
 }
+
+#[test]
+fn a_concurrency_above_the_maximum_is_refused_naming_the_mount() {
+    run(async {
+        let server = NatsServer::start();
+        let e = start_err(&server, |a| {
+            a.mount(
+                Mount::core_subject("too-many", "tm.in").concurrency(std::num::NonZeroUsize::MAX),
+                |_d: Delivery| async { Outcome::Ack },
+            )
+        })
+        .await;
+        assert!(
+            matches!(&e, StartError::Setting { mount, .. } if mount == "too-many"),
+            "{e}"
+        );
+        assert!(
+            e.to_string().contains("above the most a mount can run"),
+            "{e}"
+        );
+    });
+}
+
+#[test]
+fn core_only_settings_on_a_jetstream_mount_are_warned_about() {
+    run(async {
+        let (server, _tc, _acks, r, ev) = js_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                js_mount("js-core-only")
+                    .queue_group("g")
+                    .subscription_buffer(std::num::NonZeroUsize::MIN),
+                scripted(&r, |_, _| Outcome::Ack),
+            )
+        })
+        .await;
+        logged(&[
+            "WARN",
+            "mount=js-core-only",
+            "a queue group is for Core mounts",
+        ])
+        .await;
+        logged(&[
+            "WARN",
+            "mount=js-core-only",
+            "a subscription buffer is for Core mounts",
+        ])
+        .await;
+        app.shutdown().await;
+    });
+}

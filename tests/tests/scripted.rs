@@ -125,11 +125,39 @@ fn scripted_refusals_name_the_mount_and_exit_non_zero() {
     run(async {
         let server = NatsServer::start();
         let url = server.url();
-        let cases: [(&[&str], i32, &str); 7] = [
+        let cases: [(&[&str], i32, &str); 9] = [
             (
                 &["--name", "w1", "--wildcard", "w.*"],
                 2,
                 "--wildcard needs --copy-subject",
+            ),
+            (
+                &[
+                    "--name",
+                    "w8",
+                    "--stream",
+                    "S",
+                    "--durable",
+                    "d",
+                    "--subscription-buffer",
+                    "5",
+                ],
+                2,
+                "--subscription-buffer is for Core mounts",
+            ),
+            (
+                &[
+                    "--name",
+                    "w9",
+                    "--subject",
+                    "a",
+                    "--url",
+                    &url,
+                    "--concurrency",
+                    "18446744073709551615",
+                ],
+                1,
+                "is above the most a mount can run at once",
             ),
             (
                 &["--name", "w2", "--subject", "a", "--user", "u"],
@@ -399,7 +427,7 @@ fn scripted_exits_non_zero_naming_a_stored_message_that_brings_the_client_down()
             );
             let printed = service.printed();
             assert!(
-                printed.contains("scripted: mount `scripted`: the app stopped on its own"),
+                printed.contains("scripted: the app stopped on its own: mount `scripted`: "),
                 "{runtime}: {printed}"
             );
         }
