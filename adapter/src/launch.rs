@@ -11,7 +11,7 @@ use tokio::sync::{Semaphore, mpsc, watch};
 
 use crate::core_loop::{core_loop, spawned_slots};
 use crate::leases::{LeaseRoom, LeaseSettings};
-use crate::mount_context::{InFlight, Losses, MountContext, Received, intern};
+use crate::mount_context::{Careful, InFlight, Losses, MountContext, Received, intern};
 use crate::pull_loop::pull_loop;
 use crate::report::Observer;
 use crate::runtime::Runtime;
@@ -29,6 +29,8 @@ pub(crate) struct MountRecord {
     pub(crate) lease_settings: Arc<Mutex<LeaseSettings>>,
     /// The JetStream deliveries it received lately (rule 20).
     pub(crate) received: Arc<Received>,
+    /// Until when it pulls one message at a time (rule 20).
+    pub(crate) careful: Arc<Careful>,
 }
 
 impl MountRecord {
@@ -43,6 +45,7 @@ impl MountRecord {
                 checked.source,
                 Source::JetStream(_)
             ))),
+            careful: Arc::default(),
         }
     }
 }
@@ -117,6 +120,7 @@ impl<R: Runtime> Launcher<R> {
             in_flight: record.in_flight.clone(),
             losses: record.losses.clone(),
             received: record.received.clone(),
+            careful: record.careful.clone(),
         });
         let shutdown = self.shutdown.clone();
         let ended = self.ended.clone();

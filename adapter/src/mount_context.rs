@@ -48,6 +48,35 @@ pub(crate) struct MountContext {
     pub(crate) losses: Arc<Losses>,
     /// The stream sequences of the JetStream deliveries it received lately (rule 20).
     pub(crate) received: Arc<Received>,
+    /// Until when its pull loop fetches one message at a time (rule 20).
+    pub(crate) careful: Arc<Careful>,
+}
+
+/// Until when a JetStream mount pulls one message at a time: set by the supervisor while a
+/// stored message seems to bring the client down, so that it comes alone and the messages
+/// around it are received, handled and acknowledged, instead of being lost with the client
+/// and redelivered until their attempts run out (rule 20).
+#[derive(Default)]
+pub(crate) struct Careful(Mutex<Option<Instant>>);
+
+impl Careful {
+    /// Pull one at a time until `until`.
+    pub(crate) fn until(&self, until: Instant) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(until);
+    }
+
+    /// Back to whole batches.
+    pub(crate) fn clear(&self) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    /// Whether to pull one at a time at `now`.
+    pub(crate) fn at(&self, now: Instant) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some_and(|until| now < until)
+    }
 }
 
 /// The stream sequences of the last [`Received::KEPT`] JetStream deliveries a mount received,

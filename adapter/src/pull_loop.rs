@@ -96,7 +96,10 @@ pub(crate) async fn pull_loop<R: Runtime>(
         if *shutdown.borrow() {
             pulls.handle_shutdown();
         }
-        if let Some(request) = pulls.poll_request(slots.available_permits())
+        // While the supervisor suspects a message of bringing the client down, one at a time.
+        let careful = ctx.careful.at(R::now());
+        let free = |available: usize| if careful { available.min(1) } else { available };
+        if let Some(request) = pulls.poll_request(free(slots.available_permits()))
             && let Ok(permits) = slots
                 .clone()
                 .try_acquire_many_owned(u32::try_from(request.batch).unwrap_or(u32::MAX))
@@ -207,7 +210,7 @@ pub(crate) async fn pull_loop<R: Runtime>(
                     tracing::trace!(mount = %ctx.name, %status, unfilled, "pull request ended");
                 }
             }
-            let stop = pulls.request_due(slots.available_permits())
+            let stop = pulls.request_due(free(slots.available_permits()))
                 || pulls.outstanding() == 0
                 || shutdown.has_changed().unwrap_or(true);
             if stop {

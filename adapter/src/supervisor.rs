@@ -316,6 +316,11 @@ impl<R: Runtime> Supervisor<R> {
         for (&index, checked) in indices.iter().zip(checked) {
             let record = &self.records[index];
             update_lease_settings(record, lease_settings(&checked));
+            if *client_died {
+                // Until the suspects are read: the message that brought the client down may
+                // come back in a batch and take the others down with it.
+                record.careful.until(R::now() + careful_span(record));
+            }
             let task = self.launcher.launch(index, checked, &client, record);
             // The old loop has ended: its handle goes.
             self.tasks.lock().unwrap_or_else(PoisonError::into_inner)[index] = Some(task);
@@ -460,13 +465,17 @@ impl<R: Runtime> Supervisor<R> {
             };
             if info.num_ack_pending == 0 {
                 watch.suspects.remove(&index);
+                self.records[index].careful.clear();
                 continue;
             }
             let Some(sequence) = self.suspect(&js, index, stream, &info).await else {
                 // Every message it waits for reached the mount: none brought the client down.
                 watch.suspects.remove(&index);
+                self.records[index].careful.clear();
                 continue;
             };
+            let record = &self.records[index];
+            record.careful.until(R::now() + careful_span(record));
             let times = match watch.suspects.get(&index) {
                 Some(&(seen, n)) if seen == sequence => n + 1,
                 _ => 1,
@@ -474,7 +483,7 @@ impl<R: Runtime> Supervisor<R> {
             watch.suspects.insert(index, (sequence, times));
             tracing::warn!(mount = %name, stream, consumer, stream_sequence = sequence, times,
                 ack_pending = info.num_ack_pending, redelivered = info.num_redelivered,
-                "{what} while this consumer waits for the acknowledgement of the message at this stream sequence");
+                "{what} while this consumer waits for the acknowledgement of the message at this stream sequence, which never reached the mount; it pulls one message at a time meanwhile");
             if times >= SAME_SUSPECT_LIMIT {
                 return Err(format!(
                     "mount `{name}`: the connection to NATS was lost {times} times in a row while \
@@ -613,6 +622,19 @@ impl<R: Runtime> Supervisor<R> {
             }
         }
     }
+}
+
+/// How long a JetStream mount pulls one message at a time once a message is suspected of
+/// bringing the client down: twice its consumer's `ack_wait` (the suspect comes back after
+/// one), between 1 s and 2 minutes.
+fn careful_span(record: &MountRecord) -> Duration {
+    let ack_wait = record
+        .lease_settings
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .ack_wait
+        .unwrap_or(Duration::from_secs(30));
+    (ack_wait * 2).clamp(Duration::from_secs(1), Duration::from_secs(120))
 }
 
 /// Reading a counter another task writes: no ordering is needed beyond the value itself.
