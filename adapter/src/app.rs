@@ -278,6 +278,7 @@ impl<R: Runtime> App<R> {
             observer: self.observer,
             shutdown: shutdown_rx.clone(),
             ended: ended_tx,
+            generation: Arc::default(),
             reconnected: reconnected_rx,
             clients: clients.subscribe(),
         };

@@ -2,6 +2,7 @@
 //! client, and its loop spawned. At start-up for every mount, and again by the supervisor for
 //! a mount whose subscription or pull inbox ended (rule 20).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
@@ -66,6 +67,15 @@ pub(crate) fn lease_settings(checked: &CheckedMount) -> LeaseSettings {
     }
 }
 
+/// A mount loop that ended while the app was not shutting down.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ended {
+    /// The mount's index.
+    pub(crate) index: usize,
+    /// The client generation the loop ran on (see [`Launcher::generation`]).
+    pub(crate) generation: u64,
+}
+
 /// What every mount's loop is started with.
 pub(crate) struct Launcher<R: Runtime> {
     pub(crate) reactor: R::Reactor,
@@ -75,7 +85,10 @@ pub(crate) struct Launcher<R: Runtime> {
     pub(crate) shutdown: watch::Receiver<bool>,
     /// Told the index of a mount whose loop ended while the app was not shutting down: its
     /// subscription or pull inbox ended under it.
-    pub(crate) ended: mpsc::UnboundedSender<usize>,
+    pub(crate) ended: mpsc::UnboundedSender<Ended>,
+    /// How many times the app's client has been replaced: a loop is launched on that client
+    /// generation, and says it when it ends.
+    pub(crate) generation: Arc<AtomicU64>,
     /// Counts the connection's losses that async-nats got over by itself: a pull loop then
     /// takes back the slots of its outstanding requests, which the server has forgotten.
     pub(crate) reconnected: watch::Receiver<u64>,
@@ -124,9 +137,10 @@ impl<R: Runtime> Launcher<R> {
         });
         let shutdown = self.shutdown.clone();
         let ended = self.ended.clone();
+        let generation = self.generation.load(Ordering::Acquire);
         let tell_if_ended = move || {
             if !*shutdown.borrow() {
-                let _ = ended.send(index);
+                let _ = ended.send(Ended { index, generation });
             }
         };
         match source {

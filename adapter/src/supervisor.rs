@@ -3,16 +3,24 @@
 //! and ends the app with an error when that keeps failing, so that a process never stays up
 //! consuming nothing.
 //!
-//! It also watches the connection: a reconnection that async-nats made by itself is logged
-//! and reported, and after every loss of the connection each JetStream mount's consumer is
-//! asked for its oldest unacknowledged message. A message that brings the client down every
-//! time it is delivered keeps that message in place; after [`SAME_SUSPECT_LIMIT`] losses in a
-//! row with the same one, the app ends with an error naming its stream sequence, rather than
-//! let it be redelivered without bound (its delivery never reaches a handler, so no
-//! `max_attempts` can end it).
+//! Every 500 ms it checks the client: a dead one (its connection task gone) is replaced at
+//! once by a new client from the app's URL and options; a reconnection that async-nats made
+//! by itself is logged, reported, and told to the pull loops; a connection down past the
+//! app's limit ends the app. It logs each mount's new Core losses (rule 21).
 //!
-//! Every [`CONSUMER_REREAD`] (by default) it reads each JetStream mount's consumer again, and takes a
-//! changed `ack_wait` or `BackOff` into its lease settings (rule 16).
+//! After every loss of the connection each JetStream mount's consumer is read for a suspect:
+//! the first message after its ack floor that the mount never received. A message that
+//! brings the client down every time it is delivered never reaches the mount and stays in
+//! place; while it is suspected the mount pulls one message at a time, and after
+//! [`SAME_SUSPECT_LIMIT`] losses in a row with the same one, the app ends with an error naming
+//! its stream sequence, rather than let it be redelivered without bound (its delivery never
+//! reaches a handler, so no `max_attempts` can end it). Where several processes share one
+//! durable, a message in flight at another process was never received by this one either:
+//! it can be taken for a suspect only if this process loses its connection three times in a
+//! row while that message stays unacknowledged and first after the ack floor.
+//!
+//! Every [`CONSUMER_REREAD`] (by default) it reads each JetStream mount's consumer again, and
+//! takes a changed `ack_wait` or `BackOff` into its lease settings (rule 16).
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -24,7 +32,7 @@ use ruststream_core::{Descriptor, MountPolicy};
 use tokio::sync::{mpsc, watch};
 
 use crate::handler::Handler;
-use crate::launch::{Launcher, MountRecord, lease_settings, update_lease_settings};
+use crate::launch::{Ended, Launcher, MountRecord, lease_settings, update_lease_settings};
 use crate::leases::LeaseSettings;
 use crate::mount::Mount;
 use crate::runtime::Runtime;
@@ -101,7 +109,7 @@ pub(crate) struct Supervisor<R: Runtime> {
     pub(crate) declared: Vec<(Mount, Arc<dyn Handler>, MountPolicy)>,
     pub(crate) records: Arc<[MountRecord]>,
     pub(crate) tasks: Arc<Mutex<Vec<Option<R::Task>>>>,
-    pub(crate) ended: mpsc::UnboundedReceiver<usize>,
+    pub(crate) ended: mpsc::UnboundedReceiver<Ended>,
     pub(crate) shutdown: watch::Receiver<bool>,
     pub(crate) failed: Arc<watch::Sender<Option<String>>>,
     pub(crate) recoveries: Arc<Mutex<Vec<Recovery>>>,
@@ -227,29 +235,22 @@ impl<R: Runtime> Supervisor<R> {
 
     /// Reconnects if need be, and subscribes again every mount whose loop ended (`first`,
     /// and those that end with it).
-    async fn recover(&mut self, first: usize, watch: &mut Watch) -> Result<(), String> {
-        let mut indices = BTreeSet::from([first]);
+    async fn recover(&mut self, first: Ended, watch: &mut Watch) -> Result<(), String> {
+        let mut ended = vec![first];
         R::sleep_until(R::now() + GATHER).await;
-        while let Ok(index) = self.ended.try_recv() {
-            indices.insert(index);
+        while let Ok(more) = self.ended.try_recv() {
+            ended.push(more);
         }
+        let indices: BTreeSet<usize> = ended.iter().map(|e| e.index).collect();
         let names = self.names(&indices);
         tracing::error!(mounts = ?names,
             "the subscriptions of these mounts ended while the app runs: reconnecting and subscribing them again");
         let started = R::now();
-        watch
-            .window
-            .retain(|at| started.saturating_duration_since(*at) < RECOVERY_WINDOW);
-        watch.window.push_back(started);
-        if watch.window.len() > MAX_RECOVERIES {
-            return Err(format!(
-                "mounts {names:?}: subscriptions ended {} times within {} s; not trying again. \
-                 The likeliest cause is a message that brings the client down, published again \
-                 and again on a subject these mounts receive (a header value with a lone CR, a \
-                 subject that is not UTF-8): the log's recoveries say when; find its publisher",
-                watch.window.len(),
-                RECOVERY_WINDOW.as_secs()
-            ));
+        // A loop that ran on a client replaced since ended because that client died: that loss
+        // is counted already, once for all its mounts.
+        let current = self.launcher.generation.load(std::sync::atomic::Ordering::Acquire);
+        if ended.iter().any(|e| e.generation == current) {
+            self.count_loss(watch, &names)?;
         }
         let deadline = started + RECOVERY_LIMIT;
         let mut pause = Duration::from_millis(100);
@@ -329,6 +330,28 @@ impl<R: Runtime> Supervisor<R> {
     }
 
     /// Keeps a recovery for the report: the last [`RECOVERIES_KEPT`].
+    /// Counts one loss of the client or of subscriptions in the window: past
+    /// [`MAX_RECOVERIES`] within [`RECOVERY_WINDOW`], the app cannot go on.
+    fn count_loss(&self, watch: &mut Watch, names: &[String]) -> Result<(), String> {
+        let now = R::now();
+        watch
+            .window
+            .retain(|at| now.saturating_duration_since(*at) < RECOVERY_WINDOW);
+        watch.window.push_back(now);
+        if watch.window.len() > MAX_RECOVERIES {
+            return Err(format!(
+                "mounts {names:?}: the client or its subscriptions were lost {} times within {} s; \
+                 not trying again. The likeliest cause is a message that brings the client down, \
+                 published again and again on a subject a mount receives (a header value with a \
+                 lone CR, a subject that is not UTF-8): the log's recoveries say when; find its \
+                 publisher",
+                watch.window.len(),
+                RECOVERY_WINDOW.as_secs()
+            ));
+        }
+        Ok(())
+    }
+
     /// Connects a new client in place of the dead one, from the app's URL and options, and
     /// makes it the app's client (its settlements, renewals, copies and the mounts subscribed
     /// from now on use it).
@@ -348,6 +371,9 @@ impl<R: Runtime> Supervisor<R> {
                 return Err(Retry::Later("connecting a new client timed out".to_owned()));
             }
         };
+        self.launcher
+            .generation
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         self.clients.send_replace(client.clone());
         Ok(client)
     }
@@ -373,7 +399,12 @@ impl<R: Runtime> Supervisor<R> {
         // answers within a round trip; one that is reconnecting keeps it waiting (no verdict).
         if let Some(Err(_)) = R::timeout(DEAD_CHECK, client.flush()).await {
             match self.replace_client().await {
-                Ok(_) => watch.replaced = true,
+                Ok(_) => {
+                    watch.replaced = true;
+                    let all: Vec<String> =
+                        self.records.iter().map(|r| r.name.to_owned()).collect();
+                    self.count_loss(watch, &all)?;
+                }
                 Err(Retry::Never(why)) => return Err(why),
                 // Tried again at the next check; the mounts' own recovery bounds it.
                 Err(Retry::Later(why)) => {

@@ -208,7 +208,7 @@ fn rule_20_subscriptions_that_keep_ending_end_the_app() {
         let reason = failed.report.failure.clone().expect("the reason");
         assert!(
             reason.contains("core-again-20")
-                && reason.contains(&format!("ended {} times", limit + 1)),
+                && reason.contains(&format!("lost {} times", limit + 1)),
             "{reason}"
         );
         assert_eq!(failed.report.recoveries.len(), limit, "{:?}", failed.report);
@@ -477,5 +477,53 @@ fn rule_20_after_the_poison_is_removed_as_the_error_says_the_messages_behind_it_
             "the messages behind the poison were not delivered with it again and again: {runs:?}"
         );
         assert_eq!(tc.stream_len("DLQ").await, 0, "nothing dead-lettered");
+    });
+}
+
+#[test]
+fn rule_20_one_dead_client_counts_once_however_many_mounts_it_ends() {
+    run(async {
+        let (server, tc, _acks, r, ev) = js_case().await;
+        const MOUNTS: u64 = 7;
+        let app = start(&server, &ev, |mut a| {
+            for i in 0..MOUNTS {
+                // One slot each, busy for a different time when the client dies: each pull
+                // loop ends only when its handler is done, 400 ms after the previous one.
+                a = a.mount(
+                    Mount::jetstream(&format!("js-stagger-{i}"), "ORDERS", &format!("w{i}"))
+                        .ack_wait(Duration::from_secs(10))
+                        .concurrency(std::num::NonZeroUsize::MIN),
+                    slow(
+                        &r,
+                        move |_| Duration::from_millis(500 + 400 * i),
+                        |_| Outcome::Ack,
+                    ),
+                );
+            }
+            a.mount(
+                Mount::core_subject("core-stagger-20", "c20s.in"),
+                |_d: Delivery| async { Outcome::Ack },
+            )
+        })
+        .await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"slow").await;
+        eventually("every handler to start", || {
+            (r.lock().unwrap().len() == usize::try_from(MOUNTS).unwrap()).then_some(())
+        })
+        .await;
+        raw_publish(&server, "c20s.in", LONE_CR, b"poison");
+        eventually("every mount subscribed again", || {
+            let again: usize = app.recoveries().iter().map(|r| r.mounts.len()).sum();
+            (again == usize::try_from(MOUNTS).unwrap() + 1).then_some(())
+        })
+        .await;
+        let report = app.shutdown().await;
+        assert!(report.failure.is_none(), "one death, one loss: {report:?}");
+        assert!(report.recoveries.len() > 1, "{report:?}");
+        let info = tc.consumer_info("ORDERS", "w6").await;
+        assert_eq!(
+            info.num_ack_pending, 0,
+            "settled through the new client: {info:?}"
+        );
     });
 }
