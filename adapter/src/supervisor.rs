@@ -248,7 +248,10 @@ impl<R: Runtime> Supervisor<R> {
         let started = R::now();
         // A loop that ran on a client replaced since ended because that client died: that loss
         // is counted already, once for all its mounts.
-        let current = self.launcher.generation.load(std::sync::atomic::Ordering::Acquire);
+        let current = self
+            .launcher
+            .generation
+            .load(std::sync::atomic::Ordering::Acquire);
         if ended.iter().any(|e| e.generation == current) {
             self.count_loss(watch, &names)?;
         }
@@ -401,8 +404,7 @@ impl<R: Runtime> Supervisor<R> {
             match self.replace_client().await {
                 Ok(_) => {
                     watch.replaced = true;
-                    let all: Vec<String> =
-                        self.records.iter().map(|r| r.name.to_owned()).collect();
+                    let all: Vec<String> = self.records.iter().map(|r| r.name.to_owned()).collect();
                     self.count_loss(watch, &all)?;
                 }
                 Err(Retry::Never(why)) => return Err(why),
