@@ -102,7 +102,7 @@
 //!         })
 //!         .run() // until SIGINT or SIGTERM
 //!         .await?;
-//!     Ok::<_, ruststream_smol::StartError>(())
+//!     Ok::<_, ruststream_smol::RunError>(())
 //! })?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
