@@ -167,7 +167,12 @@ pub(crate) async fn pull_loop<R: Runtime>(
             }
             () = R::sleep_until(lost_at) => {
                 let lost = pulls.handle_timeout(R::now());
-                tracing::warn!(mount = %ctx.name, outstanding = lost, "pull requests never ended; their slots are taken back");
+                // While the connection is down this is expected, and the supervisor says so.
+                if ctx.clients.borrow().connection_state() == async_nats::connection::State::Connected {
+                    tracing::warn!(mount = %ctx.name, outstanding = lost, "pull requests never ended; their slots are taken back");
+                } else {
+                    tracing::debug!(mount = %ctx.name, outstanding = lost, "pull requests lost with the connection; their slots are taken back");
+                }
                 held.free(lost);
                 continue;
             }

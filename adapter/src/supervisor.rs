@@ -604,7 +604,7 @@ impl<R: Runtime> Supervisor<R> {
             if copies + dead_letters > 0 {
                 tracing::warn!(mount = %record.name, copies, dead_letters,
                     total_copies = now.unpublished_copies, total_dead_letters = now.unpublished_dead_letters,
-                    "Core copies and dead letters lost: their publish failed");
+                    "Core copies and dead letters lost: not published (a failed publish, or a copy over max_payload without a dead-letter subject)");
             }
             *logged = now;
             *logged_at = Some(at);
