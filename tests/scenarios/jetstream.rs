@@ -313,3 +313,41 @@ fn row_09_jetstream_dead_letter_publish_fails_naks_and_retries() {
         app.shutdown().await;
     });
 }
+
+/// Issue 13's guard: whatever the pull window, a message fetched ahead of a free handler slot
+/// must never wait past its deadline. `ack_wait` 3 s, one slot, 1 s handlers, 10 messages:
+/// every message runs once, at attempt 1.
+#[test]
+fn prefetched_messages_never_wait_past_ack_wait() {
+    run(async {
+        let (server, tc, _acks, r, ev) = js_case().await;
+        for _ in 0..10 {
+            tc.js_publish("orders.new", HeaderMap::new(), b"one second")
+                .await;
+        }
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::jetstream("js-prefetch", "ORDERS", "worker")
+                    .ack_wait(Duration::from_secs(3))
+                    .concurrency(std::num::NonZeroUsize::MIN),
+                slow(&r, |_| Duration::from_secs(1), |_| Outcome::Ack),
+            )
+        })
+        .await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let info = loop {
+            let info = tc.consumer_info("ORDERS", "worker").await;
+            if info.num_ack_pending == 0 && info.num_pending == 0 {
+                break info;
+            }
+            assert!(Instant::now() < deadline, "{info:?}");
+            quiet(200).await;
+        };
+        app.shutdown().await;
+        assert_eq!(attempts(&r), [1; 10], "every message once, at attempt 1");
+        assert_eq!(
+            info.delivered.consumer_sequence, 10,
+            "nothing redelivered: {info:?}"
+        );
+    });
+}
