@@ -300,8 +300,13 @@ impl<R: Runtime> App<R> {
         let (lost_tx, lost_rx) = oneshot::channel();
         let losses = records.iter().map(|m| m.losses.clone()).collect();
         let delay_clients = clients.subscribe();
+        let copy_subjects = declared
+            .iter()
+            .map(|(_, _, policy)| policy.copy_subject().cloned())
+            .collect();
         let delay_task = R::spawn(async move {
-            let lost = delay_loop::<R>(delay_clients, delay_rx, finish_rx, losses).await;
+            let lost =
+                delay_loop::<R>(delay_clients, delay_rx, finish_rx, losses, copy_subjects).await;
             let _ = lost_tx.send(lost);
         });
         let supervisor = Supervisor::<R> {

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use ruststream_core::PendingCopy;
+use ruststream_core::{PendingCopy, Subject};
 use tokio::sync::{mpsc, watch};
 
 use crate::exec::{Unpublished, publish_plain};
@@ -20,6 +20,7 @@ pub(crate) async fn delay_loop<R: Runtime>(
     mut incoming: mpsc::UnboundedReceiver<(PendingCopy, std::time::Instant)>,
     mut finish: watch::Receiver<Option<std::time::Instant>>,
     losses: Vec<Arc<Losses>>,
+    copy_subjects: Vec<Option<Subject>>,
 ) -> Vec<usize> {
     let mut queue = ruststream_core::DelayQueue::new();
     // The mounts' senders close with their loops, at shutdown, before the deadline is set:
@@ -51,9 +52,15 @@ pub(crate) async fn delay_loop<R: Runtime>(
                 // The app's client now: a new one if the supervisor replaced a dead one.
                 let client = clients.borrow().clone();
                 for copy in due {
-                    let subject = copy.publication.subject.clone();
-                    if let Err(e) = publish_plain(&client, copy.publication, Unpublished::Copy).await {
-                        if let Some(losses) = losses.get(copy.mount) {
+                    let mount = copy.mount();
+                    let Some(subject) = copy_subjects.get(mount).cloned().flatten() else {
+                        // Only Core mounts, which all have a copy subject, schedule copies.
+                        tracing::error!(mount, "delayed Core copy of a mount without a copy subject: lost");
+                        continue;
+                    };
+                    let publication = copy.into_publication(&subject);
+                    if let Err(e) = publish_plain(&client, publication, Unpublished::Copy).await {
+                        if let Some(losses) = losses.get(mount) {
                             Losses::add(&losses.copies, 1);
                         }
                         tracing::error!(%subject, error = %e.reason, "delayed Core copy lost: its publish failed");
@@ -68,7 +75,7 @@ pub(crate) async fn delay_loop<R: Runtime>(
     }
     let mut lost = vec![0; losses.len()];
     for copy in queue.drain() {
-        if let Some(n) = lost.get_mut(copy.mount) {
+        if let Some(n) = lost.get_mut(copy.mount()) {
             *n += 1;
         }
     }

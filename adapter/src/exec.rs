@@ -224,12 +224,11 @@ fn schedule_copy(
     retry_count: ruststream_core::RetryCount,
     at: Instant,
 ) -> Result<(), PublishFailed> {
-    let publication = core_message(msg).copy(subject, retry_count);
-    check_copy_size(&ctx.client, &publication)?;
-    let copy = PendingCopy {
-        mount: ctx.index,
-        publication,
-    };
+    let message = core_message(msg);
+    // The copy as it will be published to `subject` (the mount's copy subject, which the
+    // delay loop gives back when it falls due), built once here for its size.
+    check_copy_size(&ctx.client, &message.copy(subject, retry_count))?;
+    let copy = PendingCopy::new(ctx.index, &message, retry_count);
     ctx.delayed
         .send((copy, at))
         .map_err(|_| PublishFailed::new(Unpublished::Copy, "the delay queue has stopped"))

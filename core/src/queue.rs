@@ -19,17 +19,105 @@ use std::time::Instant;
 
 use slab::Slab;
 
-use crate::message::Publication;
+use bytes::Bytes;
+
+use crate::header::{Headers, RetryCount};
+use crate::message::{Message, Publication};
+use crate::subject::Subject;
 
 /// A copy of a Core delivery waiting to be published, and the mount it belongs to.
+///
+/// Kept compact, since a process may hold millions (issue 13): the payload (shared with the
+/// delivered message, never copied), the retry count, and the delivered reply subject and
+/// headers packed into one allocation, which holds nothing when there are neither. The copy
+/// subject is the mount's, given back at publish time; the copy's headers are built then, by
+/// [`Message::copy`] (rules 4 and 9), so [`into_publication`](Self::into_publication) gives
+/// exactly what [`Message::copy`] would have at queue time. 64 bytes, plus per delivered
+/// header 8 bytes beyond the name and value, plus 5 and its length for a reply subject.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingCopy {
-    /// The index of the mount the copy belongs to, as the adapter numbers its mounts; used to
-    /// report copies lost at shutdown per mount.
-    pub mount: usize,
-    /// The copy, built by [`Message::copy`](crate::Message::copy); its payload is shared
-    /// with the delivered message, never copied.
-    pub publication: Publication,
+    mount: u32,
+    retry_count: RetryCount,
+    payload: Bytes,
+    /// A flag byte (1: a reply subject follows, as a length and bytes), then each header as
+    /// its name's length, name, value's length, value; lengths are little-endian `u32`s.
+    packed: Box<[u8]>,
+}
+
+impl PendingCopy {
+    /// The copy of `message` after attempt `retry_count`, for the mount numbered `mount` (as
+    /// the adapter numbers its mounts; used to report copies lost at shutdown per mount).
+    ///
+    /// # Panics
+    /// When a reply subject, a header name or a header value is 4 GiB or longer (no NATS
+    /// server accepts such a message).
+    pub fn new(mount: usize, message: &Message, retry_count: RetryCount) -> Self {
+        fn put(packed: &mut Vec<u8>, bytes: &[u8]) {
+            let len = u32::try_from(bytes.len()).expect("shorter than 4 GiB");
+            packed.extend_from_slice(&len.to_le_bytes());
+            packed.extend_from_slice(bytes);
+        }
+        let packed = match (&message.reply, message.headers.is_empty()) {
+            (None, true) => Box::default(),
+            (reply, _) => {
+                let mut packed = Vec::new();
+                match reply {
+                    Some(reply) => {
+                        packed.push(1);
+                        put(&mut packed, reply);
+                    }
+                    None => packed.push(0),
+                }
+                for (name, value) in message.headers.iter() {
+                    put(&mut packed, name);
+                    put(&mut packed, value);
+                }
+                packed.into_boxed_slice()
+            }
+        };
+        Self {
+            mount: u32::try_from(mount).unwrap_or(u32::MAX),
+            retry_count,
+            payload: message.payload.clone(),
+            packed,
+        }
+    }
+
+    /// The index of the mount the copy belongs to.
+    pub fn mount(&self) -> usize {
+        self.mount as usize
+    }
+
+    /// The copy to publish to `subject` (the mount's copy subject): what
+    /// [`Message::copy`] gives for the delivered message.
+    pub fn into_publication(self, subject: &Subject) -> Publication {
+        let mut reply = None;
+        let mut headers = Headers::new();
+        if let Some((&flag, mut rest)) = self.packed.split_first() {
+            // What `new` packed: well formed by construction.
+            let take = |rest: &mut &[u8]| -> Bytes {
+                let (len, tail) = rest.split_at(4);
+                let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+                let (bytes, tail) = tail.split_at(len);
+                *rest = tail;
+                Bytes::copy_from_slice(bytes)
+            };
+            if flag == 1 {
+                reply = Some(take(&mut rest));
+            }
+            while !rest.is_empty() {
+                let name = take(&mut rest);
+                let value = take(&mut rest);
+                headers.append(name, value);
+            }
+        }
+        let message = Message {
+            reply,
+            headers,
+            payload: self.payload,
+        };
+        message.copy(subject, self.retry_count)
+    }
 }
 
 /// A heap key: the deadline, an insertion number that orders ties, and where the item waits.

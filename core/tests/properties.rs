@@ -132,6 +132,30 @@ fn is_publish(a: &Action<'_>) -> bool {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2_000))]
 
+    /// A copy waiting in the delay queue, packed, is published exactly as the copy built at
+    /// once would be: reply subject, headers (names, values, order, repeats), payload.
+    #[test]
+    fn a_pending_copy_publishes_what_the_copy_would_be(
+        pairs in headers(),
+        reply in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)),
+        payload in proptest::collection::vec(any::<u8>(), 0..64),
+        retry_count in 0u64..1_000,
+        mount in 0usize..8,
+    ) {
+        let message = Message {
+            reply: reply.map(Bytes::from),
+            headers: to_headers(&pairs),
+            payload: Bytes::from(payload),
+        };
+        let subject = Subject::new("orders.retry").expect("valid");
+        let pending = ruststream_core::PendingCopy::new(mount, &message, RetryCount(retry_count));
+        prop_assert_eq!(pending.mount(), mount);
+        prop_assert_eq!(
+            pending.into_publication(&subject),
+            message.copy(&subject, RetryCount(retry_count))
+        );
+    }
+
     /// The planner never panics, is deterministic, and keeps the ordering invariants.
     #[test]
     fn plans_are_deterministic_and_ordered(d in delivery(), e in event(), p in policy(), now in now()) {
