@@ -58,7 +58,10 @@ fn filled(n: usize, base: Instant, message: &Message) -> DelayQueue {
     let mut next = offsets();
     let mut q = DelayQueue::with_capacity(n);
     for i in 0..n {
-        q.handle_copy(PendingCopy::new(i % 4, message, RetryCount(1)), base + next());
+        q.handle_copy(
+            PendingCopy::new(i % 4, message, RetryCount(1)),
+            base + next(),
+        );
     }
     q
 }
@@ -85,7 +88,11 @@ fn memory_per_copy() {
     );
     let peak = std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM")).map(str::to_owned));
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM"))
+                .map(str::to_owned)
+        });
     println!("delay_queue memory: peak resident memory of the process: {peak:?}");
     black_box(&q);
 }
