@@ -11,6 +11,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use crate::delivery::{read_jetstream, start_delivery};
 use crate::mount_context::MountContext;
 use crate::runtime::Runtime;
+use crate::supervisor::{Liveness, liveness};
 
 /// How long a flush may take to tell a dead client after a failed pull request.
 const DEAD_CLIENT_CHECK: Duration = Duration::from_millis(200);
@@ -121,7 +122,7 @@ pub(crate) async fn pull_loop<R: Runtime>(
                     // may never end the inbox: the mount ends, and the supervisor makes a new
                     // client (rule 20). A flush that only waits (a server that is down) says
                     // nothing.
-                    if let Some(Err(_)) = R::timeout(DEAD_CLIENT_CHECK, ctx.client.flush()).await {
+                    if liveness::<R>(&ctx.client, DEAD_CLIENT_CHECK).await == Liveness::Dead {
                         tracing::error!(mount = %ctx.name, error = %e,
                             "pull request failed: the client has stopped working; the mount stops once it has handled what it received");
                         // No request goes out any more; what the inbox holds is handled (and

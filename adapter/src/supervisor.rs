@@ -63,6 +63,41 @@ const SUSPECT_SCAN: u64 = 64;
 /// How long a flush may take to tell a dead client at a health check.
 const DEAD_CHECK: Duration = Duration::from_millis(200);
 
+/// What a flush says of a client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Liveness {
+    /// It answered: connected and working.
+    Alive,
+    /// It failed at once: its connection task is gone, and nothing sent through it arrives.
+    Dead,
+    /// No answer within the time given: reconnecting, or a slow server. No verdict.
+    NoAnswer,
+}
+
+/// Flushes `client`, waiting at most `within`, to tell a dead client from a live one.
+pub(crate) async fn liveness<R: Runtime>(client: &Client, within: Duration) -> Liveness {
+    match R::timeout(within, client.flush()).await {
+        Some(Ok(())) => Liveness::Alive,
+        Some(Err(_)) => Liveness::Dead,
+        None => Liveness::NoAnswer,
+    }
+}
+
+/// The info of the consumer `consumer` of `stream`: one request, at most [`PATIENCE`].
+async fn consumer_info<R: Runtime>(
+    js: &async_nats::jetstream::Context,
+    stream: &str,
+    consumer: &str,
+) -> Result<async_nats::jetstream::consumer::Info, String> {
+    let bound = js.get_consumer_from_stream::<pull::Config, _, _>(consumer, stream);
+    match R::timeout(PATIENCE, bound).await {
+        // Binding reads the info: no second request for it.
+        Some(Ok(bound)) => Ok(bound.cached_info().clone()),
+        Some(Err(e)) => Err(e.to_string()),
+        None => Err(format!("no answer within {} s", PATIENCE.as_secs())),
+    }
+}
+
 /// How often a connection that stays down is logged.
 const DOWN_WARN_EVERY: Duration = Duration::from_secs(10);
 
@@ -300,14 +335,13 @@ impl<R: Runtime> Supervisor<R> {
         client_died: &mut bool,
     ) -> Result<(), Retry> {
         let mut client = self.client();
-        match R::timeout(PATIENCE, client.flush()).await {
-            Some(Ok(())) => {}
-            // Its connection task is gone: nothing sent through it can arrive.
-            Some(Err(_)) => {
+        match liveness::<R>(&client, PATIENCE).await {
+            Liveness::Alive => {}
+            Liveness::Dead => {
                 *client_died = true;
                 client = self.replace_client().await?;
             }
-            None => {
+            Liveness::NoAnswer => {
                 return Err(Retry::Later(
                     "the connection to NATS does not answer".to_owned(),
                 ));
@@ -398,9 +432,7 @@ impl<R: Runtime> Supervisor<R> {
     /// Notices a reconnection async-nats made by itself (its subscriptions carry over).
     async fn health(&mut self, watch: &mut Watch) -> Result<(), String> {
         let client = self.client();
-        // A client whose connection task is gone fails a flush at once; one that is connected
-        // answers within a round trip; one that is reconnecting keeps it waiting (no verdict).
-        if let Some(Err(_)) = R::timeout(DEAD_CHECK, client.flush()).await {
+        if liveness::<R>(&client, DEAD_CHECK).await == Liveness::Dead {
             match self.replace_client().await {
                 Ok(_) => {
                     watch.replaced = true;
@@ -477,22 +509,10 @@ impl<R: Runtime> Supervisor<R> {
                 continue;
             };
             let name = self.records[index].name;
-            let info = R::timeout(PATIENCE, async {
-                let mut c = js
-                    .get_consumer_from_stream::<pull::Config, _, _>(consumer, stream)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                c.info().await.cloned().map_err(|e| e.to_string())
-            })
-            .await;
-            let info = match info {
-                Some(Ok(info)) => info,
-                Some(Err(e)) => {
+            let info = match consumer_info::<R>(&js, stream, consumer).await {
+                Ok(info) => info,
+                Err(e) => {
                     tracing::warn!(mount = %name, error = %e, "cannot read the consumer's info after the connection loss");
-                    continue;
-                }
-                None => {
-                    tracing::warn!(mount = %name, "reading the consumer's info after the connection loss timed out");
                     continue;
                 }
             };
@@ -620,18 +640,12 @@ impl<R: Runtime> Supervisor<R> {
                 continue;
             };
             let record = &self.records[index];
-            let read = R::timeout(PATIENCE, async {
-                let mut c = js
-                    .get_consumer_from_stream::<pull::Config, _, _>(consumer, stream)
-                    .await
-                    .ok()?;
-                c.info().await.ok().map(|i| i.config.clone())
-            })
-            .await
-            .flatten();
-            let Some(config) = read else {
-                tracing::debug!(mount = %record.name, "cannot read the consumer again; its lease settings stay");
-                continue;
+            let config = match consumer_info::<R>(&js, stream, consumer).await {
+                Ok(info) => info.config,
+                Err(e) => {
+                    tracing::debug!(mount = %record.name, error = %e, "cannot read the consumer again; its lease settings stay");
+                    continue;
+                }
             };
             let changed = {
                 let mut settings = record
