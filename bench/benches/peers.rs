@@ -1,0 +1,986 @@
+//! Throughput against raw async-nats and RustStream 0.7, measured the way users' code runs.
+//!
+//! ```sh
+//! cargo bench --manifest-path bench/Cargo.toml
+//! ```
+//!
+//! Starts a private nats-server (from `NATS_SERVER_BIN` or `PATH`) and runs five scenarios on
+//! four sides, each with its default settings:
+//!
+//! - **raw**: async-nats 0.51 written the idiomatic way (`consumer.messages()` with its
+//!   defaults and an awaited `ack()`; a `subscribe` loop on Core), the loop on a spawned task
+//!   (a worker thread), as a service runs it;
+//! - **tokio**: `ruststream-tokio` on the bench's Tokio runtime;
+//! - **smol**: `ruststream-smol` on a thread of its own (`smol::block_on`), as a smol
+//!   application runs it;
+//! - **RustStream**: RustStream 0.7.7 with ruststream-nats 0.7.1, written as their docs show
+//!   (`#[subscriber]` handlers over a typed payload, `RustStream::with_broker`, `start`).
+//!
+//! Every handler decodes the 512-byte JSON payload into an [`Order`] (raw included), and the
+//! load generator (publisher, waits, server checks) is the same for every side and runs on the
+//! bench's Tokio runtime. The scenarios:
+//!
+//! 1. **js-ack**: 100,000 messages stored in a memory stream first; a durable pull consumer
+//!    acks each. Timed from the start of consuming, the consumer's creation included for every
+//!    side (raw creates it, then opens `consumer.messages()`; the runtimes create it as they
+//!    start), until the server reports every message acknowledged (`ack_floor`, `num_ack_pending`).
+//! 2. **js-nak**: 20,000 stored messages; each is `-NAK`ed at its first delivery and `+ACK`ed
+//!    at its second. Timed as js-ack; the handlers must see each message exactly twice.
+//! 3. **core-live**: 200,000 Core messages from a live publisher that keeps at most 8,192 in
+//!    flight (when the window is full it flushes and sleeps 1 ms), so that no side drops a
+//!    message as a slow consumer; timed from the first publish to the last handled.
+//! 4. **core-backlog**: 200,000 Core messages in 4 backlogs of 50,000: the handlers wait at a
+//!    gate while a backlog is published (it waits in the client: async-nats' subscription
+//!    channel holds 65,536), then the gate opens; only the drains are timed.
+//! 5. **core-retry**: 20,000 Core messages; each handler asks for a retry at attempt 1 (the
+//!    runtimes publish a copy with their retry-count header; `max_attempts` 5) and acks at
+//!    attempt 2. The raw side is a hand-rolled republish: it publishes the copy with a header
+//!    itself. Publisher and timing as core-live, to the last second attempt handled.
+//!
+//! After each round every side is checked the same way: each message handled exactly as
+//! often as the scenario says (a duplicate or a loss fails the bench), and on JetStream the
+//! server's consumer state.
+//!
+//! Rounds are interleaved: each round runs every side once, in an order that rotates from
+//! round to round. The headline is the median of paired rounds (each round's ratio of two
+//! sides, run back to back), against raw async-nats; each side's median rate is printed
+//! beside it. Environment:
+//! - `BENCH_ROUNDS` (default 9);
+//! - `BENCH_SCENARIOS`: a comma-separated subset of the scenario names above;
+//! - `BENCH_SIDES`: a comma-separated subset of `raw,tokio,smol,ruststream`;
+//! - `BENCH_SCALE`: divides every message count (a quick check: `BENCH_SCALE=100`);
+//! - `BENCH_VERBOSE=1` prints every round.
+//!
+//! The last lines check the issue's targets (ruststream-tokio ≥ 1.00 of raw on js-ack, ≥ 0.95
+//! on js-nak and core-backlog, ≥ 0.97 on core-live, ≥ 0.90 of the hand-rolled republish on
+//! core-retry; smol ≥ 0.95 of tokio; never below RustStream) and say which are met.
+
+#![allow(
+    clippy::print_stdout,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    missing_docs
+)]
+
+#[path = "../../tests/src/server.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod server;
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, AckKind};
+use async_nats::{HeaderMap, Subject};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
+
+/// The payload's size: every message is one [`Order`] of exactly this many bytes of JSON.
+const PAYLOAD: usize = 512;
+/// How many Core messages the live publisher keeps in flight.
+const WINDOW: usize = 8_192;
+/// How many Core messages one backlog holds (below async-nats' 65,536 per subscription).
+const BACKLOG: usize = 50_000;
+/// How long any side may take for one round of one scenario before the bench fails.
+const ROUND_LIMIT: Duration = Duration::from_secs(120);
+
+/// What every handler decodes: an order, as a service would receive one.
+#[derive(Debug, Serialize, Deserialize)]
+struct Order {
+    id: u64,
+    customer: String,
+    sku: String,
+    quantity: u32,
+    price_cents: u64,
+    currency: String,
+    note: String,
+}
+
+/// The JSON of order `id`, padded (its `note`) to exactly [`PAYLOAD`] bytes.
+fn order_payload(id: u64) -> Bytes {
+    let mut order = Order {
+        id,
+        customer: format!("customer-{:06}", id % 1_000_000),
+        sku: "SKU-4711-BLUE-XL".to_owned(),
+        quantity: 3,
+        price_cents: 129_900,
+        currency: "EUR".to_owned(),
+        note: String::new(),
+    };
+    let bare = serde_json::to_vec(&order).unwrap().len();
+    order.note = "n".repeat(PAYLOAD - bare);
+    let json = serde_json::to_vec(&order).unwrap();
+    assert_eq!(json.len(), PAYLOAD);
+    Bytes::from(json)
+}
+
+/// The payloads of one run: a few distinct orders, cycled (building 200,000 would measure the
+/// generator).
+fn payloads() -> Arc<Vec<Bytes>> {
+    Arc::new((0..64).map(order_payload).collect())
+}
+
+/// What a handler does with an order: reads it, so that decoding cannot be optimised away.
+fn touch(order: &Order) {
+    black_box(order.id);
+    black_box(order.note.len());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Counting, shared by every side.
+// ---------------------------------------------------------------------------------------------
+
+/// What the handlers of one round saw: first attempts, and deliveries that finished (acked).
+#[derive(Default)]
+struct Counts {
+    first: AtomicUsize,
+    done: AtomicUsize,
+}
+
+impl Counts {
+    fn reset(&self) {
+        self.first.store(0, Ordering::SeqCst);
+        self.done.store(0, Ordering::SeqCst);
+    }
+    fn done(&self) -> usize {
+        self.done.load(Ordering::Relaxed)
+    }
+}
+
+/// The gate of the backlog scenario: handlers wait at it while a backlog is published.
+#[derive(Default)]
+struct Gate {
+    open: AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl Gate {
+    async fn pass(&self) {
+        loop {
+            if self.open.load(Ordering::Acquire) {
+                return;
+            }
+            let opened = self.notify.notified();
+            if self.open.load(Ordering::Acquire) {
+                return;
+            }
+            opened.await;
+        }
+    }
+    fn set(&self, open: bool) {
+        self.open.store(open, Ordering::Release);
+        if open {
+            self.notify.notify_waiters();
+        }
+    }
+}
+
+/// The state every side's handlers share with the load: RustStream's handlers are plain
+/// functions, so it lives in statics.
+static COUNTS: Counts = Counts {
+    first: AtomicUsize::new(0),
+    done: AtomicUsize::new(0),
+};
+static GATE: Gate = Gate {
+    open: AtomicBool::new(true),
+    notify: tokio::sync::Notify::const_new(),
+};
+
+/// The scenarios, with their subjects and streams.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Scenario {
+    JsAck,
+    JsNak,
+    CoreLive,
+    CoreBacklog,
+    CoreRetry,
+}
+
+impl Scenario {
+    const ALL: [Scenario; 5] = [
+        Scenario::JsAck,
+        Scenario::JsNak,
+        Scenario::CoreLive,
+        Scenario::CoreBacklog,
+        Scenario::CoreRetry,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Scenario::JsAck => "js-ack",
+            Scenario::JsNak => "js-nak",
+            Scenario::CoreLive => "core-live",
+            Scenario::CoreBacklog => "core-backlog",
+            Scenario::CoreRetry => "core-retry",
+        }
+    }
+
+    fn messages(self) -> usize {
+        let n = match self {
+            Scenario::JsAck => 100_000,
+            Scenario::JsNak | Scenario::CoreRetry => 20_000,
+            Scenario::CoreLive | Scenario::CoreBacklog => 200_000,
+        };
+        (n / scale()).max(1)
+    }
+
+    /// The lowest ruststream-tokio / raw ratio the issue accepts.
+    fn target(self) -> f64 {
+        match self {
+            Scenario::JsAck => 1.00,
+            Scenario::JsNak | Scenario::CoreBacklog => 0.95,
+            Scenario::CoreLive => 0.97,
+            Scenario::CoreRetry => 0.90,
+        }
+    }
+
+    fn is_jetstream(self) -> bool {
+        matches!(self, Scenario::JsAck | Scenario::JsNak)
+    }
+}
+
+const ACK_STREAM: &str = "BENCH_ACK";
+const ACK_SUBJECT: &str = "bench.ack";
+const NAK_STREAM: &str = "BENCH_NAK";
+const NAK_SUBJECT: &str = "bench.nak";
+/// The Core subjects; each side has its own (`<prefix>.<side>`), fixed, since RustStream names
+/// its subjects in its handlers' attributes.
+const LIVE: &str = "bench.live";
+const BACKLOG_SUBJECT: &str = "bench.backlog";
+const RETRY: &str = "bench.retry";
+
+// ---------------------------------------------------------------------------------------------
+// The sides.
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Side {
+    Raw,
+    Tokio,
+    Smol,
+    RustStream,
+}
+
+impl Side {
+    const ALL: [Side; 4] = [Side::Raw, Side::Tokio, Side::Smol, Side::RustStream];
+
+    fn name(self) -> &'static str {
+        match self {
+            Side::Raw => "raw",
+            Side::Tokio => "tokio",
+            Side::Smol => "smol",
+            Side::RustStream => "ruststream",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Side::Raw => "raw async-nats",
+            Side::Tokio => "ruststream-tokio",
+            Side::Smol => "ruststream-smol",
+            Side::RustStream => "RustStream 0.7",
+        }
+    }
+
+    /// The side's durable consumer and Core subjects' last token.
+    fn durable(self) -> &'static str {
+        self.name()
+    }
+}
+
+/// A running consumer of one side, stopped after the round.
+enum Consumer {
+    Raw(tokio::task::JoinHandle<()>),
+    Tokio(ruststream_tokio::Running),
+    Smol {
+        stop: tokio::sync::oneshot::Sender<()>,
+        thread: std::thread::JoinHandle<()>,
+    },
+    RustStream(ruststream::runtime::RunningApp),
+}
+
+impl Consumer {
+    async fn stop(self) {
+        match self {
+            Consumer::Raw(task) => {
+                task.abort();
+                let _ = task.await;
+            }
+            Consumer::Tokio(running) => {
+                running.shutdown().await;
+            }
+            Consumer::Smol { stop, thread } => {
+                let _ = stop.send(());
+                tokio::task::spawn_blocking(move || thread.join().unwrap())
+                    .await
+                    .unwrap();
+            }
+            Consumer::RustStream(running) => running.shutdown().await.unwrap(),
+        }
+    }
+}
+
+/// The ruststream apps of each scenario, for one adapter crate: the same mounts and typed
+/// handlers, each with the defaults but what the scenario needs (`max_attempts` on
+/// core-retry).
+macro_rules! apps {
+    ($module:ident, $adapter:ident) => {
+        mod $module {
+            use super::*;
+            use adapter::{Delivery, Mount, Outcome};
+            use $adapter as adapter;
+
+            pub(crate) fn app(url: &str, scenario: Scenario, side: Side) -> adapter::App {
+                let app = adapter::App::new(url);
+                let durable = side.durable();
+                match scenario {
+                    Scenario::JsAck => app.mount_json(
+                        Mount::jetstream("orders", ACK_STREAM, durable),
+                        |order: Order, _d: Delivery| {
+                            touch(&order);
+                            COUNTS.done.fetch_add(1, Ordering::Relaxed);
+                            std::future::ready(Outcome::Ack)
+                        },
+                    ),
+                    Scenario::JsNak => app.mount_json(
+                        Mount::jetstream("orders", NAK_STREAM, durable),
+                        |order: Order, d: Delivery| {
+                            touch(&order);
+                            std::future::ready(if d.attempt.get() == 1 {
+                                COUNTS.first.fetch_add(1, Ordering::Relaxed);
+                                Outcome::Retry
+                            } else {
+                                COUNTS.done.fetch_add(1, Ordering::Relaxed);
+                                Outcome::Ack
+                            })
+                        },
+                    ),
+                    Scenario::CoreLive => app.mount_json(
+                        Mount::core_subject("orders", &format!("{LIVE}.{durable}")),
+                        |order: Order, _d: Delivery| {
+                            touch(&order);
+                            COUNTS.done.fetch_add(1, Ordering::Relaxed);
+                            std::future::ready(Outcome::Ack)
+                        },
+                    ),
+                    Scenario::CoreBacklog => app.mount_json(
+                        Mount::core_subject("orders", &format!("{BACKLOG_SUBJECT}.{durable}")),
+                        |order: Order, _d: Delivery| async move {
+                            GATE.pass().await;
+                            touch(&order);
+                            COUNTS.done.fetch_add(1, Ordering::Relaxed);
+                            Outcome::Ack
+                        },
+                    ),
+                    Scenario::CoreRetry => app.mount_json(
+                        Mount::core_subject("orders", &format!("{RETRY}.{durable}"))
+                            .max_attempts(5),
+                        |order: Order, d: Delivery| {
+                            touch(&order);
+                            std::future::ready(if d.attempt.get() == 1 {
+                                COUNTS.first.fetch_add(1, Ordering::Relaxed);
+                                Outcome::Retry
+                            } else {
+                                COUNTS.done.fetch_add(1, Ordering::Relaxed);
+                                Outcome::Ack
+                            })
+                        },
+                    ),
+                }
+            }
+        }
+    };
+}
+
+apps!(on_tokio, ruststream_tokio);
+apps!(on_smol, ruststream_smol);
+
+/// RustStream 0.7's handlers, as its docs write them: `#[subscriber]` functions over the
+/// decoded payload, mounted with `b.include`.
+mod on_ruststream {
+    use ruststream::runtime::RETRY_COUNT_HEADER;
+    use ruststream_nats::context::keys::Delivered;
+    use ruststream_nats::prelude::*;
+
+    use super::{COUNTS, GATE, Order, Ordering, Scenario, touch};
+
+    #[subscriber(JetStreamSubject::new("bench.ack", "BENCH_ACK").durable("ruststream"))]
+    async fn js_ack(order: &Order) -> HandlerOutcome {
+        touch(order);
+        COUNTS.done.fetch_add(1, Ordering::Relaxed);
+        HandlerOutcome::ack()
+    }
+
+    #[subscriber(JetStreamSubject::new("bench.nak", "BENCH_NAK").durable("ruststream"))]
+    async fn js_nak(order: &Order, Ctx(delivered): Ctx<Delivered>) -> HandlerOutcome {
+        touch(order);
+        if delivered == Some(1) {
+            COUNTS.first.fetch_add(1, Ordering::Relaxed);
+            HandlerOutcome::retry()
+        } else {
+            COUNTS.done.fetch_add(1, Ordering::Relaxed);
+            HandlerOutcome::ack()
+        }
+    }
+
+    #[subscriber("bench.live.ruststream")]
+    async fn core_live(order: &Order) -> HandlerOutcome {
+        touch(order);
+        COUNTS.done.fetch_add(1, Ordering::Relaxed);
+        HandlerOutcome::ack()
+    }
+
+    #[subscriber("bench.backlog.ruststream")]
+    async fn core_backlog(order: &Order) -> HandlerOutcome {
+        GATE.pass().await;
+        touch(order);
+        COUNTS.done.fetch_add(1, Ordering::Relaxed);
+        HandlerOutcome::ack()
+    }
+
+    #[subscriber("bench.retry.ruststream")]
+    async fn core_retry(order: &Order, ctx: &mut Context<'_>) -> HandlerOutcome {
+        touch(order);
+        if ctx.headers().get_str(RETRY_COUNT_HEADER).is_none() {
+            COUNTS.first.fetch_add(1, Ordering::Relaxed);
+            HandlerOutcome::retry()
+        } else {
+            COUNTS.done.fetch_add(1, Ordering::Relaxed);
+            HandlerOutcome::ack()
+        }
+    }
+
+    pub(crate) async fn start(url: &str, scenario: Scenario) -> ruststream::runtime::RunningApp {
+        let app = RustStream::new(AppInfo::new("bench", "0.1.0")).with_broker(
+            NatsBroker::new(url),
+            |b| match scenario {
+                Scenario::JsAck => {
+                    b.include(js_ack);
+                }
+                Scenario::JsNak => {
+                    b.include(js_nak);
+                }
+                Scenario::CoreLive => {
+                    b.include(core_live);
+                }
+                Scenario::CoreBacklog => {
+                    b.include(core_backlog);
+                }
+                Scenario::CoreRetry => {
+                    b.include(core_retry).max_attempts(nonzero!(5u32));
+                }
+            },
+        );
+        app.start().await.expect("RustStream app starts")
+    }
+}
+
+/// The raw async-nats consumer of one scenario: a loop on a spawned task (a worker thread),
+/// decoding each payload.
+async fn raw_consumer(url: &str, scenario: Scenario) -> Consumer {
+    let client = async_nats::connect(url).await.unwrap();
+    let task = match scenario {
+        Scenario::JsAck | Scenario::JsNak => {
+            let js = jetstream::new(client);
+            let stream = if scenario == Scenario::JsAck {
+                ACK_STREAM
+            } else {
+                NAK_STREAM
+            };
+            let consumer = js
+                .get_stream(stream)
+                .await
+                .unwrap()
+                .create_consumer(jetstream::consumer::pull::Config {
+                    durable_name: Some(Side::Raw.durable().to_owned()),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            tokio::spawn(async move {
+                let mut messages = consumer.messages().await.unwrap();
+                while let Some(m) = messages.next().await {
+                    // async-nats reports a missed idle heartbeat when a loaded machine delays
+                    // one, and goes on: it counts against raw's round, not as a failure.
+                    let m = match m {
+                        Ok(m) => m,
+                        Err(e) => {
+                            eprintln!("raw async-nats pull stream: {e}; going on");
+                            continue;
+                        }
+                    };
+                    let order: Order = serde_json::from_slice(&m.payload).unwrap();
+                    touch(&order);
+                    if scenario == Scenario::JsNak && m.info().unwrap().delivered == 1 {
+                        COUNTS.first.fetch_add(1, Ordering::Relaxed);
+                        m.ack_with(AckKind::Nak(None)).await.unwrap();
+                    } else {
+                        COUNTS.done.fetch_add(1, Ordering::Relaxed);
+                        m.ack().await.unwrap();
+                    }
+                }
+            })
+        }
+        Scenario::CoreLive | Scenario::CoreBacklog | Scenario::CoreRetry => {
+            let prefix = match scenario {
+                Scenario::CoreLive => LIVE,
+                Scenario::CoreBacklog => BACKLOG_SUBJECT,
+                _ => RETRY,
+            };
+            let subject = Subject::from(format!("{prefix}.{}", Side::Raw.durable()));
+            let mut sub = client.subscribe(subject.clone()).await.unwrap();
+            client.flush().await.unwrap();
+            tokio::spawn(async move {
+                while let Some(m) = sub.next().await {
+                    if scenario == Scenario::CoreBacklog {
+                        GATE.pass().await;
+                    }
+                    let order: Order = serde_json::from_slice(&m.payload).unwrap();
+                    touch(&order);
+                    let retried = m
+                        .headers
+                        .as_ref()
+                        .is_some_and(|h| h.get("x-retry").is_some());
+                    if scenario == Scenario::CoreRetry && !retried {
+                        // The hand-rolled retry: a copy with a header saying it is one.
+                        COUNTS.first.fetch_add(1, Ordering::Relaxed);
+                        let mut headers = HeaderMap::new();
+                        headers.insert("x-retry", "1");
+                        client
+                            .publish_with_headers(subject.clone(), headers, m.payload)
+                            .await
+                            .unwrap();
+                    } else {
+                        COUNTS.done.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        }
+    };
+    Consumer::Raw(task)
+}
+
+/// Starts `side`'s consumer of `scenario` and returns once it consumes.
+async fn start(side: Side, url: &str, scenario: Scenario) -> Consumer {
+    match side {
+        Side::Raw => raw_consumer(url, scenario).await,
+        Side::Tokio => Consumer::Tokio(on_tokio::app(url, scenario, side).start().await.unwrap()),
+        Side::Smol => {
+            let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+            let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+            let url = url.to_owned();
+            let thread = std::thread::spawn(move || {
+                smol::block_on(async move {
+                    let running = on_smol::app(&url, scenario, side).start().await.unwrap();
+                    ready_tx.send(()).unwrap();
+                    let _ = stop_rx.await;
+                    running.shutdown().await;
+                })
+            });
+            ready_rx.await.unwrap();
+            Consumer::Smol { stop, thread }
+        }
+        Side::RustStream => Consumer::RustStream(on_ruststream::start(url, scenario).await),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The load and the checks.
+// ---------------------------------------------------------------------------------------------
+
+/// Waits until `done` reaches `n`, failing the bench past [`ROUND_LIMIT`].
+async fn wait_done(n: usize, side: Side, scenario: Scenario, since: Instant) {
+    while COUNTS.done() < n {
+        assert!(
+            since.elapsed() < ROUND_LIMIT,
+            "{} on {}: {} of {n} handled after {ROUND_LIMIT:?}",
+            side.label(),
+            scenario.name(),
+            COUNTS.done()
+        );
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    }
+}
+
+/// Publishes `n` Core messages to `subject`, keeping at most [`WINDOW`] ahead of what the
+/// handlers finished, and returns when all are finished.
+async fn publish_live(
+    client: &async_nats::Client,
+    subject: &Subject,
+    n: usize,
+    payloads: &[Bytes],
+    side: Side,
+    scenario: Scenario,
+) {
+    let start = Instant::now();
+    for i in 0..n {
+        if i >= COUNTS.done() + WINDOW {
+            // The window is full: let the consumer drain it. A short sleep, not a spin, so the
+            // publisher does not take CPU from the side being measured.
+            client.flush().await.unwrap();
+            while i >= COUNTS.done() + WINDOW {
+                assert!(
+                    start.elapsed() < ROUND_LIMIT,
+                    "{} on {}: stuck",
+                    side.label(),
+                    scenario.name()
+                );
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        client
+            .publish(subject.clone(), payloads[i % payloads.len()].clone())
+            .await
+            .unwrap();
+    }
+    client.flush().await.unwrap();
+    wait_done(n, side, scenario, start).await;
+}
+
+/// Fills `stream` (a memory stream on `subject`) with `n` orders.
+async fn fill_stream(
+    js: &jetstream::Context,
+    stream: &str,
+    subject: &str,
+    n: usize,
+    payloads: &[Bytes],
+) {
+    let _ = js.delete_stream(stream).await;
+    js.create_stream(jetstream::stream::Config {
+        name: stream.to_owned(),
+        subjects: vec![subject.to_owned()],
+        storage: jetstream::stream::StorageType::Memory,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut acks = Vec::with_capacity(1024);
+    for i in 0..n {
+        acks.push(
+            js.publish(subject.to_owned(), payloads[i % payloads.len()].clone())
+                .await
+                .unwrap(),
+        );
+        if acks.len() == 1024 {
+            for a in acks.drain(..) {
+                a.await.unwrap();
+            }
+        }
+    }
+    for a in acks {
+        a.await.unwrap();
+    }
+}
+
+/// Waits until `durable` on `stream` has every one of `n` messages acknowledged, failing the
+/// bench past [`ROUND_LIMIT`]. Returns the consumer's redelivery count.
+async fn all_acked(js: &jetstream::Context, stream: &str, durable: &str, n: usize, since: Instant) {
+    let stream = js.get_stream(stream).await.unwrap();
+    loop {
+        let info = stream.consumer_info(durable).await.unwrap();
+        if info.ack_floor.stream_sequence as usize >= n && info.num_ack_pending == 0 {
+            return;
+        }
+        assert!(
+            since.elapsed() < ROUND_LIMIT,
+            "consumer {durable} of {}: ack floor {} of {n} after {ROUND_LIMIT:?}",
+            info.stream_name,
+            info.ack_floor.stream_sequence
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// One round of `scenario` on `side`: its rate in messages per second, after checking what
+/// the handlers saw.
+async fn round(side: Side, url: &str, scenario: Scenario, payloads: &[Bytes]) -> f64 {
+    let n = scenario.messages();
+    COUNTS.reset();
+    GATE.set(scenario != Scenario::CoreBacklog);
+    let publisher = async_nats::connect(url).await.unwrap();
+    let js = jetstream::new(publisher.clone());
+    let durable = side.durable();
+    let subject = |prefix: &str| Subject::from(format!("{prefix}.{durable}"));
+
+    let (consumer, secs) = match scenario {
+        Scenario::JsAck | Scenario::JsNak => {
+            let stream = if scenario == Scenario::JsAck {
+                ACK_STREAM
+            } else {
+                NAK_STREAM
+            };
+            let _ = js
+                .get_stream(stream)
+                .await
+                .unwrap()
+                .delete_consumer(durable)
+                .await;
+            // Every side creates its consumer inside the timed window: raw before it opens
+            // `messages()`, the runtimes as they start.
+            let since = Instant::now();
+            let consumer = start(side, url, scenario).await;
+            wait_done(n, side, scenario, since).await;
+            all_acked(&js, stream, durable, n, since).await;
+            (consumer, since.elapsed().as_secs_f64())
+        }
+        Scenario::CoreLive | Scenario::CoreRetry => {
+            let prefix = if scenario == Scenario::CoreLive {
+                LIVE
+            } else {
+                RETRY
+            };
+            let consumer = start(side, url, scenario).await;
+            let since = Instant::now();
+            publish_live(&publisher, &subject(prefix), n, payloads, side, scenario).await;
+            (consumer, since.elapsed().as_secs_f64())
+        }
+        Scenario::CoreBacklog => {
+            let consumer = start(side, url, scenario).await;
+            let subject = subject(BACKLOG_SUBJECT);
+            let mut secs = 0.0;
+            let mut published = 0;
+            while published < n {
+                let burst = BACKLOG.min(n - published);
+                GATE.set(false);
+                for i in published..published + burst {
+                    publisher
+                        .publish(subject.clone(), payloads[i % payloads.len()].clone())
+                        .await
+                        .unwrap();
+                }
+                publisher.flush().await.unwrap();
+                // Let the backlog reach the consumer's client.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                published += burst;
+                let since = Instant::now();
+                GATE.set(true);
+                wait_done(published, side, scenario, since).await;
+                secs += since.elapsed().as_secs_f64();
+            }
+            (consumer, secs)
+        }
+    };
+    // The check: every message handled exactly as often as the scenario says, nothing more
+    // arriving late.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let (first, done) = (COUNTS.first.load(Ordering::SeqCst), COUNTS.done());
+    let first_expected = match scenario {
+        Scenario::JsNak | Scenario::CoreRetry => n,
+        _ => 0,
+    };
+    assert_eq!(
+        (first, done),
+        (first_expected, n),
+        "{} on {}: (first attempts, acked) handled",
+        side.label(),
+        scenario.name()
+    );
+    consumer.stop().await;
+    if scenario.is_jetstream() {
+        let stream = if scenario == Scenario::JsAck {
+            ACK_STREAM
+        } else {
+            NAK_STREAM
+        };
+        let info = js
+            .get_stream(stream)
+            .await
+            .unwrap()
+            .consumer_info(durable)
+            .await
+            .unwrap();
+        assert_eq!(
+            info.num_ack_pending,
+            0,
+            "{} on {}: unacked after the round",
+            side.label(),
+            scenario.name()
+        );
+        assert_eq!(
+            info.num_redelivered,
+            0,
+            "{} on {}: redelivered after the round",
+            side.label(),
+            scenario.name()
+        );
+    }
+    n as f64 / secs
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reporting.
+// ---------------------------------------------------------------------------------------------
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[mid]
+    } else {
+        (v[mid - 1] + v[mid]) / 2.0
+    }
+}
+
+/// The median of the per-round ratios `a[i] / b[i]`; NaN when a side did not run.
+fn paired(a: &[f64], b: &[f64]) -> f64 {
+    median(a.iter().zip(b).map(|(a, b)| a / b).collect())
+}
+
+/// One scenario's rates, per side, per round.
+struct Results {
+    scenario: Scenario,
+    rates: [Vec<f64>; 4],
+}
+
+impl Results {
+    fn of(&self, side: Side) -> &[f64] {
+        &self.rates[side as usize]
+    }
+
+    fn print(&self) {
+        let name = self.scenario.name();
+        let n = self.scenario.messages();
+        println!(
+            "{name} ({n} messages): median msg/s and, in brackets, the median of paired rounds against raw"
+        );
+        for side in Side::ALL {
+            let rates = self.of(side);
+            if rates.is_empty() {
+                continue;
+            }
+            println!(
+                "  {:<17} {:>9.0} msg/s  [{:.3}]",
+                side.label(),
+                median(rates.to_vec()),
+                paired(rates, self.of(Side::Raw))
+            );
+        }
+        println!(
+            "  smol / tokio {:.3}; tokio / RustStream {:.3}",
+            paired(self.of(Side::Smol), self.of(Side::Tokio)),
+            paired(self.of(Side::Tokio), self.of(Side::RustStream))
+        );
+    }
+
+    /// The targets of this scenario, as (what, ratio, target) lines.
+    fn targets(&self) -> Vec<(String, f64, f64)> {
+        let name = self.scenario.name();
+        vec![
+            (
+                format!("{name}: ruststream-tokio / raw"),
+                paired(self.of(Side::Tokio), self.of(Side::Raw)),
+                self.scenario.target(),
+            ),
+            (
+                format!("{name}: ruststream-smol / ruststream-tokio"),
+                paired(self.of(Side::Smol), self.of(Side::Tokio)),
+                0.95,
+            ),
+            (
+                format!("{name}: ruststream-tokio / RustStream"),
+                paired(self.of(Side::Tokio), self.of(Side::RustStream)),
+                1.0,
+            ),
+            (
+                format!("{name}: ruststream-smol / RustStream"),
+                paired(self.of(Side::Smol), self.of(Side::RustStream)),
+                1.0,
+            ),
+        ]
+    }
+}
+
+fn scale() -> usize {
+    std::env::var("BENCH_SCALE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// Whether the comma-separated list in `var` (all when unset) names `name`.
+fn chosen(var: &str, name: &str) -> bool {
+    std::env::var(var).map_or(true, |list| list.split(',').any(|s| s.trim() == name))
+}
+
+fn main() {
+    let rounds: usize = std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(9);
+    let verbose = std::env::var_os("BENCH_VERBOSE").is_some();
+    let server = server::NatsServer::try_start().unwrap_or_else(|e| panic!("{e}"));
+    let url = server.url();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let sides: Vec<Side> = Side::ALL
+        .into_iter()
+        .filter(|s| chosen("BENCH_SIDES", s.name()))
+        .collect();
+    let scenarios: Vec<Scenario> = Scenario::ALL
+        .into_iter()
+        .filter(|s| chosen("BENCH_SCENARIOS", s.name()))
+        .collect();
+    let (major, minor, patch) = server.version();
+    println!(
+        "peers: nats-server {major}.{minor}.{patch}, {PAYLOAD}-byte JSON orders, {rounds} rounds, sides {:?}",
+        sides.iter().map(|s| s.name()).collect::<Vec<_>>()
+    );
+    let payloads = payloads();
+    let mut all = Vec::new();
+    rt.block_on(async {
+        let js = jetstream::new(async_nats::connect(&url).await.unwrap());
+        for scenario in scenarios {
+            match scenario {
+                Scenario::JsAck => {
+                    fill_stream(&js, ACK_STREAM, ACK_SUBJECT, scenario.messages(), &payloads).await
+                }
+                Scenario::JsNak => {
+                    fill_stream(&js, NAK_STREAM, NAK_SUBJECT, scenario.messages(), &payloads).await
+                }
+                _ => {}
+            }
+            let mut results = Results {
+                scenario,
+                rates: Default::default(),
+            };
+            for r in 0..rounds {
+                let mut line = format!("  {} round {r}:", scenario.name());
+                for k in 0..sides.len() {
+                    let side = sides[(r + k) % sides.len()];
+                    let rate = round(side, &url, scenario, &payloads).await;
+                    results.rates[side as usize].push(rate);
+                    line.push_str(&format!(" {} {rate:.0}", side.name()));
+                }
+                if verbose {
+                    println!("{line} msg/s");
+                }
+            }
+            results.print();
+            all.push(results);
+        }
+    });
+    println!("targets (median of paired rounds):");
+    let mut missed = 0;
+    for results in &all {
+        for (what, ratio, target) in results.targets() {
+            if ratio.is_nan() {
+                continue;
+            }
+            let met = ratio >= target;
+            missed += usize::from(!met);
+            println!(
+                "  {:<6} {what} {ratio:.3} (target ≥ {target:.2})",
+                if met { "met" } else { "MISSED" }
+            );
+        }
+    }
+    println!("targets missed: {missed}");
+}
