@@ -44,8 +44,9 @@
 //!   runtime's own come from `ruststream_adapter`): `RUST_LOG=ruststream=debug` shows them
 //!   all.
 //! - A handler that panics is logged at error level and counts as no outcome (rule 13).
-//! - A JetStream mount pulls only as many messages as it has free handler slots
-//!   ([`Mount::concurrency`]).
+//! - A JetStream mount pulls as many messages as it has free handler slots, plus a prefetch
+//!   sized from its handling rate so that a prefetched message waits a small share of
+//!   `ack_wait`, renewed with `+WPI` while it waits ([`Mount::concurrency`]).
 //! - Delayed Core copies wait in one in-process queue driven by one timer. A shutdown
 //!   publishes those that fall due within its grace period; those still waiting when it ends
 //!   are lost and reported.

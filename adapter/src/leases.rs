@@ -163,3 +163,65 @@ pub(crate) async fn lease_loop<R: Runtime>(
         }
     }
 }
+
+/// How long a prefetched message that waits for a handler slot is renewed at most: a day. Its
+/// handler's own time limit starts when it starts; the prefetch is sized so that a message
+/// waits a small share of its deadline (`ruststream_core::PREFETCH_WAIT_SHARE`).
+const WAIT_RENEWAL_LIMIT: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The lease of a prefetched JetStream message that waits in its pull loop for a handler slot:
+/// renewed with `+WPI` at half its span by the lease loop, as a running handler's is, so that
+/// it cannot expire and be delivered again while it waits (rule 16 and the pull prefetch in
+/// `ruststream_core::PullAccounting`).
+pub(crate) struct WaitLease {
+    key: ruststream_core::LeaseKey,
+    since: Instant,
+    span: Duration,
+}
+
+impl WaitLease {
+    /// A lease for `msg`, from now; `None` when there is nothing to renew (leases off, no ack
+    /// reply subject that reads, or no `ack_wait` known).
+    pub(crate) fn hold<R: Runtime>(ctx: &MountContext, msg: &async_nats::Message) -> Option<Self> {
+        let reply = msg.reply.clone()?;
+        let delivered = ruststream_core::AckReply::parse(reply.as_bytes())
+            .ok()?
+            .delivered;
+        let span = {
+            let settings = ctx.lease_settings();
+            if !settings.renew {
+                return None;
+            }
+            ruststream_core::lease_span(settings.ack_wait?, &settings.backoff, delivered)
+        };
+        let since = R::now();
+        let terms = LeaseTerms {
+            span: Some(span),
+            renew: true,
+            limit: WAIT_RENEWAL_LIMIT,
+        };
+        let io = LeaseIo {
+            reply: Some(reply),
+            cancel: None,
+        };
+        let key = ctx.leases.lock().handle_start(terms, io, since);
+        ctx.leases.started.notify_one();
+        Some(Self { key, since, span })
+    }
+
+    /// The message got its slot: the lease ends. One that waited a quarter of its span or
+    /// more is renewed once more now, so that its handler's lease (which counts from its
+    /// start) renews it in time.
+    pub(crate) fn end<R: Runtime>(self, ctx: &MountContext, msg: &async_nats::Message) {
+        let now = R::now();
+        let _ = ctx.leases.lock().handle_end(self.key, now);
+        if now.saturating_duration_since(self.since) >= self.span / 4
+            && let Some(reply) = msg.reply.clone()
+        {
+            let wpi = bytes::Bytes::from_static(WORK_IN_PROGRESS);
+            if !matches!(ctx.client.publish(reply, wpi).now_or_never(), Some(Ok(()))) {
+                tracing::warn!(mount = %ctx.name, "renewal (+WPI) of a prefetched message not sent");
+            }
+        }
+    }
+}

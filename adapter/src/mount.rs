@@ -109,8 +109,16 @@ impl Mount {
         self
     }
 
-    /// How many deliveries of this mount run at once (default [`DEFAULT_CONCURRENCY`]). A
-    /// JetStream mount fetches only as many messages as it has free slots.
+    /// How many deliveries of this mount run at once (default [`DEFAULT_CONCURRENCY`]).
+    ///
+    /// A JetStream mount asks for as many messages as it has free slots, plus, while it
+    /// handles them fast enough, a prefetch of at most 3 per slot (window up to 4 times the
+    /// concurrency): at most what it handles, at the rate measured over the last 100 ms, in a
+    /// quarter of `ack_wait` (or of the smallest `BackOff` step). A prefetched message that
+    /// finds no free slot waits in order, renewed with `+WPI` at half its deadline, so it
+    /// never expires while it waits. Nothing is prefetched with [leases](Self::leases) off,
+    /// before a rate is measured, or at a rate too low (one slot, 1 s handlers, `ack_wait`
+    /// 3 s: none).
     #[must_use]
     pub fn concurrency(mut self, n: NonZeroUsize) -> Self {
         self.concurrency = n;
@@ -150,7 +158,9 @@ impl Mount {
     /// failover time, say. A result that comes after the deadline is then not sent (the server
     /// has redelivered, or will), and is logged as late: a handler that always takes longer
     /// than `ack_wait` then never has its result sent, and the message goes round until
-    /// `max_attempts` dead-letters it. The time limit applies either way.
+    /// `max_attempts` dead-letters it. The time limit applies either way. With leases off the
+    /// mount prefetches nothing beyond its free slots (see [`concurrency`](Self::concurrency)),
+    /// since nothing would renew a message that waits.
     #[must_use]
     pub fn leases(mut self, on: bool) -> Self {
         self.leases = on;
@@ -177,8 +187,8 @@ impl Mount {
     ///
     /// A smaller buffer bounds the memory and the delay of a slow mount; a larger one absorbs
     /// longer bursts. JetStream mounts have no use for it (start-up warns when one sets it):
-    /// they fetch only as many messages as they have free handler slots, and the stream holds
-    /// the rest.
+    /// they fetch only as many messages as their slots and prefetch take (see
+    /// [`concurrency`](Self::concurrency)), and the stream holds the rest.
     ///
     /// The mount's loop moves messages from async-nats' own subscription channel into this
     /// buffer whenever it waits for a handler slot, so async-nats' channel (its

@@ -1,5 +1,6 @@
 //! The JetStream pull loop of a mount: a thin driver of the core's [`PullAccounting`].
 
+use std::collections::VecDeque;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +10,8 @@ use ruststream_core::{PENDING_MESSAGES_HEADER, PullAccounting, Receipt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 use crate::delivery::{read_jetstream, start_delivery};
-use crate::mount_context::MountContext;
+use crate::leases::WaitLease;
+use crate::mount_context::{InFlightGuard, MountContext};
 use crate::runtime::Runtime;
 use crate::supervisor::{Liveness, liveness};
 
@@ -58,11 +60,54 @@ impl Held {
     }
 }
 
+/// A prefetched message that waits for a free handler slot: renewed while it waits
+/// ([`WaitLease`]), and counted in flight, so that a shutdown waits for it and reports it
+/// abandoned if its grace period ends first.
+struct Waiting {
+    msg: async_nats::Message,
+    lease: Option<WaitLease>,
+    _in_flight: InFlightGuard,
+}
+
+/// The shortest time a delivery of the mount may go unacked, which bounds its prefetch: the
+/// consumer's `ack_wait`, or its smallest `BackOff` step; `None` (no prefetch) with leases
+/// off, since nothing would renew a message that waits.
+fn prefetch_deadline(ctx: &MountContext) -> Option<Duration> {
+    let settings = ctx.lease_settings();
+    if !settings.renew {
+        return None;
+    }
+    let ack_wait = settings.ack_wait?;
+    Some(
+        settings
+            .backoff
+            .iter()
+            .copied()
+            .fold(ack_wait, Duration::min),
+    )
+}
+
+/// Starts a message that waited, in the slot `permit`.
+async fn start_waiting<R: Runtime>(
+    ctx: &Arc<MountContext>,
+    pulls: &mut PullAccounting,
+    waiting: Waiting,
+    permit: OwnedSemaphorePermit,
+) {
+    let Waiting { msg, lease, .. } = waiting;
+    if let Some(lease) = lease {
+        lease.end::<R>(ctx, &msg);
+    }
+    pulls.handle_started(R::now());
+    start_delivery::<R>(ctx.clone(), read_jetstream, msg, permit).await;
+}
+
 /// A JetStream mount's pull loop: a thin driver of [`PullAccounting`], which decides when to
 /// request and how many messages, and what each message, the end of a request and a lost
 /// request do to the handler slots. This loop sends the requests (`$JS.API.CONSUMER.MSG.NEXT`,
 /// through async-nats' `request_batch`) to one inbox that lives as long as the mount, moves
-/// the slots as the accounting says, and starts each delivery in its slot.
+/// the slots as the accounting says, and starts each delivery in its slot. A prefetched
+/// message that finds no free slot waits, in order, renewed with `+WPI` ([`WaitLease`]).
 ///
 /// When the supervisor sees that async-nats reconnected (`reconnected` changes), the
 /// outstanding requests count as lost at once: the server forgot them.
@@ -91,19 +136,35 @@ pub(crate) async fn pull_loop<R: Runtime>(
     };
     let mut pulls = PullAccounting::new(concurrency);
     let mut held = Held::default();
+    let mut waiting: VecDeque<Waiting> = VecDeque::new();
     let mut backoff = Duration::from_millis(50);
     let mut watching = true;
     'pull: loop {
         if *shutdown.borrow() {
             pulls.handle_shutdown();
         }
-        // While the supervisor suspects a message of bringing the client down, one at a time.
-        let careful = ctx.careful.at(R::now());
+        // Messages that wait go first, on the slots that are free.
+        while !waiting.is_empty()
+            && let Ok(permit) = slots.clone().try_acquire_owned()
+            && let Some(next) = waiting.pop_front()
+        {
+            start_waiting::<R>(&ctx, &mut pulls, next, permit).await;
+        }
+        // While the supervisor suspects a message of bringing the client down, one at a time,
+        // and nothing prefetched.
+        let now = R::now();
+        let careful = ctx.careful.at(now);
         let free = |available: usize| if careful { available.min(1) } else { available };
-        if let Some(request) = pulls.poll_request(free(slots.available_permits()))
+        pulls.set_prefetch_deadline(if careful {
+            None
+        } else {
+            prefetch_deadline(&ctx)
+        });
+        if let Some(request) =
+            pulls.poll_request(free(slots.available_permits()), waiting.len(), now)
             && let Ok(permits) = slots
                 .clone()
-                .try_acquire_many_owned(u32::try_from(request.batch).unwrap_or(u32::MAX))
+                .try_acquire_many_owned(u32::try_from(request.held).unwrap_or(u32::MAX))
         {
             let batch = BatchConfig {
                 batch: request.batch,
@@ -141,6 +202,15 @@ pub(crate) async fn pull_loop<R: Runtime>(
             }
         }
         let Some(lost_at) = pulls.poll_timeout() else {
+            if let Some(next) = waiting.pop_front() {
+                // Nothing outstanding, messages waiting: the first takes the next free slot,
+                // shutdown or not.
+                match slots.clone().acquire_owned().await {
+                    Ok(permit) => start_waiting::<R>(&ctx, &mut pulls, next, permit).await,
+                    Err(_) => break,
+                }
+                continue;
+            }
             if pulls.is_done() {
                 break;
             }
@@ -152,6 +222,14 @@ pub(crate) async fn pull_loop<R: Runtime>(
         };
         let next = tokio::select! {
             next = replies.next() => next,
+            permit = slots.clone().acquire_owned(), if !waiting.is_empty() => {
+                match (permit, waiting.pop_front()) {
+                    (Ok(permit), Some(next)) => start_waiting::<R>(&ctx, &mut pulls, next, permit).await,
+                    (Err(_), _) => break,
+                    (Ok(_), None) => {}
+                }
+                continue;
+            }
             _ = shutdown.changed(), if !pulls.is_stopping() => continue,
             changed = reconnected.changed(), if watching => {
                 match changed {
@@ -189,18 +267,38 @@ pub(crate) async fn pull_loop<R: Runtime>(
                 None | Some(StatusCode::OK) => {
                     let reserved = match pulls.handle_message() {
                         Receipt::Reserved => held.take_one(),
-                        Receipt::Unrequested => None,
+                        // Prefetched, or more than requested (should not happen): a free slot
+                        // if there is one and nothing waits before it; never dropped.
+                        Receipt::Prefetched | Receipt::Unrequested => None,
                     };
-                    let permit = match reserved {
-                        Some(p) => p,
-                        // More than requested (should not happen): wait for a slot, never
-                        // drop it.
-                        None => match slots.clone().acquire_owned().await {
-                            Ok(p) => p,
-                            Err(_) => break 'pull,
-                        },
-                    };
-                    start_delivery::<R>(ctx.clone(), read_jetstream, msg, permit).await;
+                    let permit = reserved.or_else(|| {
+                        waiting
+                            .is_empty()
+                            .then(|| slots.clone().try_acquire_owned().ok())
+                            .flatten()
+                    });
+                    match permit {
+                        // In order: a message that waits goes first, this one waits behind.
+                        Some(permit) if !waiting.is_empty() => {
+                            waiting.push_back(Waiting {
+                                lease: WaitLease::hold::<R>(&ctx, &msg),
+                                msg,
+                                _in_flight: ctx.in_flight.enter(),
+                            });
+                            if let Some(first) = waiting.pop_front() {
+                                start_waiting::<R>(&ctx, &mut pulls, first, permit).await;
+                            }
+                        }
+                        Some(permit) => {
+                            pulls.handle_started(R::now());
+                            start_delivery::<R>(ctx.clone(), read_jetstream, msg, permit).await;
+                        }
+                        None => waiting.push_back(Waiting {
+                            lease: WaitLease::hold::<R>(&ctx, &msg),
+                            msg,
+                            _in_flight: ctx.in_flight.enter(),
+                        }),
+                    }
                 }
                 Some(StatusCode::IDLE_HEARTBEAT) => {}
                 Some(status) => {
@@ -216,7 +314,7 @@ pub(crate) async fn pull_loop<R: Runtime>(
                     tracing::trace!(mount = %ctx.name, %status, unfilled, "pull request ended");
                 }
             }
-            let stop = pulls.request_due(free(slots.available_permits()))
+            let stop = pulls.request_due(free(slots.available_permits()), waiting.len(), R::now())
                 || pulls.outstanding() == 0
                 || shutdown.has_changed().unwrap_or(true);
             if stop {

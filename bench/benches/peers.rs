@@ -49,7 +49,9 @@
 //! - `BENCH_SCENARIOS`: a comma-separated subset of the scenario names above;
 //! - `BENCH_SIDES`: a comma-separated subset of `raw,tokio,smol,ruststream`;
 //! - `BENCH_SCALE`: divides every message count (a quick check: `BENCH_SCALE=100`);
-//! - `BENCH_VERBOSE=1` prints every round.
+//! - `BENCH_VERBOSE=1` prints every round;
+//! - `BENCH_CONCURRENCY`: the ruststream JetStream mounts' handler slots, for experiments (the
+//!   headline runs with every side's defaults).
 //!
 //! The last lines check the targets (ruststream-tokio ≥ 1.00 of raw on js-ack, ≥ 0.95
 //! on js-nak and core-backlog, ≥ 0.97 on core-live, ≥ 0.90 of the hand-rolled republish on
@@ -332,12 +334,22 @@ macro_rules! apps {
             use adapter::{Delivery, Mount, Outcome};
             use $adapter as adapter;
 
+            /// A JetStream mount, with `BENCH_CONCURRENCY` handler slots when it is set (for
+            /// experiments; the headline runs with the defaults).
+            fn jetstream(stream: &str, durable: &str) -> Mount {
+                let mount = Mount::jetstream("orders", stream, durable);
+                match concurrency() {
+                    Some(n) => mount.concurrency(n),
+                    None => mount,
+                }
+            }
+
             pub(crate) fn app(url: &str, scenario: Scenario, side: Side) -> adapter::App {
                 let app = adapter::App::new(url);
                 let durable = side.durable();
                 match scenario {
                     Scenario::JsAck => app.mount_json(
-                        Mount::jetstream("orders", ACK_STREAM, durable),
+                        jetstream(ACK_STREAM, durable),
                         |order: Order, _d: Delivery| {
                             touch(&order);
                             COUNTS.done.fetch_add(1, Ordering::Relaxed);
@@ -345,7 +357,7 @@ macro_rules! apps {
                         },
                     ),
                     Scenario::JsNak => app.mount_json(
-                        Mount::jetstream("orders", NAK_STREAM, durable),
+                        jetstream(NAK_STREAM, durable),
                         |order: Order, d: Delivery| {
                             touch(&order);
                             std::future::ready(if d.attempt.get() == 1 {
@@ -590,18 +602,33 @@ async fn start(side: Side, url: &str, scenario: Scenario) -> Consumer {
 // The load and the checks.
 // ---------------------------------------------------------------------------------------------
 
-/// Waits until `done` reaches `n`, failing the bench past [`ROUND_LIMIT`].
-async fn wait_done(n: usize, side: Side, scenario: Scenario, since: Instant) {
+/// How long a side may go without handling a message before its round counts as stalled.
+const STALL: Duration = Duration::from_secs(10);
+
+/// A round in which the handlers stopped short: `handled` of `expected` after [`STALL`]
+/// without progress (Core messages lost).
+#[derive(Debug)]
+struct Stalled {
+    handled: usize,
+    expected: usize,
+}
+
+/// Waits until `done` reaches `n`; [`Stalled`] when no message is handled for [`STALL`].
+async fn wait_done(n: usize) -> Result<(), Stalled> {
+    let (mut seen, mut progress) = (COUNTS.done(), Instant::now());
     while COUNTS.done() < n {
-        assert!(
-            since.elapsed() < ROUND_LIMIT,
-            "{} on {}: {} of {n} handled after {ROUND_LIMIT:?}",
-            side.label(),
-            scenario.name(),
-            COUNTS.done()
-        );
+        let now = COUNTS.done();
+        if now != seen {
+            (seen, progress) = (now, Instant::now());
+        } else if progress.elapsed() > STALL {
+            return Err(Stalled {
+                handled: now,
+                expected: n,
+            });
+        }
         tokio::time::sleep(Duration::from_micros(200)).await;
     }
+    Ok(())
 }
 
 /// Publishes `n` Core messages to `subject`, keeping at most [`WINDOW`] ahead of what the
@@ -611,22 +638,22 @@ async fn publish_live(
     subject: &Subject,
     n: usize,
     payloads: &[Bytes],
-    side: Side,
-    scenario: Scenario,
-) {
-    let start = Instant::now();
+) -> Result<(), Stalled> {
     for i in 0..n {
         if i >= COUNTS.done() + WINDOW {
             // The window is full: let the consumer drain it. A short sleep, not a spin, so the
             // publisher does not take CPU from the side being measured.
             client.flush().await.unwrap();
+            let (mut seen, mut progress) = (COUNTS.done(), Instant::now());
             while i >= COUNTS.done() + WINDOW {
-                assert!(
-                    start.elapsed() < ROUND_LIMIT,
-                    "{} on {}: stuck",
-                    side.label(),
-                    scenario.name()
-                );
+                if COUNTS.done() != seen {
+                    (seen, progress) = (COUNTS.done(), Instant::now());
+                } else if progress.elapsed() > STALL {
+                    return Err(Stalled {
+                        handled: seen,
+                        expected: n,
+                    });
+                }
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
         }
@@ -636,7 +663,7 @@ async fn publish_live(
             .unwrap();
     }
     client.flush().await.unwrap();
-    wait_done(n, side, scenario, start).await;
+    wait_done(n).await
 }
 
 /// Fills `stream` (a memory stream on `subject`) with `n` orders.
@@ -675,7 +702,7 @@ async fn fill_stream(
 }
 
 /// Waits until `durable` on `stream` has every one of `n` messages acknowledged, failing the
-/// bench past [`ROUND_LIMIT`]. Returns the consumer's redelivery count.
+/// bench past [`ROUND_LIMIT`].
 async fn all_acked(js: &jetstream::Context, stream: &str, durable: &str, n: usize, since: Instant) {
     let stream = js.get_stream(stream).await.unwrap();
     loop {
@@ -694,7 +721,8 @@ async fn all_acked(js: &jetstream::Context, stream: &str, durable: &str, n: usiz
 }
 
 /// One round of `scenario` on `side`: its rate in messages per second, after checking what
-/// the handlers saw.
+/// the handlers saw; NaN, said on the output, when a Core side lost messages (a JetStream
+/// side that stalls fails the bench: JetStream must lose nothing).
 async fn round(side: Side, url: &str, scenario: Scenario, payloads: &[Bytes]) -> f64 {
     let n = scenario.messages();
     COUNTS.reset();
@@ -704,7 +732,7 @@ async fn round(side: Side, url: &str, scenario: Scenario, payloads: &[Bytes]) ->
     let durable = side.durable();
     let subject = |prefix: &str| Subject::from(format!("{prefix}.{durable}"));
 
-    let (consumer, secs) = match scenario {
+    let (consumer, timed) = match scenario {
         Scenario::JsAck | Scenario::JsNak => {
             let stream = if scenario == Scenario::JsAck {
                 ACK_STREAM
@@ -721,9 +749,15 @@ async fn round(side: Side, url: &str, scenario: Scenario, payloads: &[Bytes]) ->
             // `messages()`, the runtimes as they start.
             let since = Instant::now();
             let consumer = start(side, url, scenario).await;
-            wait_done(n, side, scenario, since).await;
+            if let Err(stalled) = wait_done(n).await {
+                panic!(
+                    "{} on {}: JetStream stalled: {stalled:?}",
+                    side.label(),
+                    scenario.name()
+                );
+            }
             all_acked(&js, stream, durable, n, since).await;
-            (consumer, since.elapsed().as_secs_f64())
+            (consumer, Ok(since.elapsed().as_secs_f64()))
         }
         Scenario::CoreLive | Scenario::CoreRetry => {
             let prefix = if scenario == Scenario::CoreLive {
@@ -733,15 +767,15 @@ async fn round(side: Side, url: &str, scenario: Scenario, payloads: &[Bytes]) ->
             };
             let consumer = start(side, url, scenario).await;
             let since = Instant::now();
-            publish_live(&publisher, &subject(prefix), n, payloads, side, scenario).await;
-            (consumer, since.elapsed().as_secs_f64())
+            let published = publish_live(&publisher, &subject(prefix), n, payloads).await;
+            (consumer, published.map(|()| since.elapsed().as_secs_f64()))
         }
         Scenario::CoreBacklog => {
             let consumer = start(side, url, scenario).await;
             let subject = subject(BACKLOG_SUBJECT);
-            let mut secs = 0.0;
+            let mut secs = Ok(0.0);
             let mut published = 0;
-            while published < n {
+            while published < n && secs.is_ok() {
                 let burst = BACKLOG.min(n - published);
                 GATE.set(false);
                 for i in published..published + burst {
@@ -756,10 +790,25 @@ async fn round(side: Side, url: &str, scenario: Scenario, payloads: &[Bytes]) ->
                 published += burst;
                 let since = Instant::now();
                 GATE.set(true);
-                wait_done(published, side, scenario, since).await;
-                secs += since.elapsed().as_secs_f64();
+                secs = wait_done(published)
+                    .await
+                    .and_then(|()| secs.map(|s| s + since.elapsed().as_secs_f64()));
             }
             (consumer, secs)
+        }
+    };
+    let secs = match timed {
+        Ok(secs) => secs,
+        Err(stalled) => {
+            println!(
+                "  LOST: {} on {}: {} of {} handled, then nothing for {STALL:?}; the round counts as lost",
+                side.label(),
+                scenario.name(),
+                stalled.handled,
+                stalled.expected
+            );
+            consumer.stop().await;
+            return f64::NAN;
         }
     };
     // The check: every message handled exactly as often as the scenario says, nothing more
@@ -813,7 +862,9 @@ async fn round(side: Side, url: &str, scenario: Scenario, payloads: &[Bytes]) ->
 // Reporting.
 // ---------------------------------------------------------------------------------------------
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// The median of the finite values of `v` (a lost round is NaN); NaN when there are none.
+fn median(v: Vec<f64>) -> f64 {
+    let mut v: Vec<f64> = v.into_iter().filter(|x| x.is_finite()).collect();
     if v.is_empty() {
         return f64::NAN;
     }
@@ -826,8 +877,10 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// The median of the per-round ratios `a[i] / b[i]`; NaN when a side did not run.
+/// The median of the per-round ratios `a[i] / b[i]`, rounds that either side lost left out;
+/// NaN when a side did not run.
 fn paired(a: &[f64], b: &[f64]) -> f64 {
+    // A lost round is NaN, and so is its ratio: `median` leaves it out.
     median(a.iter().zip(b).map(|(a, b)| a / b).collect())
 }
 
@@ -853,11 +906,17 @@ impl Results {
             if rates.is_empty() {
                 continue;
             }
+            let lost = rates.iter().filter(|r| r.is_nan()).count();
             println!(
-                "  {:<17} {:>9.0} msg/s  [{:.3}]",
+                "  {:<17} {:>9.0} msg/s  [{:.3}]{}",
                 side.label(),
                 median(rates.to_vec()),
-                paired(rates, self.of(Side::Raw))
+                paired(rates, self.of(Side::Raw)),
+                if lost > 0 {
+                    format!("  {lost} of {} rounds lost messages", rates.len())
+                } else {
+                    String::new()
+                }
             );
         }
         println!(
@@ -893,6 +952,13 @@ impl Results {
             ),
         ]
     }
+}
+
+/// `BENCH_CONCURRENCY`: the ruststream JetStream mounts' handler slots, for experiments.
+fn concurrency() -> Option<std::num::NonZeroUsize> {
+    std::env::var("BENCH_CONCURRENCY")
+        .ok()
+        .and_then(|v| v.parse().ok())
 }
 
 fn scale() -> usize {

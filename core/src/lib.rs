@@ -22,9 +22,10 @@
 //! 5. If a publish fails, stop, and plan [`Event::PublishFailed`].
 //! 6. Keep delayed Core copies in one [`DelayQueue`], driven by one timer through
 //!    [`DelayQueue::poll_timeout`] and [`DelayQueue::handle_timeout`].
-//! 7. Pull JetStream messages only for free handler slots, as one [`PullAccounting`] per mount
-//!    decides: when to request and how many, what a message, the end of a request or a lost
-//!    request does to the slots.
+//! 7. Pull JetStream messages for free handler slots, plus a prefetch sized from the measured
+//!    handling rate and the delivery deadline, as one [`PullAccounting`] per mount decides:
+//!    when to request and how many, what a message, the end of a request or a lost request
+//!    does to the slots.
 //! 8. Keep every handler that is still running after its first poll in one [`Leases`]: renew
 //!    its JetStream delivery with `+WPI` before its deadline, cancel it at its mount's time
 //!    limit, and do not send a result that comes after its deadline (rule 16).
@@ -100,8 +101,8 @@ pub use policy::{
     MountPolicy, NameRole, SubjectRole, dead_letter_confirm_within,
 };
 pub use pull::{
-    PENDING_MESSAGES_HEADER, PULL_EXPIRES, PULL_GRACE, PullAccounting, PullRequest, Receipt,
-    parse_pending_messages,
+    PENDING_MESSAGES_HEADER, PREFETCH_PER_SLOT, PREFETCH_WAIT_SHARE, PULL_EXPIRES, PULL_GRACE,
+    PullAccounting, PullRequest, RATE_WINDOW, Receipt, parse_pending_messages,
 };
 pub use queue::{DelayQueue, Due, PendingCopy};
 pub use reply::{ACK_PREFIX, AckReply, AckReplyError};

@@ -1,7 +1,10 @@
 //! Property: whatever the sequence of pull events, the pull accounting never leaks a handler
-//! slot nor frees one twice. A model holds the slots as the adapter does (free, held by
-//! running handlers) and moves exactly what each call returns; the three always add up to
-//! the mount's concurrency.
+//! slot nor frees one twice, and never has more messages prefetched (requested beyond the
+//! slots, or waiting for one) than its prefetch allows. A model holds the slots as the adapter
+//! does (free, held for requested messages, taken by running handlers) and moves exactly what
+//! each call returns; the three always add up to the mount's concurrency. Prefetched messages
+//! wait in a queue for a free slot, as in the adapter; without a deadline nothing is ever
+//! prefetched.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 #![allow(clippy::disallowed_methods)] // the test reads the clock once for a base instant
@@ -10,7 +13,7 @@ use std::num::NonZeroUsize;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use ruststream_core::{PULL_EXPIRES, PULL_GRACE, PullAccounting, Receipt};
+use ruststream_core::{PREFETCH_PER_SLOT, PULL_EXPIRES, PULL_GRACE, PullAccounting, Receipt};
 
 #[derive(Debug, Clone)]
 enum Step {
@@ -28,6 +31,8 @@ enum Step {
     ConnectionLost,
     /// Shutdown begins.
     Shutdown,
+    /// The adapter gives the accounting a deadline, in milliseconds, or none.
+    Deadline(Option<u64>),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -43,6 +48,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (0u64..4_000).prop_map(Step::Advance),
         1 => Just(Step::ConnectionLost),
         1 => Just(Step::Shutdown),
+        1 => proptest::option::of(0u64..60_000).prop_map(Step::Deadline),
     ]
 }
 
@@ -57,31 +63,50 @@ proptest! {
         let mut a = PullAccounting::new(NonZeroUsize::new(concurrency).unwrap());
         let start = Instant::now();
         let mut now = start;
-        let (mut free, mut handlers) = (concurrency, 0usize);
+        let (mut free, mut handlers, mut queued) = (concurrency, 0usize, 0usize);
+        let mut deadline = None;
         for s in steps {
             match s {
                 Step::Request => {
-                    if let Some(r) = a.poll_request(free) {
-                        prop_assert!(r.batch >= 1 && r.batch <= free, "{r:?} with {free} free");
+                    if let Some(r) = a.poll_request(free, queued, now) {
+                        prop_assert!(r.batch >= 1 && r.held <= free && r.held <= r.batch, "{r:?} with {free} free");
                         prop_assert!(!a.is_stopping());
-                        free -= r.batch;
+                        // Beyond the slots it asks only for what the prefetch leaves (messages
+                        // that came unrequested and wait may already fill it).
+                        if r.batch > r.held {
+                            let prefetched = a.outstanding() - a.held() + r.batch - r.held + queued;
+                            prop_assert!(prefetched <= a.prefetch(now), "{prefetched} prefetched, {} allowed", a.prefetch(now));
+                        }
+                        free -= r.held;
                         a.handle_requested(r, now);
                     }
                 }
                 Step::Message => match a.handle_message() {
-                    Receipt::Reserved => handlers += 1,
-                    // The adapter waits for a free slot; without one the message waits.
-                    Receipt::Unrequested => {
+                    Receipt::Reserved => {
+                        handlers += 1;
+                        a.handle_started(now);
+                    }
+                    // The adapter takes a free slot, or queues the message until one frees.
+                    Receipt::Prefetched | Receipt::Unrequested => {
                         if free > 0 {
                             free -= 1;
                             handlers += 1;
+                            a.handle_started(now);
+                        } else {
+                            queued += 1;
                         }
                     }
                 },
                 Step::HandlerDone => {
                     if handlers > 0 {
-                        handlers -= 1;
-                        free += 1;
+                        if queued > 0 {
+                            // The slot goes to the first queued message.
+                            queued -= 1;
+                            a.handle_started(now);
+                        } else {
+                            handlers -= 1;
+                            free += 1;
+                        }
                     }
                 }
                 Step::RequestEnd(pending) => free += a.handle_request_end(pending.as_deref()),
@@ -91,10 +116,19 @@ proptest! {
                 }
                 Step::ConnectionLost => free += a.handle_connection_lost(),
                 Step::Shutdown => a.handle_shutdown(),
+                Step::Deadline(ms) => {
+                    deadline = ms.map(Duration::from_millis);
+                    a.set_prefetch_deadline(deadline);
+                }
             }
-            prop_assert_eq!(free + handlers + a.outstanding(), concurrency);
+            prop_assert_eq!(free + handlers + a.held(), concurrency);
+            prop_assert!(a.held() <= a.outstanding());
+            if deadline.is_none() {
+                prop_assert_eq!(a.prefetch(now), 0);
+            }
+            prop_assert!(a.prefetch(now) <= concurrency * PREFETCH_PER_SLOT);
             if a.is_stopping() {
-                prop_assert!(a.poll_request(free).is_none());
+                prop_assert!(a.poll_request(free, queued, now).is_none());
             }
             if let Some(end) = a.poll_timeout() {
                 prop_assert!(end <= now + PULL_EXPIRES + PULL_GRACE);
@@ -105,5 +139,47 @@ proptest! {
         free += a.handle_timeout(now + PULL_EXPIRES + PULL_GRACE);
         prop_assert!(a.is_done());
         prop_assert_eq!(free + handlers, concurrency);
+    }
+
+    /// Without a deadline (leases off) every requested message has a held slot: none waits.
+    #[test]
+    fn without_a_deadline_no_requested_message_waits(
+        concurrency in 1usize..40,
+        steps in proptest::collection::vec(step(), 0..200),
+    ) {
+        let mut a = PullAccounting::new(NonZeroUsize::new(concurrency).unwrap());
+        let mut now = Instant::now();
+        let mut free = concurrency;
+        let mut handlers = 0usize;
+        for s in steps {
+            match s {
+                Step::Request => {
+                    if let Some(r) = a.poll_request(free, 0, now) {
+                        prop_assert_eq!(r.batch, r.held);
+                        free -= r.held;
+                        a.handle_requested(r, now);
+                    }
+                }
+                Step::Message => {
+                    let receipt = a.handle_message();
+                    prop_assert_ne!(receipt, Receipt::Prefetched);
+                    if receipt == Receipt::Reserved {
+                        handlers += 1;
+                        a.handle_started(now);
+                    }
+                }
+                Step::HandlerDone if handlers > 0 => {
+                    handlers -= 1;
+                    free += 1;
+                }
+                Step::RequestEnd(pending) => free += a.handle_request_end(pending.as_deref()),
+                Step::Advance(ms) => {
+                    now += Duration::from_millis(ms);
+                    free += a.handle_timeout(now);
+                }
+                Step::ConnectionLost => free += a.handle_connection_lost(),
+                _ => {}
+            }
+        }
     }
 }

@@ -351,3 +351,63 @@ fn prefetched_messages_never_wait_past_ack_wait() {
         );
     });
 }
+
+/// Issue 13: a prefetched message that waits for a slot past its deadline is renewed with
+/// `+WPI`, so it is not delivered again elsewhere while it waits. Two apps share the durable.
+/// The first has one slot and `ack_wait` 2 s: 30 messages of 10 ms measure a rate that
+/// prefetches 3 (the cap per slot), then 4 messages of 1.5 s follow, so the last prefetched
+/// ones wait up to 4.5 s for the slot. The second app starts once the slow ones have, with pull
+/// requests waiting on the server: a message that expired while it waited would go to it, and
+/// run twice.
+#[test]
+fn prefetched_messages_that_wait_are_renewed_and_run_once() {
+    run(async {
+        let (server, tc, _acks, r, ev) = js_case().await;
+        for _ in 0..34 {
+            tc.js_publish("orders.new", HeaderMap::new(), b"fast, then slow")
+                .await;
+        }
+        let started = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let handler = |started: Arc<std::sync::atomic::AtomicUsize>| {
+            let runs = r.clone();
+            move |d: Delivery| {
+                let k = started.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                runs.lock()
+                    .unwrap()
+                    .push((d.attempt.get(), String::new(), Instant::now()));
+                let sleep = Duration::from_millis(if k < 30 { 10 } else { 1_500 });
+                async move {
+                    tokio::time::sleep(sleep).await;
+                    Outcome::Ack
+                }
+            }
+        };
+        let mount = || {
+            Mount::jetstream("js-prefetch-wait", "ORDERS", "worker")
+                .ack_wait(Duration::from_secs(2))
+                .concurrency(std::num::NonZeroUsize::MIN)
+        };
+        let first = start(&server, &ev, |a| a.mount(mount(), handler(started.clone()))).await;
+        eventually("the slow messages to start", || {
+            (started.load(std::sync::atomic::Ordering::SeqCst) > 30).then_some(())
+        })
+        .await;
+        let second = start(&server, &ev, |a| a.mount(mount(), handler(started.clone()))).await;
+        let deadline = Instant::now() + Duration::from_secs(40);
+        let info = loop {
+            let info = tc.consumer_info("ORDERS", "worker").await;
+            if info.num_ack_pending == 0 && info.num_pending == 0 {
+                break info;
+            }
+            assert!(Instant::now() < deadline, "{info:?}");
+            quiet(200).await;
+        };
+        first.shutdown().await;
+        second.shutdown().await;
+        assert_eq!(attempts(&r), [1; 34], "every message once, at attempt 1");
+        assert_eq!(
+            info.delivered.consumer_sequence, 34,
+            "nothing redelivered: {info:?}"
+        );
+    });
+}
