@@ -113,10 +113,10 @@ impl Mount {
     ///
     /// A JetStream mount asks for as many messages as it has free slots, plus, while it
     /// handles them fast enough, a prefetch of at most 3 per slot (window up to 4 times the
-    /// concurrency): at most what it handles, at the rate measured over the last 100 ms, in a
-    /// quarter of `ack_wait` (or of the smallest `BackOff` step). A prefetched message that
-    /// finds no free slot waits in order, renewed with `+WPI` at half its deadline, so it
-    /// never expires while it waits. Nothing is prefetched with [leases](Self::leases) off,
+    /// concurrency): at most what it handles, at the rate measured over the last 10 to
+    /// 100 ms, in a quarter of `ack_wait` (or of the smallest `BackOff` step). A prefetched
+    /// message that finds no free slot waits in order, renewed with `+WPI` at half its
+    /// deadline, so it never expires while it waits. Nothing is prefetched with [leases](Self::leases) off,
     /// before a rate is measured, or at a rate too low (one slot, 1 s handlers, `ack_wait`
     /// 3 s: none).
     #[must_use]

@@ -102,7 +102,8 @@ pub use policy::{
 };
 pub use pull::{
     PENDING_MESSAGES_HEADER, PREFETCH_PER_SLOT, PREFETCH_WAIT_SHARE, PULL_EXPIRES, PULL_GRACE,
-    PullAccounting, PullRequest, RATE_WINDOW, Receipt, parse_pending_messages,
+    PullAccounting, PullRequest, RATE_MIN_WINDOW, RATE_SAMPLE, RATE_WINDOW, Receipt,
+    parse_pending_messages,
 };
 pub use queue::{DelayQueue, Due, PendingCopy};
 pub use reply::{ACK_PREFIX, AckReply, AckReplyError};

@@ -64,9 +64,16 @@ pub const PREFETCH_PER_SLOT: usize = 3;
 /// deadline.
 pub const PREFETCH_WAIT_SHARE: u32 = 4;
 
-/// How long the handling rate is measured over: 100 ms, so that a mount that starts on a
-/// backlog prefetches within its first tenth of a second.
+/// How long the handling rate is measured over: 100 ms at most; a window closes sooner, after
+/// [`RATE_MIN_WINDOW`], once it holds [`RATE_SAMPLE`] messages, so that a mount that starts on
+/// a backlog prefetches within its first milliseconds.
 pub const RATE_WINDOW: Duration = Duration::from_millis(100);
+
+/// The shortest window the handling rate is measured over: 10 ms.
+pub const RATE_MIN_WINDOW: Duration = Duration::from_millis(10);
+
+/// How many messages close a rate window before [`RATE_WINDOW`]: 128.
+pub const RATE_SAMPLE: u64 = 128;
 
 /// Parses a `Nats-Pending-Messages` value: ASCII digits, surrounding whitespace ignored,
 /// saturating (a count above what is outstanding frees what is outstanding). `None` for
@@ -101,7 +108,8 @@ pub struct PullRequest {
     pub expires: Duration,
 }
 
-/// The handling rate, measured over windows of [`RATE_WINDOW`].
+/// The handling rate, measured over windows of [`RATE_WINDOW`] (or shorter, see
+/// [`RATE_SAMPLE`]).
 #[derive(Debug, Clone, Default)]
 struct Rate {
     /// When the current window began; `None` before the first message.
@@ -116,7 +124,9 @@ impl Rate {
     fn note(&mut self, now: Instant) {
         let since = *self.since.get_or_insert(now);
         let elapsed = now.saturating_duration_since(since);
-        if elapsed >= RATE_WINDOW {
+        let full =
+            elapsed >= RATE_WINDOW || (self.count >= RATE_SAMPLE && elapsed >= RATE_MIN_WINDOW);
+        if full {
             // The window's messages are those started in [since, now).
             self.per_second = self.count as f64 / elapsed.as_secs_f64();
             self.since = Some(now);
@@ -495,8 +505,25 @@ mod tests {
     }
 
     #[test]
+    fn a_busy_window_closes_early() {
+        let start = Instant::now();
+        let mut a = accounting(64);
+        a.set_prefetch_deadline(Some(Duration::from_secs(30)));
+        // 128 messages in 1 ms: not yet a rate (under the shortest window).
+        for k in 0..128 {
+            a.handle_started(start + Duration::from_micros(k * 8));
+        }
+        assert_eq!(a.prefetch(start + Duration::from_millis(1)), 0);
+        // At 10 ms the window closes: 128 in 10 ms, 12,800 a second.
+        a.handle_started(start + RATE_MIN_WINDOW);
+        assert_eq!(a.prefetch(start + RATE_MIN_WINDOW), 64 * PREFETCH_PER_SLOT);
+    }
+
+    #[test]
     fn the_prefetch_shrinks_when_the_rate_drops() {
-        let (a, end) = measured(64, 1_000, Duration::from_secs(30));
+        // 100 in 100 ms (one window: fewer than a sample), 1,000 a second: 7,500 in 7.5 s,
+        // capped at 3 x 64.
+        let (a, end) = measured(64, 100, Duration::from_secs(30));
         assert_eq!(
             a.prefetch(end + RATE_WINDOW),
             64 * PREFETCH_PER_SLOT,
