@@ -116,9 +116,9 @@ impl Mount {
     /// concurrency): at most what it handles, at the rate measured over the last 10 to
     /// 100 ms, in a quarter of `ack_wait` (or of the smallest `BackOff` step). A prefetched
     /// message that finds no free slot waits in order, renewed with `+WPI` at half its
-    /// deadline, so it never expires while it waits. Nothing is prefetched with [leases](Self::leases) off,
-    /// before a rate is measured, or at a rate too low (one slot, 1 s handlers, `ack_wait`
-    /// 3 s: none).
+    /// deadline, so it never expires while it waits. Nothing is prefetched with
+    /// [leases](Self::leases) off, before a rate is measured, or at a rate too low (one slot,
+    /// 1 s handlers, `ack_wait` 3 s: none).
     #[must_use]
     pub fn concurrency(mut self, n: NonZeroUsize) -> Self {
         self.concurrency = n;
