@@ -12,6 +12,7 @@ use async_nats::{Client, HeaderMap};
 use bytes::Bytes;
 use ruststream_core::{
     Action, Delivery as CoreDelivery, Headers, Log, Message, PendingCopy, Plan, Publication,
+    RETRY_COUNT_HEADER, RetryCount, is_dropped_directive, is_retry_count,
 };
 
 use crate::mount_context::{DeadLetterSink, MountContext};
@@ -114,6 +115,75 @@ fn header_map(headers: &Headers) -> HeaderMap {
         }
     }
     map
+}
+
+/// The headers of a Core copy of `msg` after attempt `retry_count`, as async-nats headers,
+/// and the copy's size as the server counts it against `max_payload`: the same pairs as
+/// [`Headers::for_copy`] (every delivered pair but the retry-count header and the dropped
+/// directives, then `x-ruststream-retry-count`) and the same size as
+/// [`Publication::wire_len`], built straight from the delivered headers, without the
+/// round trip through the core's header list.
+pub(crate) fn copy_headers(
+    msg: &async_nats::Message,
+    retry_count: RetryCount,
+) -> (HeaderMap, usize) {
+    /// `NATS/1.0\r\n` and the closing `\r\n`.
+    const FRAME: usize = b"NATS/1.0\r\n".len() + b"\r\n".len();
+    /// `: ` and `\r\n` around and after a value.
+    const PER_PAIR: usize = b": ".len() + b"\r\n".len();
+    let mut map = HeaderMap::new();
+    let mut len = FRAME;
+    if let Some(delivered) = &msg.headers {
+        for (name, values) in delivered.iter() {
+            let bytes: &[u8] = name.as_ref();
+            if is_retry_count(bytes) || is_dropped_directive(bytes) {
+                continue;
+            }
+            for value in values {
+                len += bytes.len() + value.as_str().len() + PER_PAIR;
+                map.append(name.clone(), value.clone());
+            }
+        }
+    }
+    let mut digits = itoa::Buffer::new();
+    let count = digits.format(retry_count.0);
+    len += RETRY_COUNT_HEADER.len() + count.len() + PER_PAIR;
+    map.insert(HeaderName::from_static(RETRY_COUNT_HEADER), count);
+    (map, len + msg.payload.len())
+}
+
+/// Publishes a Core copy of `msg` to `subject` at once (rule 4): its reply subject and payload
+/// unchanged, its headers as [`copy_headers`] gives them; refused, like every copy, when the
+/// server would refuse it for its size (rule 21).
+async fn publish_copy(
+    ctx: &MountContext,
+    msg: &async_nats::Message,
+    subject: &ruststream_core::Subject,
+    retry_count: RetryCount,
+) -> Result<(), PublishFailed> {
+    let (headers, size) = copy_headers(msg, retry_count);
+    let max = ctx.client.max_payload();
+    if size > max {
+        return Err(PublishFailed::new(
+            Unpublished::CopyTooLarge,
+            format_args!("the copy is {size} bytes, over the server's max_payload of {max}"),
+        ));
+    }
+    // A copy goes back to the subject it came on (a Core subject mount): no new subject.
+    let to = match msg.subject.as_str() == subject.as_str() {
+        true => msg.subject.clone(),
+        false => async_nats::Subject::from(subject.as_str()),
+    };
+    let payload = msg.payload.clone();
+    let result = match &msg.reply {
+        Some(reply) => {
+            ctx.client
+                .publish_with_reply_and_headers(to, reply.clone(), headers, payload)
+                .await
+        }
+        None => ctx.client.publish_with_headers(to, headers, payload).await,
+    };
+    result.map_err(|e| PublishFailed::new(Unpublished::Copy, e))
 }
 
 /// Publishes a Core copy (or any plain publication) with its reply subject and headers; a
@@ -379,11 +449,7 @@ pub(crate) async fn execute(
                 subject,
                 retry_count,
             } => {
-                // Boxed: rare next to settlements, and large; it should not grow every
-                // delivery's future.
-                let copy = core_message(msg).copy(subject, retry_count);
-                check_copy_size(&ctx.client, &copy)?;
-                Box::pin(publish_plain(&ctx.client, copy, Unpublished::Copy)).await?;
+                publish_copy(ctx, msg, subject, retry_count).await?;
             }
             Action::ScheduleCopy {
                 subject,
@@ -407,4 +473,59 @@ pub(crate) async fn execute(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(headers: Option<HeaderMap>) -> async_nats::Message {
+        async_nats::Message {
+            subject: "orders.new".into(),
+            reply: None,
+            payload: Bytes::from_static(b"{\"id\":1}"),
+            headers,
+            status: None,
+            description: None,
+            length: 0,
+        }
+    }
+
+    /// `(name, value)` pairs, sorted: async-nats' header map keeps no order.
+    fn pairs<'a>(it: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut v: Vec<_> = it.map(|(n, v)| (n.to_vec(), v.to_vec())).collect();
+        v.sort();
+        v
+    }
+
+    /// The copy built straight on async-nats' headers is the core's copy: the same pairs and
+    /// the same size against `max_payload`.
+    #[test]
+    fn copy_headers_are_the_cores_copy() {
+        let mut many = HeaderMap::new();
+        many.append("Trace", "a");
+        many.append("Trace", "b");
+        many.insert("X-RustStream-Retry-Count", "7");
+        many.insert("Nats-Msg-Id", "dup-1");
+        many.insert("Nats-Schedule-Next", "x");
+        many.insert("Keep-Me", "yes");
+        for headers in [None, Some(HeaderMap::new()), Some(many)] {
+            let msg = message(headers);
+            for count in [1, 9, 1_000_000] {
+                let retry_count = RetryCount(count);
+                let subject = ruststream_core::Subject::new("orders.new").expect("a subject");
+                let core = core_message(&msg).copy(&subject, retry_count);
+                let (map, size) = copy_headers(&msg, retry_count);
+                let ours: Vec<(&[u8], &[u8])> = map
+                    .iter()
+                    .flat_map(|(n, vs)| vs.iter().map(move |v| (n.as_ref(), v.as_str().as_bytes())))
+                    .collect();
+                assert_eq!(
+                    pairs(ours.into_iter()),
+                    pairs(core.headers.iter().map(|(n, v)| (n.as_ref(), v.as_ref())))
+                );
+                assert_eq!(size, core.wire_len());
+            }
+        }
+    }
 }
