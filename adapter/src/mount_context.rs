@@ -145,40 +145,48 @@ impl Losses {
 /// poll, a dead letter waiting for its confirmation) and have not finished: what a shutdown
 /// waits for, and reports as abandoned when its grace period ends. A delivery that finishes
 /// at once never counts.
-pub(crate) struct InFlight(tokio::sync::watch::Sender<usize>);
-
-impl Default for InFlight {
-    fn default() -> Self {
-        Self(tokio::sync::watch::Sender::new(0))
-    }
+#[derive(Default)]
+pub(crate) struct InFlight {
+    count: std::sync::atomic::AtomicUsize,
+    /// Woken when the count falls to zero.
+    idle: tokio::sync::Notify,
 }
 
 /// One delivery counted in [`InFlight`] until it is dropped.
 pub(crate) struct InFlightGuard(Arc<InFlight>);
 
 impl InFlight {
-    /// Counts one more delivery in flight, until the guard is dropped.
+    /// Counts one more delivery in flight, until the guard is dropped: one atomic add.
     pub(crate) fn enter(self: &Arc<Self>) -> InFlightGuard {
-        self.0.send_modify(|n| *n += 1);
+        self.count.fetch_add(1, Ordering::AcqRel);
         InFlightGuard(self.clone())
     }
 
     /// How many are in flight.
     pub(crate) fn count(&self) -> usize {
-        *self.0.borrow()
+        self.count.load(Ordering::Acquire)
     }
 
     /// Waits until none is in flight.
     pub(crate) async fn idle(&self) {
-        let mut count = self.0.subscribe();
-        // The sender lives in `self`: `wait_for` cannot fail while it is borrowed.
-        let _ = count.wait_for(|n| *n == 0).await;
+        loop {
+            let notified = self.idle.notified();
+            let mut notified = std::pin::pin!(notified);
+            // Registered before the count is read, so a fall to zero in between wakes it.
+            notified.as_mut().enable();
+            if self.count() == 0 {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 
 impl Drop for InFlightGuard {
     fn drop(&mut self) {
-        self.0.0.send_modify(|n| *n = n.saturating_sub(1));
+        if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
     }
 }
 

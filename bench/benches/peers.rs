@@ -51,7 +51,8 @@
 //! - `BENCH_SCALE`: divides every message count (a quick check: `BENCH_SCALE=100`);
 //! - `BENCH_VERBOSE=1` prints every round;
 //! - `BENCH_CONCURRENCY`: the ruststream JetStream mounts' handler slots, for experiments (the
-//!   headline runs with every side's defaults).
+//!   headline runs with every side's defaults);
+//! - `BENCH_STARTUP=1` prints how long each JetStream side took to start consuming.
 //!
 //! The last lines check the targets (ruststream-tokio ≥ 1.00 of raw on js-ack, ≥ 0.95
 //! on js-nak and core-backlog, ≥ 0.97 on core-live, ≥ 0.90 of the hand-rolled republish on
@@ -749,6 +750,9 @@ async fn round(side: Side, url: &str, scenario: Scenario, payloads: &[Bytes]) ->
             // `messages()`, the runtimes as they start.
             let since = Instant::now();
             let consumer = start(side, url, scenario).await;
+            if std::env::var_os("BENCH_STARTUP").is_some() {
+                println!("  {} on {}: consuming after {:?}", side.label(), scenario.name(), since.elapsed());
+            }
             if let Err(stalled) = wait_done(n).await {
                 panic!(
                     "{} on {}: JetStream stalled: {stalled:?}",
