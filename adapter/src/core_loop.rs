@@ -129,8 +129,9 @@ const RUN: usize = 128;
 ///
 /// Deliveries that finish at once (a Core ack) are handled inside one poll of this task, one
 /// after another, each message handled where it was received: no future is built and no
-/// message moved for them. A run of them ends after [`RUN`] deliveries, when the runtime's
-/// cooperative budget runs out, or when none is buffered; the task then yields.
+/// message moved for them. A run of them ends after [`RUN`] deliveries, or when none is
+/// buffered; the task then yields. Tokio's cooperative budget does not end it (the run is
+/// `unconstrained`): [`RUN`] bounds it instead.
 async fn consume<R: Runtime, S>(
     ctx: &Arc<MountContext>,
     mut messages: Buffered<S>,
@@ -147,7 +148,11 @@ async fn consume<R: Runtime, S>(
     let stopping = shutdown.clone();
     loop {
         let mut run = 0;
-        let handled = std::future::poll_fn(|cx| {
+        // Out of Tokio's cooperative budget (a no-op elsewhere): a run of deliveries that
+        // publish (copies) would otherwise exhaust it within 64 and send the next delivery,
+        // whose publish then reports itself pending, down the waiting path (a box, a count,
+        // a slot). The run still yields after [`RUN`] deliveries.
+        let handled = tokio::task::coop::unconstrained(std::future::poll_fn(|cx| {
             loop {
                 if stopping.has_changed().unwrap_or(true) {
                     return Poll::Ready(Err(()));
@@ -167,7 +172,7 @@ async fn consume<R: Runtime, S>(
                     return Poll::Ready(Ok((msg, span, stage)));
                 }
             }
-        });
+        }));
         // Shutdown first, so that it wins over a subscription that always has a message.
         let waits = tokio::select! {
             biased;
