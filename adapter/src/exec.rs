@@ -520,10 +520,7 @@ mod tests {
                     .iter()
                     .flat_map(|(n, vs)| vs.iter().map(move |v| (n.as_ref(), v.as_str().as_bytes())))
                     .collect();
-                assert_eq!(
-                    pairs(ours.into_iter()),
-                    pairs(core.headers.iter().map(|(n, v)| (n.as_ref(), v.as_ref())))
-                );
+                assert_eq!(pairs(ours.into_iter()), pairs(core.headers.iter()));
                 assert_eq!(size, core.wire_len());
             }
         }

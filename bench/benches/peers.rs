@@ -751,7 +751,12 @@ async fn round(side: Side, url: &str, scenario: Scenario, payloads: &[Bytes]) ->
             let since = Instant::now();
             let consumer = start(side, url, scenario).await;
             if std::env::var_os("BENCH_STARTUP").is_some() {
-                println!("  {} on {}: consuming after {:?}", side.label(), scenario.name(), since.elapsed());
+                println!(
+                    "  {} on {}: consuming after {:?}",
+                    side.label(),
+                    scenario.name(),
+                    since.elapsed()
+                );
             }
             if let Err(stalled) = wait_done(n).await {
                 panic!(
