@@ -172,11 +172,25 @@ const WAIT_RENEWAL_LIMIT: Duration = Duration::from_secs(24 * 60 * 60);
 /// The lease of a prefetched JetStream message that waits in its pull loop for a handler slot:
 /// renewed with `+WPI` at half its span by the lease loop, as a running handler's is, so that
 /// it cannot expire and be delivered again while it waits (rule 16 and the pull prefetch in
-/// `ruststream_core::PullAccounting`).
+/// `ruststream_core::PullAccounting`). Ended by [`WaitLease::end`], or, on any other way out
+/// (a loop that ends, a task that is dropped), when it is dropped: a lease never outlives its
+/// message's wait.
 pub(crate) struct WaitLease {
-    key: ruststream_core::LeaseKey,
+    room: Arc<LeaseRoom>,
+    /// `None` once ended.
+    key: Option<ruststream_core::LeaseKey>,
     since: Instant,
     span: Duration,
+}
+
+/// What became of a message's wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WaitEnd {
+    /// Renewed in time: the message may run.
+    OnTime,
+    /// Its deadline passed without a renewal (renewals could not be sent): the server has
+    /// delivered it again, or will, so it must not run here too.
+    Late,
 }
 
 impl WaitLease {
@@ -206,22 +220,50 @@ impl WaitLease {
         };
         let key = ctx.leases.lock().handle_start(terms, io, since);
         ctx.leases.started.notify_one();
-        Some(Self { key, since, span })
+        Some(Self {
+            room: ctx.leases.clone(),
+            key: Some(key),
+            since,
+            span,
+        })
     }
 
-    /// The message got its slot: the lease ends. One that waited a quarter of its span or
-    /// more is renewed once more now, so that its handler's lease (which counts from its
-    /// start) renews it in time.
-    pub(crate) fn end<R: Runtime>(self, ctx: &MountContext, msg: &async_nats::Message) {
+    /// The message got its slot: the lease ends, and says whether the message may run. One
+    /// that waited a quarter of its span or more is renewed once more now, so that its
+    /// handler's lease (which counts from its start) renews it in time.
+    pub(crate) fn end<R: Runtime>(
+        mut self,
+        ctx: &MountContext,
+        msg: &async_nats::Message,
+    ) -> WaitEnd {
         let now = R::now();
-        let _ = ctx.leases.lock().handle_end(self.key, now);
+        let Some(key) = self.key.take() else {
+            return WaitEnd::OnTime;
+        };
+        if let (LeaseEnd::Late { by }, _) = self.room.lock().handle_end(key, now) {
+            tracing::warn!(mount = %ctx.name, subject = %msg.subject, late_by = ?by,
+                "a prefetched message waited past its deadline (its renewals could not be sent): not run here, the server delivers it again");
+            return WaitEnd::Late;
+        }
         if now.saturating_duration_since(self.since) >= self.span / 4
             && let Some(reply) = msg.reply.clone()
         {
             let wpi = bytes::Bytes::from_static(WORK_IN_PROGRESS);
-            if !matches!(ctx.client.publish(reply, wpi).now_or_never(), Some(Ok(()))) {
+            let client = ctx.clients.borrow().clone();
+            if !matches!(client.publish(reply, wpi).now_or_never(), Some(Ok(()))) {
                 tracing::warn!(mount = %ctx.name, "renewal (+WPI) of a prefetched message not sent");
             }
+        }
+        WaitEnd::OnTime
+    }
+}
+
+impl Drop for WaitLease {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            // Whether it was late does not matter here (the message is not run): the clock
+            // read only dates the end.
+            let _ = self.room.lock().handle_end(key, Instant::now());
         }
     }
 }

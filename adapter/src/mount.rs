@@ -113,10 +113,12 @@ impl Mount {
     ///
     /// A JetStream mount asks for as many messages as it has free slots, plus, while it
     /// handles them fast enough, a prefetch of at most 3 per slot (window up to 4 times the
-    /// concurrency): at most what it handles, at the rate measured over the last 10 to
-    /// 100 ms, in a quarter of `ack_wait` (or of the smallest `BackOff` step). A prefetched
-    /// message that finds no free slot waits in order, renewed with `+WPI` at half its
-    /// deadline, so it never expires while it waits. Nothing is prefetched with
+    /// concurrency): at most what it finishes, at the rate measured over the last 10 to
+    /// 100 ms, in a quarter of `ack_wait` (or of the smallest `BackOff` step); no request
+    /// exceeds the consumer's `MaxRequestBatch`. A prefetched message that finds no free slot
+    /// waits in order, renewed with `+WPI` at half its deadline, so it does not expire while
+    /// it waits (one whose renewals could not be sent is not run: the server delivers it
+    /// again). Nothing is prefetched with
     /// [leases](Self::leases) off, before a rate is measured, or at a rate too low (one slot,
     /// 1 s handlers, `ack_wait` 3 s: none).
     #[must_use]
@@ -150,8 +152,9 @@ impl Mount {
     }
 
     /// Whether a JetStream handler's lease is renewed with `+WPI` while it runs (default on,
-    /// rule 16). Renewals cost nothing for a handler that finishes at its first poll, and one
-    /// publish per half `ack_wait` for one that runs longer.
+    /// rule 16), and a prefetched message's while it waits for a slot. Renewals cost nothing
+    /// for a handler that finishes at its first poll, and one publish per half `ack_wait` for
+    /// one that runs (or waits) longer.
     ///
     /// Turn them off where a delivery must come back after `ack_wait` even while its handler
     /// runs: a consumer shared with other services whose `ack_wait` is the operator's

@@ -10,7 +10,7 @@ use ruststream_core::{PENDING_MESSAGES_HEADER, PullAccounting, Receipt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 use crate::delivery::{read_jetstream, start_delivery};
-use crate::leases::WaitLease;
+use crate::leases::{WaitEnd, WaitLease};
 use crate::mount_context::{InFlightGuard, MountContext};
 use crate::runtime::Runtime;
 use crate::supervisor::{Liveness, liveness};
@@ -87,19 +87,38 @@ fn prefetch_deadline(ctx: &MountContext) -> Option<Duration> {
     )
 }
 
-/// Starts a message that waited, in the slot `permit`.
+/// Starts a message that waited, in the slot `permit`; one whose deadline passed while it
+/// waited (its renewals could not be sent) is not run: the server delivers it again.
 async fn start_waiting<R: Runtime>(
     ctx: &Arc<MountContext>,
     pulls: &mut PullAccounting,
+    busy: usize,
     waiting: Waiting,
     permit: OwnedSemaphorePermit,
 ) {
     let Waiting { msg, lease, .. } = waiting;
-    if let Some(lease) = lease {
-        lease.end::<R>(ctx, &msg);
+    if let Some(lease) = lease
+        && lease.end::<R>(ctx, &msg) == WaitEnd::Late
+    {
+        return;
     }
-    pulls.handle_started(R::now());
+    pulls.handle_started(R::now(), busy);
     start_delivery::<R>(ctx.clone(), read_jetstream, msg, permit).await;
+}
+
+/// A prefetched message that found no free slot: it waits, renewed, and is noted as received
+/// (the supervisor's suspect is a message the mount never received, rule 20).
+fn wait<R: Runtime>(ctx: &MountContext, msg: async_nats::Message) -> Waiting {
+    if let Some(reply) = &msg.reply
+        && let Ok(reply) = ruststream_core::AckReply::parse(reply.as_bytes())
+    {
+        ctx.received.note(reply.stream_sequence);
+    }
+    Waiting {
+        lease: WaitLease::hold::<R>(ctx, &msg),
+        msg,
+        _in_flight: ctx.in_flight.enter(),
+    }
 }
 
 /// A JetStream mount's pull loop: a thin driver of [`PullAccounting`], which decides when to
@@ -135,6 +154,18 @@ pub(crate) async fn pull_loop<R: Runtime>(
         }
     };
     let mut pulls = PullAccounting::new(concurrency);
+    // The consumer's MaxRequestBatch, as bound (a change later is taken in when the mount is
+    // subscribed again).
+    pulls.set_max_batch(usize::try_from(consumer.cached_info().config.max_batch).ok());
+    // Handler slots taken by running deliveries: neither free nor held for requests.
+    let busy = {
+        let slots = slots.clone();
+        move |held: usize| {
+            concurrency
+                .get()
+                .saturating_sub(slots.available_permits() + held)
+        }
+    };
     let mut held = Held::default();
     let mut waiting: VecDeque<Waiting> = VecDeque::new();
     let mut backoff = Duration::from_millis(50);
@@ -148,7 +179,10 @@ pub(crate) async fn pull_loop<R: Runtime>(
             && let Ok(permit) = slots.clone().try_acquire_owned()
             && let Some(next) = waiting.pop_front()
         {
-            start_waiting::<R>(&ctx, &mut pulls, next, permit).await;
+            {
+                let now_busy = busy(pulls.held());
+                start_waiting::<R>(&ctx, &mut pulls, now_busy, next, permit).await
+            };
         }
         // While the supervisor suspects a message of bringing the client down, one at a time,
         // and nothing prefetched.
@@ -206,7 +240,10 @@ pub(crate) async fn pull_loop<R: Runtime>(
                 // Nothing outstanding, messages waiting: the first takes the next free slot,
                 // shutdown or not.
                 match slots.clone().acquire_owned().await {
-                    Ok(permit) => start_waiting::<R>(&ctx, &mut pulls, next, permit).await,
+                    Ok(permit) => {
+                        let now_busy = busy(pulls.held());
+                        start_waiting::<R>(&ctx, &mut pulls, now_busy, next, permit).await
+                    }
                     Err(_) => break,
                 }
                 continue;
@@ -224,7 +261,10 @@ pub(crate) async fn pull_loop<R: Runtime>(
             next = replies.next() => next,
             permit = slots.clone().acquire_owned(), if !waiting.is_empty() => {
                 match (permit, waiting.pop_front()) {
-                    (Ok(permit), Some(next)) => start_waiting::<R>(&ctx, &mut pulls, next, permit).await,
+                    (Ok(permit), Some(next)) => {
+                let now_busy = busy(pulls.held());
+                start_waiting::<R>(&ctx, &mut pulls, now_busy, next, permit).await
+            },
                     (Err(_), _) => break,
                     (Ok(_), None) => {}
                 }
@@ -280,24 +320,17 @@ pub(crate) async fn pull_loop<R: Runtime>(
                     match permit {
                         // In order: a message that waits goes first, this one waits behind.
                         Some(permit) if !waiting.is_empty() => {
-                            waiting.push_back(Waiting {
-                                lease: WaitLease::hold::<R>(&ctx, &msg),
-                                msg,
-                                _in_flight: ctx.in_flight.enter(),
-                            });
+                            waiting.push_back(wait::<R>(&ctx, msg));
                             if let Some(first) = waiting.pop_front() {
-                                start_waiting::<R>(&ctx, &mut pulls, first, permit).await;
+                                let now_busy = busy(pulls.held());
+                                start_waiting::<R>(&ctx, &mut pulls, now_busy, first, permit).await;
                             }
                         }
                         Some(permit) => {
-                            pulls.handle_started(R::now());
+                            pulls.handle_started(R::now(), busy(pulls.held()));
                             start_delivery::<R>(ctx.clone(), read_jetstream, msg, permit).await;
                         }
-                        None => waiting.push_back(Waiting {
-                            lease: WaitLease::hold::<R>(&ctx, &msg),
-                            msg,
-                            _in_flight: ctx.in_flight.enter(),
-                        }),
+                        None => waiting.push_back(wait::<R>(&ctx, msg)),
                     }
                 }
                 Some(StatusCode::IDLE_HEARTBEAT) => {}
@@ -329,5 +362,15 @@ pub(crate) async fn pull_loop<R: Runtime>(
                 None => break,
             }
         }
+    }
+    // The loop ends (its inbox closed, or shutdown): messages that still wait for a slot are
+    // handled, in order, as slots free up; their settlements go through the app's current
+    // client (rule 20).
+    while let Some(next) = waiting.pop_front() {
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            break;
+        };
+        let now_busy = busy(pulls.held());
+        start_waiting::<R>(&ctx, &mut pulls, now_busy, next, permit).await;
     }
 }

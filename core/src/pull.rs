@@ -109,30 +109,54 @@ pub struct PullRequest {
 }
 
 /// The handling rate, measured over windows of [`RATE_WINDOW`] (or shorter, see
-/// [`RATE_SAMPLE`]).
+/// [`RATE_SAMPLE`]): deliveries that finished, counted as those started less the growth of
+/// those running, so that a burst of starts into free slots (handlers that have not finished
+/// yet) does not count as a rate.
 #[derive(Debug, Clone, Default)]
 struct Rate {
     /// When the current window began; `None` before the first message.
     since: Option<Instant>,
     /// Messages started in the current window.
     count: u64,
+    /// Handlers running when the window began.
+    busy_at_start: usize,
+    /// Handlers running at the latest start.
+    busy: usize,
     /// The last full window's rate, in messages per second.
     per_second: f64,
 }
 
 impl Rate {
-    fn note(&mut self, now: Instant) {
-        let since = *self.since.get_or_insert(now);
+    /// A delivery started at `now`, with `busy` handlers running, this one included.
+    fn note(&mut self, now: Instant, busy: usize) {
+        let since = match self.since {
+            Some(since) => since,
+            None => {
+                self.busy_at_start = busy.saturating_sub(1);
+                self.since = Some(now);
+                now
+            }
+        };
         let elapsed = now.saturating_duration_since(since);
         let full =
             elapsed >= RATE_WINDOW || (self.count >= RATE_SAMPLE && elapsed >= RATE_MIN_WINDOW);
         if full {
-            // The window's messages are those started in [since, now).
-            self.per_second = self.count as f64 / elapsed.as_secs_f64();
+            // The window's messages are those started in [since, now); of those running now,
+            // this one belongs to the next window.
+            self.busy = busy.saturating_sub(1);
+            self.per_second = self.finished() as f64 / elapsed.as_secs_f64();
             self.since = Some(now);
             self.count = 0;
+            self.busy_at_start = busy.saturating_sub(1);
         }
         self.count += 1;
+        self.busy = busy;
+    }
+
+    /// How many of the current window's deliveries finished, as far as the counts tell.
+    fn finished(&self) -> u64 {
+        let grew = self.busy.saturating_sub(self.busy_at_start) as u64;
+        self.count.saturating_sub(grew)
     }
 
     /// The rate at `now`: the last full window's, or the current window's when it has run
@@ -144,7 +168,7 @@ impl Rate {
                 let elapsed = now.saturating_duration_since(since);
                 if elapsed > RATE_WINDOW {
                     self.per_second
-                        .min(self.count as f64 / elapsed.as_secs_f64())
+                        .min(self.finished() as f64 / elapsed.as_secs_f64())
                 } else {
                     self.per_second
                 }
@@ -168,6 +192,8 @@ pub struct PullAccounting {
     rate: Rate,
     /// The shortest time a delivery may go unacked; `None`: no prefetch.
     deadline: Option<Duration>,
+    /// The consumer's `MaxRequestBatch`, if it has one.
+    max_batch: Option<usize>,
 }
 
 impl PullAccounting {
@@ -183,6 +209,7 @@ impl PullAccounting {
             stopping: false,
             rate: Rate::default(),
             deadline: None,
+            max_batch: None,
         }
     }
 
@@ -213,9 +240,17 @@ impl PullAccounting {
         self.deadline = deadline;
     }
 
-    /// A delivery started at `now`: it counts towards the handling rate.
-    pub fn handle_started(&mut self, now: Instant) {
-        self.rate.note(now);
+    /// A delivery started at `now`, with `busy` handler slots taken by running deliveries,
+    /// this one included (slots held for requested messages do not count): it counts towards
+    /// the handling rate once it has finished, which the growth of `busy` tells.
+    pub fn handle_started(&mut self, now: Instant, busy: usize) {
+        self.rate.note(now, busy);
+    }
+
+    /// The consumer's `MaxRequestBatch`, which no request may exceed (the server refuses one
+    /// that does, with a 409); `None` when it has none.
+    pub fn set_max_batch(&mut self, max: Option<usize>) {
+        self.max_batch = max.filter(|m| *m > 0);
     }
 
     /// How many messages may be prefetched beyond the free slots at `now`: the least of
@@ -233,17 +268,19 @@ impl PullAccounting {
 
     /// The request to send now, given `free` slots and `queued` prefetched messages that wait
     /// for one: `Some` when nothing is outstanding and something can be asked for, or when at
-    /// least half the window can be; `None` once shutdown has begun.
+    /// least half the window can be (or the consumer's `MaxRequestBatch`, if smaller); never
+    /// more than that batch; `None` once shutdown has begun.
     pub fn poll_request(&self, free: usize, queued: usize, now: Instant) -> Option<PullRequest> {
         let prefetch = self.prefetch(now);
         let extra = self.outstanding - self.held;
         let room = prefetch.saturating_sub(extra + queued);
-        let batch = free + room;
-        let threshold = ((self.concurrency + prefetch) / 2).max(1);
+        let most = self.max_batch.unwrap_or(usize::MAX);
+        let batch = (free + room).min(most);
+        let threshold = ((self.concurrency + prefetch) / 2).min(most).max(1);
         let due = !self.stopping && batch > 0 && (self.outstanding == 0 || batch >= threshold);
         due.then_some(PullRequest {
             batch,
-            held: free,
+            held: free.min(batch),
             expires: PULL_EXPIRES,
         })
     }
@@ -469,10 +506,10 @@ mod tests {
         let mut a = accounting(concurrency);
         a.set_prefetch_deadline(Some(deadline));
         for k in 0..per_window {
-            a.handle_started(start + RATE_WINDOW * k / per_window);
+            a.handle_started(start + RATE_WINDOW * k / per_window, 1);
         }
         let end = start + RATE_WINDOW;
-        a.handle_started(end);
+        a.handle_started(end, 1);
         (a, end)
     }
 
@@ -499,7 +536,7 @@ mod tests {
         let mut a = accounting(1);
         a.set_prefetch_deadline(Some(Duration::from_secs(3)));
         for s in 0..4 {
-            a.handle_started(start + Duration::from_secs(s));
+            a.handle_started(start + Duration::from_secs(s), 1);
             assert_eq!(a.prefetch(start + Duration::from_secs(s)), 0);
         }
     }
@@ -511,11 +548,11 @@ mod tests {
         a.set_prefetch_deadline(Some(Duration::from_secs(30)));
         // 128 messages in 1 ms: not yet a rate (under the shortest window).
         for k in 0..128 {
-            a.handle_started(start + Duration::from_micros(k * 8));
+            a.handle_started(start + Duration::from_micros(k * 8), 1);
         }
         assert_eq!(a.prefetch(start + Duration::from_millis(1)), 0);
         // At 10 ms the window closes: 128 in 10 ms, 12,800 a second.
-        a.handle_started(start + RATE_MIN_WINDOW);
+        a.handle_started(start + RATE_MIN_WINDOW, 1);
         assert_eq!(a.prefetch(start + RATE_MIN_WINDOW), 64 * PREFETCH_PER_SLOT);
     }
 
@@ -566,6 +603,39 @@ mod tests {
         a.handle_requested(r, now);
         assert_eq!(a.handle_connection_lost(), 2);
         assert_eq!((a.outstanding(), a.held()), (0, 0));
+    }
+
+    #[test]
+    fn a_burst_of_starts_into_free_slots_is_no_rate() {
+        // 256 slow handlers start within 20 ms: none has finished, so no rate, no prefetch.
+        let start = Instant::now();
+        let mut a = accounting(256);
+        a.set_prefetch_deadline(Some(Duration::from_secs(30)));
+        for k in 0..256u32 {
+            a.handle_started(
+                start + Duration::from_micros(u64::from(k) * 80),
+                k as usize + 1,
+            );
+        }
+        assert_eq!(a.prefetch(start + Duration::from_millis(21)), 0);
+    }
+
+    #[test]
+    fn no_request_exceeds_max_request_batch() {
+        let (mut a, now) = measured(64, 1_000, Duration::from_secs(30));
+        a.set_max_batch(Some(100));
+        let r = a.poll_request(64, 0, now).expect("free");
+        assert_eq!((r.batch, r.held), (100, 64));
+        a.set_max_batch(Some(10));
+        assert_eq!(
+            a.poll_request(64, 0, now).map(|r| (r.batch, r.held)),
+            Some((10, 10))
+        );
+        // Half the window is 128, above the limit: a full limit's worth is due.
+        a.handle_requested(a.poll_request(64, 0, now).expect("free"), now);
+        assert_eq!(a.poll_request(54, 0, now).map(|r| r.batch), Some(10));
+        a.set_max_batch(Some(0));
+        assert_eq!(a.poll_request(54, 0, now).map(|r| r.batch), Some(54 + 192));
     }
 
     #[test]

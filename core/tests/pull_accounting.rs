@@ -33,6 +33,8 @@ enum Step {
     Shutdown,
     /// The adapter gives the accounting a deadline, in milliseconds, or none.
     Deadline(Option<u64>),
+    /// The consumer's `MaxRequestBatch`, or none.
+    MaxBatch(Option<usize>),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -49,6 +51,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => Just(Step::ConnectionLost),
         1 => Just(Step::Shutdown),
         1 => proptest::option::of(0u64..60_000).prop_map(Step::Deadline),
+        1 => proptest::option::of(0usize..50).prop_map(Step::MaxBatch),
     ]
 }
 
@@ -65,11 +68,15 @@ proptest! {
         let mut now = start;
         let (mut free, mut handlers, mut queued) = (concurrency, 0usize, 0usize);
         let mut deadline = None;
+        let mut max_batch = None;
         for s in steps {
             match s {
                 Step::Request => {
                     if let Some(r) = a.poll_request(free, queued, now) {
                         prop_assert!(r.batch >= 1 && r.held <= free && r.held <= r.batch, "{r:?} with {free} free");
+                        if let Some(most) = max_batch.filter(|m| *m > 0) {
+                            prop_assert!(r.batch <= most, "{r:?} past MaxRequestBatch {most}");
+                        }
                         prop_assert!(!a.is_stopping());
                         // Beyond the slots it asks only for what the prefetch leaves (messages
                         // that came unrequested and wait may already fill it).
@@ -84,14 +91,14 @@ proptest! {
                 Step::Message => match a.handle_message() {
                     Receipt::Reserved => {
                         handlers += 1;
-                        a.handle_started(now);
+                        a.handle_started(now, handlers);
                     }
                     // The adapter takes a free slot, or queues the message until one frees.
                     Receipt::Prefetched | Receipt::Unrequested => {
                         if free > 0 {
                             free -= 1;
                             handlers += 1;
-                            a.handle_started(now);
+                            a.handle_started(now, handlers);
                         } else {
                             queued += 1;
                         }
@@ -102,7 +109,7 @@ proptest! {
                         if queued > 0 {
                             // The slot goes to the first queued message.
                             queued -= 1;
-                            a.handle_started(now);
+                            a.handle_started(now, handlers);
                         } else {
                             handlers -= 1;
                             free += 1;
@@ -119,6 +126,10 @@ proptest! {
                 Step::Deadline(ms) => {
                     deadline = ms.map(Duration::from_millis);
                     a.set_prefetch_deadline(deadline);
+                }
+                Step::MaxBatch(most) => {
+                    max_batch = most;
+                    a.set_max_batch(most);
                 }
             }
             prop_assert_eq!(free + handlers + a.held(), concurrency);
@@ -165,7 +176,7 @@ proptest! {
                     prop_assert_ne!(receipt, Receipt::Prefetched);
                     if receipt == Receipt::Reserved {
                         handlers += 1;
-                        a.handle_started(now);
+                        a.handle_started(now, handlers);
                     }
                 }
                 Step::HandlerDone if handlers > 0 => {
