@@ -7,8 +7,9 @@ use std::task::Poll;
 
 use futures_util::{FutureExt, StreamExt};
 use tokio::sync::{Semaphore, watch};
+use tracing::Instrument;
 
-use crate::delivery::{Waiting, begin, read_core, spawn_holding, waiting};
+use crate::delivery::{Waiting, begin, finish, read_core, spawn_holding, waiting};
 use crate::mount_context::{Losses, MountContext};
 use crate::runtime::Runtime;
 
@@ -23,10 +24,12 @@ pub(crate) fn spawned_slots(concurrency: std::num::NonZeroUsize) -> usize {
 /// subject), each message handled as it comes. Ends at shutdown; dropping the subscribers
 /// unsubscribes.
 ///
-/// A delivery runs first on this task, holding no slot: at most one does at a time. Only a
-/// delivery that has to wait takes a slot and moves to a task of its own; with every slot
-/// taken, this task waits for a slot or for the delivery itself, so at most `slots + 1`
-/// deliveries run at once (the app gives Core mounts [`spawned_slots`]).
+/// A delivery runs first on this task, holding no slot: at most one does at a time. One whose
+/// plan only publishes (a copy) finishes here too, awaiting a client that cannot take the
+/// publish at once. Only a delivery that has to wait for its handler or a dead letter's
+/// confirmation takes a slot and moves to a task of its own; with every slot taken, this task
+/// waits for a slot or for the delivery itself, so at most `slots + 1` deliveries run at once
+/// (the app gives Core mounts [`spawned_slots`]).
 ///
 /// While a delivery waits for a slot, the loop moves what async-nats receives into the mount's
 /// own buffer of `buffer` messages, and drops and counts what does not fit (rule 21).
@@ -167,9 +170,9 @@ async fn consume<R: Runtime, S>(
                     return Poll::Ready(Err(()));
                 };
                 let waits = begin::<R>(ctx, read_core, &msg, cx)
-                    .map(|(span, rest)| (span, rest.into_stage()));
-                if let Some((span, stage)) = waits {
-                    return Poll::Ready(Ok((msg, span, stage)));
+                    .map(|(span, rest)| (span, rest.is_executing(), rest.into_stage()));
+                if let Some((span, executing, stage)) = waits {
+                    return Poll::Ready(Ok((msg, span, executing, stage)));
                 }
             }
         }));
@@ -180,7 +183,18 @@ async fn consume<R: Runtime, S>(
             waits = handled => waits,
         };
         // Shutdown has begun, or the subscription ended.
-        let Ok((msg, span, stage)) = waits else { break };
+        let Ok((msg, span, executing, stage)) = waits else {
+            break;
+        };
+        if executing {
+            // Only the plan's publishes are left (a copy): awaited here, in place, as the
+            // mount's back-pressure when the client cannot take them at once, with no future
+            // boxed and no slot taken, as the pull loop does.
+            finish::<R>(ctx.clone(), read_core, msg, stage)
+                .instrument(span)
+                .await;
+            continue;
+        }
         let rest = waiting::<R>(ctx, read_core, msg, span, stage);
         let mut holding = std::pin::pin!(wait_for_slot_or_end::<R>(slots, rest));
         tokio::select! {

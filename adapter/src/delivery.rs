@@ -137,6 +137,12 @@ pub(crate) enum Rest<'m> {
 }
 
 impl Rest<'_> {
+    /// Whether only the plan's execution is left (a publish or a settlement, no handler and no
+    /// dead letter to wait for): its caller may await it in place, as back-pressure.
+    pub(crate) fn is_executing(&self) -> bool {
+        matches!(self, Rest::Executing { .. })
+    }
+
     /// The stage to resume from elsewhere, without what this borrows from the message, so
     /// that the message can move.
     pub(crate) fn into_stage(self) -> Stage {
@@ -283,7 +289,7 @@ pub(crate) async fn process<R: Runtime>(
 
 /// The rest of a delivery that had to wait: its handler's end, its plan (made again, the same
 /// for the same event), and the execution.
-async fn finish<R: Runtime>(
+pub(crate) async fn finish<R: Runtime>(
     ctx: Arc<MountContext>,
     read: impl Reader,
     msg: async_nats::Message,
