@@ -39,6 +39,12 @@
 #[allow(dead_code, unreachable_pub)]
 mod server;
 
+#[path = "../../tests/src/paired.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod paired;
+
+use paired::paired;
+
 use std::future::Future;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
@@ -397,30 +403,11 @@ fn verbose_round(round: usize, raw: &[f64], tokio: &[f64], smol: &[f64]) {
     }
 }
 
-/// The median of the per-round ratios `a[i] / b[i]` (rounds run back to back share the
-/// machine's state, so pairing them cancels part of its drift); NaN when a side did not run.
-fn paired_median(a: &[f64], b: &[f64]) -> f64 {
-    let mut ratios: Vec<f64> = a.iter().zip(b).map(|(a, b)| a / b).collect();
-    if ratios.is_empty() {
-        return f64::NAN;
-    }
-    ratios.sort_by(f64::total_cmp);
-    let mid = ratios.len() / 2;
-    if ratios.len() % 2 == 1 {
-        ratios[mid]
-    } else {
-        (ratios[mid - 1] + ratios[mid]) / 2.0
-    }
-}
-
 /// Prints one scenario's lines: each side's best round, runtime / raw, and smol / tokio; then
 /// the same ratios as medians of paired rounds.
 fn report(what: &str, raw: &[f64], tokio: &[f64], smol: &[f64]) {
-    let (paired_tokio, paired_smol, paired_smol_tokio) = (
-        paired_median(tokio, raw),
-        paired_median(smol, raw),
-        paired_median(smol, tokio),
-    );
+    let (paired_tokio, paired_smol, paired_smol_tokio) =
+        (paired(tokio, raw), paired(smol, raw), paired(smol, tokio));
     let (raw, tokio, smol) = (best(raw), best(tokio), best(smol));
     println!(
         "{what} raw async-nats {raw:>9.0} msg/s | ruststream-tokio {tokio:>9.0} msg/s (ratio {:.3}) | ruststream-smol {smol:>9.0} msg/s (ratio {:.3}, smol/tokio {:.3})",

@@ -69,6 +69,12 @@
 #[allow(dead_code, unreachable_pub)]
 mod server;
 
+#[path = "../../tests/src/paired.rs"]
+#[allow(unreachable_pub)]
+mod paired;
+
+use paired::{median, paired};
+
 use std::hint::black_box;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -345,38 +351,36 @@ macro_rules! apps {
                 }
             }
 
+            /// Acks each order.
+            fn acking(order: Order, _d: Delivery) -> std::future::Ready<Outcome> {
+                touch(&order);
+                COUNTS.done.fetch_add(1, Ordering::Relaxed);
+                std::future::ready(Outcome::Ack)
+            }
+
+            /// Asks for a retry at attempt 1, acks at the next.
+            fn retrying_once(order: Order, d: Delivery) -> std::future::Ready<Outcome> {
+                touch(&order);
+                std::future::ready(if d.attempt.get() == 1 {
+                    COUNTS.first.fetch_add(1, Ordering::Relaxed);
+                    Outcome::Retry
+                } else {
+                    COUNTS.done.fetch_add(1, Ordering::Relaxed);
+                    Outcome::Ack
+                })
+            }
+
             pub(crate) fn app(url: &str, scenario: Scenario, side: Side) -> adapter::App {
                 let app = adapter::App::new(url);
                 let durable = side.durable();
                 match scenario {
-                    Scenario::JsAck => app.mount_json(
-                        jetstream(ACK_STREAM, durable),
-                        |order: Order, _d: Delivery| {
-                            touch(&order);
-                            COUNTS.done.fetch_add(1, Ordering::Relaxed);
-                            std::future::ready(Outcome::Ack)
-                        },
-                    ),
-                    Scenario::JsNak => app.mount_json(
-                        jetstream(NAK_STREAM, durable),
-                        |order: Order, d: Delivery| {
-                            touch(&order);
-                            std::future::ready(if d.attempt.get() == 1 {
-                                COUNTS.first.fetch_add(1, Ordering::Relaxed);
-                                Outcome::Retry
-                            } else {
-                                COUNTS.done.fetch_add(1, Ordering::Relaxed);
-                                Outcome::Ack
-                            })
-                        },
-                    ),
+                    Scenario::JsAck => app.mount_json(jetstream(ACK_STREAM, durable), acking),
+                    Scenario::JsNak => {
+                        app.mount_json(jetstream(NAK_STREAM, durable), retrying_once)
+                    }
                     Scenario::CoreLive => app.mount_json(
                         Mount::core_subject("orders", &format!("{LIVE}.{durable}")),
-                        |order: Order, _d: Delivery| {
-                            touch(&order);
-                            COUNTS.done.fetch_add(1, Ordering::Relaxed);
-                            std::future::ready(Outcome::Ack)
-                        },
+                        acking,
                     ),
                     Scenario::CoreBacklog => app.mount_json(
                         Mount::core_subject("orders", &format!("{BACKLOG_SUBJECT}.{durable}")),
@@ -390,16 +394,7 @@ macro_rules! apps {
                     Scenario::CoreRetry => app.mount_json(
                         Mount::core_subject("orders", &format!("{RETRY}.{durable}"))
                             .max_attempts(5),
-                        |order: Order, d: Delivery| {
-                            touch(&order);
-                            std::future::ready(if d.attempt.get() == 1 {
-                                COUNTS.first.fetch_add(1, Ordering::Relaxed);
-                                Outcome::Retry
-                            } else {
-                                COUNTS.done.fetch_add(1, Ordering::Relaxed);
-                                Outcome::Ack
-                            })
-                        },
+                        retrying_once,
                     ),
                 }
             }
@@ -870,28 +865,6 @@ async fn round(side: Side, url: &str, scenario: Scenario, payloads: &[Bytes]) ->
 // ---------------------------------------------------------------------------------------------
 // Reporting.
 // ---------------------------------------------------------------------------------------------
-
-/// The median of the finite values of `v` (a lost round is NaN); NaN when there are none.
-fn median(v: Vec<f64>) -> f64 {
-    let mut v: Vec<f64> = v.into_iter().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let mid = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[mid]
-    } else {
-        (v[mid - 1] + v[mid]) / 2.0
-    }
-}
-
-/// The median of the per-round ratios `a[i] / b[i]`, rounds that either side lost left out;
-/// NaN when a side did not run.
-fn paired(a: &[f64], b: &[f64]) -> f64 {
-    // A lost round is NaN, and so is its ratio: `median` leaves it out.
-    median(a.iter().zip(b).map(|(a, b)| a / b).collect())
-}
 
 /// One scenario's rates, per side, per round.
 struct Results {

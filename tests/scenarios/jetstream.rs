@@ -314,6 +314,23 @@ fn row_09_jetstream_dead_letter_publish_fails_naks_and_retries() {
     });
 }
 
+/// The consumer `worker` of `ORDERS` once nothing is pending or unacknowledged, within
+/// `within` (slow handlers take longer than [`eventually_info`] waits).
+async fn drained(
+    tc: &TestClient,
+    within: Duration,
+) -> adapter::async_nats::jetstream::consumer::Info {
+    let deadline = Instant::now() + within;
+    loop {
+        let info = tc.consumer_info("ORDERS", "worker").await;
+        if info.num_ack_pending == 0 && info.num_pending == 0 {
+            return info;
+        }
+        assert!(Instant::now() < deadline, "{info:?}");
+        quiet(200).await;
+    }
+}
+
 /// Issue 13's guard: whatever the pull window, a message fetched ahead of a free handler slot
 /// must never wait past its deadline. `ack_wait` 3 s, one slot, 1 s handlers, 10 messages:
 /// every message runs once, at attempt 1.
@@ -334,15 +351,7 @@ fn prefetched_messages_never_wait_past_ack_wait() {
             )
         })
         .await;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let info = loop {
-            let info = tc.consumer_info("ORDERS", "worker").await;
-            if info.num_ack_pending == 0 && info.num_pending == 0 {
-                break info;
-            }
-            assert!(Instant::now() < deadline, "{info:?}");
-            quiet(200).await;
-        };
+        let info = drained(&tc, Duration::from_secs(30)).await;
         app.shutdown().await;
         assert_eq!(attempts(&r), [1; 10], "every message once, at attempt 1");
         assert_eq!(
@@ -393,15 +402,7 @@ fn prefetched_messages_that_wait_are_renewed_and_run_once() {
         })
         .await;
         let second = start(&server, &ev, |a| a.mount(mount(), handler(started.clone()))).await;
-        let deadline = Instant::now() + Duration::from_secs(40);
-        let info = loop {
-            let info = tc.consumer_info("ORDERS", "worker").await;
-            if info.num_ack_pending == 0 && info.num_pending == 0 {
-                break info;
-            }
-            assert!(Instant::now() < deadline, "{info:?}");
-            quiet(200).await;
-        };
+        let info = drained(&tc, Duration::from_secs(40)).await;
         first.shutdown().await;
         second.shutdown().await;
         assert_eq!(attempts(&r), [1; 34], "every message once, at attempt 1");
