@@ -88,11 +88,12 @@ fn prefetch_deadline(ctx: &MountContext) -> Option<Duration> {
 }
 
 /// Starts a message that waited, in the slot `permit`; one whose deadline passed while it
-/// waited (its renewals could not be sent) is not run: the server delivers it again.
+/// waited (its renewals could not be sent) is not run: the server delivers it again. `busy`
+/// gives the handler slots running deliveries take, from the slots held for requests.
 async fn start_waiting<R: Runtime>(
     ctx: &Arc<MountContext>,
     pulls: &mut PullAccounting,
-    busy: usize,
+    busy: &impl Fn(usize) -> usize,
     waiting: Waiting,
     permit: OwnedSemaphorePermit,
 ) {
@@ -102,7 +103,7 @@ async fn start_waiting<R: Runtime>(
     {
         return;
     }
-    pulls.handle_started(R::now(), busy);
+    pulls.handle_started(R::now(), busy(pulls.held()));
     start_delivery::<R>(ctx.clone(), read_jetstream, msg, permit).await;
 }
 
@@ -179,10 +180,7 @@ pub(crate) async fn pull_loop<R: Runtime>(
             && let Ok(permit) = slots.clone().try_acquire_owned()
             && let Some(next) = waiting.pop_front()
         {
-            {
-                let now_busy = busy(pulls.held());
-                start_waiting::<R>(&ctx, &mut pulls, now_busy, next, permit).await
-            };
+            start_waiting::<R>(&ctx, &mut pulls, &busy, next, permit).await;
         }
         // While the supervisor suspects a message of bringing the client down, one at a time,
         // and nothing prefetched.
@@ -240,10 +238,7 @@ pub(crate) async fn pull_loop<R: Runtime>(
                 // Nothing outstanding, messages waiting: the first takes the next free slot,
                 // shutdown or not.
                 match slots.clone().acquire_owned().await {
-                    Ok(permit) => {
-                        let now_busy = busy(pulls.held());
-                        start_waiting::<R>(&ctx, &mut pulls, now_busy, next, permit).await
-                    }
+                    Ok(permit) => start_waiting::<R>(&ctx, &mut pulls, &busy, next, permit).await,
                     Err(_) => break,
                 }
                 continue;
@@ -262,9 +257,8 @@ pub(crate) async fn pull_loop<R: Runtime>(
             permit = slots.clone().acquire_owned(), if !waiting.is_empty() => {
                 match (permit, waiting.pop_front()) {
                     (Ok(permit), Some(next)) => {
-                let now_busy = busy(pulls.held());
-                start_waiting::<R>(&ctx, &mut pulls, now_busy, next, permit).await
-            },
+                        start_waiting::<R>(&ctx, &mut pulls, &busy, next, permit).await;
+                    }
                     (Err(_), _) => break,
                     (Ok(_), None) => {}
                 }
@@ -322,8 +316,7 @@ pub(crate) async fn pull_loop<R: Runtime>(
                         Some(permit) if !waiting.is_empty() => {
                             waiting.push_back(wait::<R>(&ctx, msg));
                             if let Some(first) = waiting.pop_front() {
-                                let now_busy = busy(pulls.held());
-                                start_waiting::<R>(&ctx, &mut pulls, now_busy, first, permit).await;
+                                start_waiting::<R>(&ctx, &mut pulls, &busy, first, permit).await;
                             }
                         }
                         Some(permit) => {
@@ -370,7 +363,6 @@ pub(crate) async fn pull_loop<R: Runtime>(
         let Ok(permit) = slots.clone().acquire_owned().await else {
             break;
         };
-        let now_busy = busy(pulls.held());
-        start_waiting::<R>(&ctx, &mut pulls, now_busy, next, permit).await;
+        start_waiting::<R>(&ctx, &mut pulls, &busy, next, permit).await;
     }
 }
