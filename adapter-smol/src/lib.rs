@@ -125,12 +125,4 @@ pub type Running = ruststream_adapter::Running<Runtime>;
 /// an app's handlers need on smol. See the crate docs.
 pub use async_compat::Compat;
 
-pub use ruststream_adapter::{
-    AppFailed, Attempt, CONSUMER_REREAD, CoreLosses, DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY,
-    DEFAULT_DISCONNECTED_LIMIT, DEFAULT_GRACE_PERIOD, DEFAULT_HANDLER_TIME_LIMIT,
-    DEFAULT_SUBSCRIPTION_BUFFER, DeclarationError, DeclarationErrorKind, DecodeError, Delivery,
-    Disposition, Handler, JetStreamInfo, Json, MAX_CONCURRENCY, MAX_RECOVERIES, Mount, Outcome,
-    OutcomeFuture, RECOVERIES_KEPT, RECOVERY_LIMIT, RECOVERY_WINDOW, Recovery, RunError,
-    SAME_SUSPECT_LIMIT, Settled, ShutdownHandle, ShutdownReport, StartError, async_nats,
-    connect_url,
-};
+ruststream_adapter::reexport_api!();

@@ -63,15 +63,7 @@ pub type App = ruststream_adapter::App<Runtime>;
 /// A started app, on this crate's runtime.
 pub type Running = ruststream_adapter::Running<Runtime>;
 
-pub use ruststream_adapter::{
-    AppFailed, Attempt, CONSUMER_REREAD, CoreLosses, DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY,
-    DEFAULT_DISCONNECTED_LIMIT, DEFAULT_GRACE_PERIOD, DEFAULT_HANDLER_TIME_LIMIT,
-    DEFAULT_SUBSCRIPTION_BUFFER, DeclarationError, DeclarationErrorKind, DecodeError, Delivery,
-    Disposition, Handler, JetStreamInfo, Json, MAX_CONCURRENCY, MAX_RECOVERIES, Mount, Outcome,
-    OutcomeFuture, RECOVERIES_KEPT, RECOVERY_LIMIT, RECOVERY_WINDOW, Recovery, RunError,
-    SAME_SUSPECT_LIMIT, Settled, ShutdownHandle, ShutdownReport, StartError, async_nats,
-    connect_url,
-};
+ruststream_adapter::reexport_api!();
 
 /// The README's Rust examples, compiled as doctests so that they cannot drift from the API.
 #[doc = include_str!("../../README.md")]

@@ -56,3 +56,21 @@ pub use supervisor::{
 /// Re-exported so applications can build [`App::with_options`] and read headers without
 /// naming async-nats themselves.
 pub use async_nats;
+
+/// Re-exports, where it is called, everything a runtime crate (`ruststream-tokio`,
+/// `ruststream-smol`) gives its applications as it is, in one list: each calls it beside its
+/// own `App`, `Running` and `Runtime`, so the two crates cannot drift apart.
+#[macro_export]
+macro_rules! reexport_api {
+    () => {
+        pub use $crate::{
+            AppFailed, Attempt, CONSUMER_REREAD, CoreLosses, DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY,
+            DEFAULT_DISCONNECTED_LIMIT, DEFAULT_GRACE_PERIOD, DEFAULT_HANDLER_TIME_LIMIT,
+            DEFAULT_SUBSCRIPTION_BUFFER, DeclarationError, DeclarationErrorKind, DecodeError,
+            Delivery, Disposition, Handler, JetStreamInfo, Json, MAX_CONCURRENCY, MAX_RECOVERIES,
+            Mount, Outcome, OutcomeFuture, RECOVERIES_KEPT, RECOVERY_LIMIT, RECOVERY_WINDOW,
+            Recovery, RunError, SAME_SUSPECT_LIMIT, Settled, ShutdownHandle, ShutdownReport,
+            StartError, async_nats, connect_url,
+        };
+    };
+}
