@@ -58,9 +58,12 @@ fn step() -> impl Strategy<Value = Step> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(1_000))]
 
+    /// Also, without a deadline (leases off: `prefetching` false, every `Deadline` step left
+    /// out) every requested message has a held slot: none is prefetched, none waits.
     #[test]
     fn slots_are_never_leaked_nor_freed_twice(
         concurrency in 1usize..40,
+        prefetching in any::<bool>(),
         steps in proptest::collection::vec(step(), 0..200),
     ) {
         let mut a = PullAccounting::new(NonZeroUsize::new(concurrency).unwrap());
@@ -78,6 +81,9 @@ proptest! {
                             prop_assert!(r.batch <= most, "{r:?} past MaxRequestBatch {most}");
                         }
                         prop_assert!(!a.is_stopping());
+                        if deadline.is_none() {
+                            prop_assert_eq!(r.batch, r.held);
+                        }
                         // Beyond the slots it asks only for what the prefetch leaves (messages
                         // that came unrequested and wait may already fill it).
                         if r.batch > r.held {
@@ -89,6 +95,9 @@ proptest! {
                     }
                 }
                 Step::Message => match a.handle_message() {
+                    Receipt::Prefetched if !prefetching => {
+                        prop_assert!(false, "prefetched without a deadline");
+                    }
                     Receipt::Reserved => {
                         handlers += 1;
                         a.handle_started(now, handlers);
@@ -123,6 +132,7 @@ proptest! {
                 }
                 Step::ConnectionLost => free += a.handle_connection_lost(),
                 Step::Shutdown => a.handle_shutdown(),
+                Step::Deadline(_) if !prefetching => {}
                 Step::Deadline(ms) => {
                     deadline = ms.map(Duration::from_millis);
                     a.set_prefetch_deadline(deadline);
@@ -150,47 +160,5 @@ proptest! {
         free += a.handle_timeout(now + PULL_EXPIRES + PULL_GRACE);
         prop_assert!(a.is_done());
         prop_assert_eq!(free + handlers, concurrency);
-    }
-
-    /// Without a deadline (leases off) every requested message has a held slot: none waits.
-    #[test]
-    fn without_a_deadline_no_requested_message_waits(
-        concurrency in 1usize..40,
-        steps in proptest::collection::vec(step(), 0..200),
-    ) {
-        let mut a = PullAccounting::new(NonZeroUsize::new(concurrency).unwrap());
-        let mut now = Instant::now();
-        let mut free = concurrency;
-        let mut handlers = 0usize;
-        for s in steps {
-            match s {
-                Step::Request => {
-                    if let Some(r) = a.poll_request(free, 0, now) {
-                        prop_assert_eq!(r.batch, r.held);
-                        free -= r.held;
-                        a.handle_requested(r, now);
-                    }
-                }
-                Step::Message => {
-                    let receipt = a.handle_message();
-                    prop_assert_ne!(receipt, Receipt::Prefetched);
-                    if receipt == Receipt::Reserved {
-                        handlers += 1;
-                        a.handle_started(now, handlers);
-                    }
-                }
-                Step::HandlerDone if handlers > 0 => {
-                    handlers -= 1;
-                    free += 1;
-                }
-                Step::RequestEnd(pending) => free += a.handle_request_end(pending.as_deref()),
-                Step::Advance(ms) => {
-                    now += Duration::from_millis(ms);
-                    free += a.handle_timeout(now);
-                }
-                Step::ConnectionLost => free += a.handle_connection_lost(),
-                _ => {}
-            }
-        }
     }
 }
