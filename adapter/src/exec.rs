@@ -12,7 +12,7 @@ use async_nats::{Client, HeaderMap};
 use bytes::Bytes;
 use ruststream_core::{
     Action, Delivery as CoreDelivery, Headers, Log, Message, PendingCopy, Plan, Publication,
-    RETRY_COUNT_HEADER, RetryCount, is_dropped_directive, is_retry_count,
+    RETRY_COUNT_HEADER, RetryCount, is_dropped_directive, is_retry_count, wire_len,
 };
 
 use crate::mount_context::{DeadLetterSink, MountContext};
@@ -47,9 +47,9 @@ impl PublishFailed {
 }
 
 /// Refuses a Core copy that the server would refuse for its size (rule 21): its headers and
-/// payload over the connection's `max_payload`.
-fn check_copy_size(client: &Client, copy: &Publication) -> Result<(), PublishFailed> {
-    let size = copy.wire_len();
+/// payload (`size`, as [`ruststream_core::wire_len`] counts them) over the connection's
+/// `max_payload`.
+fn check_copy_size(client: &Client, size: usize) -> Result<(), PublishFailed> {
     let max = client.max_payload();
     match size > max {
         true => Err(PublishFailed::new(
@@ -127,12 +127,7 @@ pub(crate) fn copy_headers(
     msg: &async_nats::Message,
     retry_count: RetryCount,
 ) -> (HeaderMap, usize) {
-    /// `NATS/1.0\r\n` and the closing `\r\n`.
-    const FRAME: usize = b"NATS/1.0\r\n".len() + b"\r\n".len();
-    /// `: ` and `\r\n` around and after a value.
-    const PER_PAIR: usize = b": ".len() + b"\r\n".len();
     let mut map = HeaderMap::new();
-    let mut len = FRAME;
     if let Some(delivered) = &msg.headers {
         for (name, values) in delivered.iter() {
             let bytes: &[u8] = name.as_ref();
@@ -140,16 +135,21 @@ pub(crate) fn copy_headers(
                 continue;
             }
             for value in values {
-                len += bytes.len() + value.as_str().len() + PER_PAIR;
                 map.append(name.clone(), value.clone());
             }
         }
     }
     let mut digits = itoa::Buffer::new();
-    let count = digits.format(retry_count.0);
-    len += RETRY_COUNT_HEADER.len() + count.len() + PER_PAIR;
-    map.insert(HeaderName::from_static(RETRY_COUNT_HEADER), count);
-    (map, len + msg.payload.len())
+    map.insert(
+        HeaderName::from_static(RETRY_COUNT_HEADER),
+        digits.format(retry_count.0),
+    );
+    let pairs = map.iter().flat_map(|(name, values)| {
+        let name: &[u8] = name.as_ref();
+        values.iter().map(move |v| (name.len(), v.as_str().len()))
+    });
+    let size = wire_len(msg.payload.len(), pairs);
+    (map, size)
 }
 
 /// Publishes a Core copy of `msg` to `subject` at once (rule 4): its reply subject and payload
@@ -162,13 +162,7 @@ async fn publish_copy(
     retry_count: RetryCount,
 ) -> Result<(), PublishFailed> {
     let (headers, size) = copy_headers(msg, retry_count);
-    let max = ctx.client.max_payload();
-    if size > max {
-        return Err(PublishFailed::new(
-            Unpublished::CopyTooLarge,
-            format_args!("the copy is {size} bytes, over the server's max_payload of {max}"),
-        ));
-    }
+    check_copy_size(&ctx.client, size)?;
     // A copy goes back to the subject it came on (a Core subject mount): no new subject.
     let to = match msg.subject.as_str() == subject.as_str() {
         true => msg.subject.clone(),
@@ -297,7 +291,7 @@ fn schedule_copy(
     let message = core_message(msg);
     // The copy as it will be published to `subject` (the mount's copy subject, which the
     // delay loop gives back when it falls due), built once here for its size.
-    check_copy_size(&ctx.client, &message.copy(subject, retry_count))?;
+    check_copy_size(&ctx.client, message.copy(subject, retry_count).wire_len())?;
     let copy = PendingCopy::new(ctx.index, &message, retry_count);
     ctx.delayed
         .send((copy, at))

@@ -91,7 +91,7 @@ pub use header::{
     parse_retry_count,
 };
 pub use lease::{LeaseDue, LeaseEnd, LeaseKey, LeaseTerms, Leases, lease_span};
-pub use message::{Message, Publication};
+pub use message::{Message, Publication, wire_len};
 pub use plan::{
     Action, Disposition, Event, Log, MAX_ACTIONS, Outcome, Plan, plan, plan_with_clock,
 };

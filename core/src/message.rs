@@ -39,23 +39,35 @@ impl Publication {
     /// are headers, the header block of an `HPUB` (`NATS/1.0\r\n`, a `name: value\r\n` line
     /// per pair, and a closing `\r\n`). Subjects and the reply subject do not count.
     pub fn wire_len(&self) -> usize {
-        /// `NATS/1.0\r\n` and the closing `\r\n`.
-        const FRAME: usize = b"NATS/1.0\r\n".len() + b"\r\n".len();
-        /// `: ` and `\r\n` around and after a value.
-        const PER_PAIR: usize = b": ".len() + b"\r\n".len();
-        let headers = match self.headers.is_empty() {
-            true => 0,
-            false => {
-                FRAME
-                    + self
-                        .headers
-                        .iter()
-                        .map(|(name, value)| name.len() + value.len() + PER_PAIR)
-                        .sum::<usize>()
-            }
-        };
-        headers + self.payload.len()
+        wire_len(
+            self.payload.len(),
+            self.headers
+                .iter()
+                .map(|(name, value)| (name.len(), value.len())),
+        )
     }
+}
+
+/// The size of a publication as the server counts it against `max_payload`, from its
+/// payload's length and its header pairs' (name, value) lengths: the payload, plus, when there
+/// are headers, the header block of an `HPUB` (`NATS/1.0\r\n`, a `name: value\r\n` line per
+/// pair, and a closing `\r\n`). [`Publication::wire_len`] is this over its own parts.
+pub fn wire_len(payload: usize, pairs: impl IntoIterator<Item = (usize, usize)>) -> usize {
+    /// `NATS/1.0\r\n` and the closing `\r\n`.
+    const FRAME: usize = b"NATS/1.0\r\n".len() + b"\r\n".len();
+    /// `: ` and `\r\n` around and after a value.
+    const PER_PAIR: usize = b": ".len() + b"\r\n".len();
+    let mut pairs = pairs.into_iter().peekable();
+    let headers = match pairs.peek() {
+        None => 0,
+        Some(_) => {
+            FRAME
+                + pairs
+                    .map(|(name, value)| name + value + PER_PAIR)
+                    .sum::<usize>()
+        }
+    };
+    headers + payload
 }
 
 impl Message {
