@@ -117,6 +117,24 @@ pub(crate) async fn run_leased<R: Runtime>(
     Leased { event, end }
 }
 
+/// Sends `+WPI` on `reply` through the app's current client, without waiting: whether the
+/// client took it (a refusal is logged).
+fn renew(clients: &watch::Receiver<Client>, reply: Subject) -> bool {
+    let wpi = bytes::Bytes::from_static(WORK_IN_PROGRESS);
+    let client = clients.borrow().clone();
+    match client.publish(reply, wpi).now_or_never() {
+        Some(Ok(())) => true,
+        Some(Err(e)) => {
+            tracing::warn!(error = %e, "lease renewal (+WPI) not sent");
+            false
+        }
+        None => {
+            tracing::warn!("lease renewal (+WPI) not sent: the client's buffer is full");
+            false
+        }
+    }
+}
+
 /// The lease loop of an app: one timer for every lease. Sends each renewal that falls due
 /// (`+WPI` on the delivery's ack reply subject) and fires each time limit. Ends when `finish`
 /// holds a deadline (the shutdown has accounted for every handler): leases still held then
@@ -142,13 +160,9 @@ pub(crate) async fn lease_loop<R: Runtime>(
                         LeaseDue::Renew(key) => {
                             let reply = room.lock().get(key).and_then(|io| io.reply.clone());
                             let Some(reply) = reply else { continue };
-                            let wpi = bytes::Bytes::from_static(WORK_IN_PROGRESS);
-                            let client = clients.borrow().clone();
-                            match client.publish(reply, wpi).now_or_never() {
-                                // Handed to the client: the lease is renewed from now.
-                                Some(Ok(())) => room.lock().handle_renewed(key, R::now()),
-                                Some(Err(e)) => tracing::warn!(error = %e, "lease renewal (+WPI) not sent"),
-                                None => tracing::warn!("lease renewal (+WPI) not sent: the client's buffer is full"),
+                            // Handed to the client: the lease is renewed from now.
+                            if renew(&clients, reply) {
+                                room.lock().handle_renewed(key, R::now());
                             }
                         }
                         LeaseDue::TimeLimit(key) => {
@@ -248,11 +262,7 @@ impl WaitLease {
         if now.saturating_duration_since(self.since) >= self.span / 4
             && let Some(reply) = msg.reply.clone()
         {
-            let wpi = bytes::Bytes::from_static(WORK_IN_PROGRESS);
-            let client = ctx.clients.borrow().clone();
-            if !matches!(client.publish(reply, wpi).now_or_never(), Some(Ok(()))) {
-                tracing::warn!(mount = %ctx.name, "renewal (+WPI) of a prefetched message not sent");
-            }
+            renew(&ctx.clients, reply);
         }
         WaitEnd::OnTime
     }
