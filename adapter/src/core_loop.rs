@@ -9,8 +9,11 @@ use futures_util::{FutureExt, StreamExt};
 use tokio::sync::{Semaphore, watch};
 use tracing::Instrument;
 
-use crate::delivery::{Waiting, begin, finish, read_core, spawn_holding, waiting};
+use crate::delivery::{Stage, Waiting, begin, finish, read_core, spawn_holding, waiting};
+use crate::exec::start_copy;
+use crate::incoming::Incoming;
 use crate::mount_context::{Losses, MountContext};
+use crate::report::report;
 use crate::runtime::Runtime;
 
 /// How many handler slots a Core mount's spawned deliveries get: `concurrency - 1`, because
@@ -123,6 +126,16 @@ where
     }
 }
 
+/// What a run of Core deliveries stopped at.
+enum Next {
+    /// A delivery to finish off the run, in its span: whether only its plan's execution is
+    /// left, and the stage it resumes from.
+    Finish(tracing::Span, bool, Stage),
+    /// A delivery whose copy the client could not take at once, in its span: the publish is
+    /// pending in the loop's slot; the delivery's event, for the report.
+    Copying(tracing::Span, Option<ruststream_core::Event>),
+}
+
 /// At most this many Core deliveries are handled in one poll of a mount's task, so that a
 /// busy subscription does not starve the other tasks of a runtime that has no cooperative
 /// budget.
@@ -149,6 +162,9 @@ async fn consume<R: Runtime, S>(
     // Checked before each delivery starts (an atomic load): once shutdown has begun, none
     // does. The receiver below wakes the task for it when it is idle.
     let stopping = shutdown.clone();
+    // The copy a Core `retry` publishes at once, handed to the client inside the run: kept
+    // here, borrowing nothing of its message, when the client cannot take it at once.
+    let mut copying = std::pin::pin!(None);
     loop {
         let mut run = 0;
         // Out of Tokio's cooperative budget (a no-op elsewhere): a run of deliveries that
@@ -156,7 +172,7 @@ async fn consume<R: Runtime, S>(
         // whose publish then reports itself pending, down the waiting path (a box, a count,
         // a slot). The run still yields after [`RUN`] deliveries.
         let handled = tokio::task::coop::unconstrained(std::future::poll_fn(|cx| {
-            loop {
+            'run: loop {
                 if stopping.has_changed().unwrap_or(true) {
                     return Poll::Ready(Err(()));
                 }
@@ -169,22 +185,80 @@ async fn consume<R: Runtime, S>(
                 let Some(msg) = std::task::ready!(messages.poll_next_unpin(cx)) else {
                     return Poll::Ready(Err(()));
                 };
-                let waits = begin::<R>(ctx, read_core, &msg, cx)
-                    .map(|(span, rest)| (span, rest.is_executing(), rest.into_stage()));
-                if let Some((span, executing, stage)) = waits {
-                    return Poll::Ready(Ok((msg, span, executing, stage)));
-                }
+                let msg = Incoming::from(msg);
+                // Ends every borrow of the message before it moves.
+                let next = 'delivery: {
+                    let Some((span, rest)) = begin::<R>(ctx, read_core, &msg, cx) else {
+                        continue 'run;
+                    };
+                    let (delivery, event, decided) = match rest.unexecuted() {
+                        Ok(unexecuted) => unexecuted,
+                        Err(rest) => {
+                            let executing = rest.is_executing();
+                            break 'delivery Next::Finish(span, executing, rest.into_stage());
+                        }
+                    };
+                    // A copy to publish at once (a Core `retry`): handed to the client here,
+                    // in the run, with nothing boxed and nothing planned again.
+                    let _entered = span.enter();
+                    let copy = match start_copy(ctx, &msg, &delivery, &decided) {
+                        Some(Ok(copy)) => copy,
+                        Some(Err(failed)) => {
+                            let stage = Stage::Decided(event, Some(Err(failed)));
+                            break 'delivery Next::Finish(span.clone(), true, stage);
+                        }
+                        None => {
+                            let stage = Stage::Decided(event, None);
+                            break 'delivery Next::Finish(span.clone(), true, stage);
+                        }
+                    };
+                    copying.set(Some(copy.publish(&ctx.client)));
+                    let published = match copying.as_mut().as_pin_mut() {
+                        Some(publishing) => publishing.poll(cx),
+                        None => unreachable!("set just above"),
+                    };
+                    match published {
+                        Poll::Ready(Ok(())) => {
+                            copying.set(None);
+                            report(ctx, &msg, &delivery, event, &decided);
+                            continue 'run;
+                        }
+                        Poll::Ready(Err(failed)) => {
+                            copying.set(None);
+                            let stage = Stage::Decided(event, Some(Err(failed)));
+                            break 'delivery Next::Finish(span.clone(), true, stage);
+                        }
+                        Poll::Pending => break 'delivery Next::Copying(span.clone(), event),
+                    }
+                };
+                return Poll::Ready(Ok((msg, next)));
             }
         }));
         // Shutdown first, so that it wins over a subscription that always has a message.
-        let waits = tokio::select! {
+        let next = tokio::select! {
             biased;
             _ = shutdown.changed() => break,
-            waits = handled => waits,
+            next = handled => next,
         };
         // Shutdown has begun, or the subscription ended.
-        let Ok((msg, span, executing, stage)) = waits else {
+        let Ok(next) = next else {
             break;
+        };
+        let (msg, next) = next;
+        let (span, executing, stage) = match next {
+            Next::Finish(span, executing, stage) => (span, executing, stage),
+            Next::Copying(span, event) => {
+                // The client could not take the copy at once: awaited here, as the mount's
+                // back-pressure; the delivery is then reported (or recovered, if it failed).
+                let published = std::future::poll_fn(|cx| match copying.as_mut().as_pin_mut() {
+                    Some(publishing) => publishing.poll(cx),
+                    None => unreachable!("Next::Copying leaves its publish pending"),
+                })
+                .instrument(span.clone())
+                .await;
+                copying.set(None);
+                (span, true, Stage::Decided(event, Some(published)))
+            }
         };
         if executing {
             // Only the plan's publishes are left (a copy): awaited here, in place, as the

@@ -23,6 +23,7 @@ use crate::exec::{
     waits_for_confirmation,
 };
 use crate::handler_run::{HandlerRun, handled, start_handler};
+use crate::incoming::Incoming;
 use crate::leases::run_leased;
 use crate::mount_context::{Losses, MountContext};
 use crate::report::report;
@@ -37,25 +38,21 @@ pub(crate) enum Stage {
     /// Its handler is running.
     Handling(HandlerRun),
     /// Its event is known (`None`: the handler did not run): its plan is made again (the same
-    /// for the same event) and executed. The error of [`execute_now`] if that already ran it
-    /// and failed.
-    Decided(Option<Event>, Option<PublishFailed>),
+    /// for the same event) and executed, unless it already was, with this result (`Some`):
+    /// then only the recovery from a failed publish and the report are left.
+    Decided(Option<Event>, Option<Result<(), PublishFailed>>),
 }
 
 /// How a mount loop reads a delivered message into what the core needs to know of it:
 /// [`read_core`] on a Core mount, [`read_jetstream`] on a JetStream one. `None` when the
 /// message cannot be handled at all (logged).
 pub(crate) trait Reader:
-    for<'m> Fn(&MountContext, &'m async_nats::Message) -> Option<CoreDelivery<'m>>
-    + Copy
-    + Send
-    + Sync
-    + 'static
+    for<'m> Fn(&MountContext, &'m Incoming) -> Option<CoreDelivery<'m>> + Copy + Send + Sync + 'static
 {
 }
 
 impl<F> Reader for F where
-    F: for<'m> Fn(&MountContext, &'m async_nats::Message) -> Option<CoreDelivery<'m>>
+    F: for<'m> Fn(&MountContext, &'m Incoming) -> Option<CoreDelivery<'m>>
         + Copy
         + Send
         + Sync
@@ -65,10 +62,7 @@ impl<F> Reader for F where
 
 /// A Core message: its attempt from the retry-count header (rule 5).
 #[inline]
-pub(crate) fn read_core<'m>(
-    _: &MountContext,
-    msg: &'m async_nats::Message,
-) -> Option<CoreDelivery<'m>> {
+pub(crate) fn read_core<'m>(_: &MountContext, msg: &'m Incoming) -> Option<CoreDelivery<'m>> {
     let reading = match msg.headers {
         None => RetryCountReading::default(),
         Some(_) => RetryCountReading::read(header_pairs(msg)),
@@ -83,7 +77,7 @@ pub(crate) fn read_core<'m>(
 #[inline]
 pub(crate) fn read_jetstream<'m>(
     ctx: &MountContext,
-    msg: &'m async_nats::Message,
+    msg: &'m Incoming,
 ) -> Option<CoreDelivery<'m>> {
     let reply = msg.reply.as_ref().map_or(&b""[..], |r| r.as_bytes());
     match AckReply::parse(reply) {
@@ -107,11 +101,7 @@ pub(crate) fn stream_sequence(delivery: &CoreDelivery<'_>) -> Option<u64> {
     }
 }
 
-fn delivery_span(
-    ctx: &MountContext,
-    msg: &async_nats::Message,
-    delivery: &CoreDelivery<'_>,
-) -> tracing::Span {
+fn delivery_span(ctx: &MountContext, msg: &Incoming, delivery: &CoreDelivery<'_>) -> tracing::Span {
     let stream_sequence = stream_sequence(delivery);
     let attempt = delivery.attempt().get();
     tracing::info_span!("delivery", mount = %ctx.name, subject = %msg.subject, attempt, stream_sequence)
@@ -136,11 +126,29 @@ pub(crate) enum Rest<'m> {
     },
 }
 
-impl Rest<'_> {
+impl<'m> Rest<'m> {
     /// Whether only the plan's execution is left (a publish or a settlement, no handler and no
     /// dead letter to wait for): its caller may await it in place, as back-pressure.
     pub(crate) fn is_executing(&self) -> bool {
         matches!(self, Rest::Executing { .. })
+    }
+
+    /// A rest whose plan is still to be executed in full (none of it ran): its delivery,
+    /// event and plan. Any other rest is given back.
+    #[expect(
+        clippy::result_large_err,
+        reason = "given back on the stack for one step, as the rest itself lives"
+    )]
+    pub(crate) fn unexecuted(self) -> Result<(CoreDelivery<'m>, Option<Event>, Plan<'m>), Self> {
+        match self {
+            Rest::Executing {
+                delivery,
+                event,
+                decided,
+                executed: None,
+            } => Ok((delivery, event, decided)),
+            rest => Err(rest),
+        }
     }
 
     /// The stage to resume from elsewhere, without what this borrows from the message, so
@@ -150,7 +158,7 @@ impl Rest<'_> {
             Rest::Waits(stage) => stage,
             Rest::Executing {
                 event, executed, ..
-            } => Stage::Decided(event, executed.and_then(Result::err)),
+            } => Stage::Decided(event, executed),
         }
     }
 }
@@ -167,7 +175,7 @@ impl Rest<'_> {
 pub(crate) fn begin<'m, R: Runtime>(
     ctx: &'m MountContext,
     read: impl Reader,
-    msg: &'m async_nats::Message,
+    msg: &'m Incoming,
     cx: &mut Context<'_>,
 ) -> Option<(tracing::Span, Rest<'m>)> {
     // Borrowed where it was built: the delivery is large, and moving it costs.
@@ -188,7 +196,7 @@ pub(crate) fn begin<'m, R: Runtime>(
 #[inline]
 fn decide<'m, R: Runtime>(
     ctx: &'m MountContext,
-    msg: &'m async_nats::Message,
+    msg: &'m Incoming,
     delivery: &CoreDelivery<'m>,
     cx: &mut Context<'_>,
 ) -> Option<Rest<'m>> {
@@ -230,7 +238,7 @@ fn decide<'m, R: Runtime>(
 pub(crate) fn waiting<R: Runtime>(
     ctx: &Arc<MountContext>,
     read: impl Reader,
-    msg: async_nats::Message,
+    msg: Incoming,
     span: tracing::Span,
     stage: Stage,
 ) -> Waiting {
@@ -250,7 +258,7 @@ pub(crate) fn waiting<R: Runtime>(
 /// Gives back the span and the stage of a rest that waits.
 async fn carry_on<R: Runtime>(
     ctx: &MountContext,
-    msg: &async_nats::Message,
+    msg: &Incoming,
     span: tracing::Span,
     rest: Rest<'_>,
 ) -> Option<(tracing::Span, Stage)> {
@@ -279,7 +287,7 @@ async fn carry_on<R: Runtime>(
 pub(crate) async fn process<R: Runtime>(
     ctx: &Arc<MountContext>,
     read: impl Reader,
-    msg: async_nats::Message,
+    msg: Incoming,
 ) -> Option<Waiting> {
     let (span, rest) =
         std::future::poll_fn(|cx| Poll::Ready(begin::<R>(ctx, read, &msg, cx))).await?;
@@ -292,14 +300,14 @@ pub(crate) async fn process<R: Runtime>(
 pub(crate) async fn finish<R: Runtime>(
     ctx: Arc<MountContext>,
     read: impl Reader,
-    msg: async_nats::Message,
+    msg: Incoming,
     stage: Stage,
 ) {
     // Read before, so it reads again.
     let Some(delivery) = read(&ctx, &msg) else {
         return;
     };
-    let (event, failed) = match stage {
+    let (event, executed) = match stage {
         Stage::Handling(run) => {
             let leased = run_leased::<R>(&ctx, &msg, &delivery, run).await;
             if let LeaseEnd::Late { by } = leased.end {
@@ -315,7 +323,7 @@ pub(crate) async fn finish<R: Runtime>(
             }
             (Some(leased.event), None)
         }
-        Stage::Decided(event, failed) => (event, failed),
+        Stage::Decided(event, executed) => (event, executed),
     };
     let decided = plan_with_clock(
         &delivery,
@@ -323,10 +331,7 @@ pub(crate) async fn finish<R: Runtime>(
         &ctx.policy,
         R::now,
     );
-    let executed = match failed {
-        Some(e) => Some(Err(e)),
-        None => execute_now(&ctx, &msg, &delivery, &decided),
-    };
+    let executed = executed.or_else(|| execute_now(&ctx, &msg, &delivery, &decided));
     settle::<R>(&ctx, &msg, &delivery, event, decided, executed).await;
 }
 
@@ -334,7 +339,7 @@ pub(crate) async fn finish<R: Runtime>(
 /// executes the recovery if a publish failed, and reports the settlement.
 async fn settle<R: Runtime>(
     ctx: &MountContext,
-    msg: &async_nats::Message,
+    msg: &Incoming,
     delivery: &CoreDelivery<'_>,
     event: Option<Event>,
     decided: Plan<'_>,
@@ -358,7 +363,7 @@ async fn settle<R: Runtime>(
 /// twice in all. Returns the plan that was executed last.
 async fn recover<'p, R: Runtime>(
     ctx: &'p MountContext,
-    msg: &async_nats::Message,
+    msg: &Incoming,
     delivery: &CoreDelivery<'_>,
     failed_plan: &Plan<'p>,
     mut failed: PublishFailed,
@@ -420,7 +425,7 @@ async fn recover<'p, R: Runtime>(
 pub(crate) async fn start_delivery<R: Runtime>(
     ctx: Arc<MountContext>,
     read: impl Reader,
-    msg: async_nats::Message,
+    msg: Incoming,
     permit: OwnedSemaphorePermit,
 ) {
     if let Some(rest) = process::<R>(&ctx, read, msg).await {

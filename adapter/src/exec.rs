@@ -15,6 +15,7 @@ use ruststream_core::{
     RETRY_COUNT_HEADER, RetryCount, is_dropped_directive, is_retry_count, wire_len,
 };
 
+use crate::incoming::Incoming;
 use crate::mount_context::{DeadLetterSink, MountContext};
 
 /// A publish that failed; the plan stopped there.
@@ -61,7 +62,7 @@ fn check_copy_size(client: &Client, size: usize) -> Result<(), PublishFailed> {
 }
 
 /// The delivered message's parts, as the core builds copies and dead letters from.
-pub(crate) fn core_message(msg: &async_nats::Message) -> Message {
+pub(crate) fn core_message(msg: &Incoming) -> Message {
     let mut headers = Headers::new();
     if let Some(map) = &msg.headers {
         for (name, values) in map.iter() {
@@ -82,7 +83,7 @@ pub(crate) fn core_message(msg: &async_nats::Message) -> Message {
 }
 
 /// The delivered headers as `(name, value)` byte pairs, one per value.
-pub(crate) fn header_pairs(msg: &async_nats::Message) -> impl Iterator<Item = (&[u8], &[u8])> {
+pub(crate) fn header_pairs(msg: &Incoming) -> impl Iterator<Item = (&[u8], &[u8])> {
     msg.headers.iter().flat_map(|map| {
         map.iter().flat_map(|(name, values)| {
             values
@@ -123,10 +124,7 @@ fn header_map(headers: &Headers) -> HeaderMap {
 /// directives, then `x-ruststream-retry-count`) and the same size as
 /// [`Publication::wire_len`], built straight from the delivered headers, without the
 /// round trip through the core's header list.
-pub(crate) fn copy_headers(
-    msg: &async_nats::Message,
-    retry_count: RetryCount,
-) -> (HeaderMap, usize) {
+pub(crate) fn copy_headers(msg: &Incoming, retry_count: RetryCount) -> (HeaderMap, usize) {
     let mut map = HeaderMap::new();
     if let Some(delivered) = &msg.headers {
         for (name, values) in delivered.iter() {
@@ -155,29 +153,74 @@ pub(crate) fn copy_headers(
 /// Publishes a Core copy of `msg` to `subject` at once (rule 4): its reply subject and payload
 /// unchanged, its headers as [`copy_headers`] gives them; refused, like every copy, when the
 /// server would refuse it for its size (rule 21).
+/// A Core copy built and checked against the server's `max_payload` (rule 21), ready to hand
+/// to the client.
+pub(crate) struct CopyNow {
+    to: async_nats::Subject,
+    reply: Option<async_nats::Subject>,
+    headers: HeaderMap,
+    payload: Bytes,
+}
+
+impl CopyNow {
+    /// The copy of `msg` after attempt `retry_count`, to `subject`.
+    ///
+    /// # Errors
+    /// [`Unpublished::CopyTooLarge`] when it would be larger than the server's `max_payload`.
+    fn new(
+        ctx: &MountContext,
+        msg: &Incoming,
+        subject: &ruststream_core::Subject,
+        retry_count: RetryCount,
+    ) -> Result<Self, PublishFailed> {
+        let (headers, size) = copy_headers(msg, retry_count);
+        check_copy_size(&ctx.client, size)?;
+        // A copy goes back to the subject it came on (a Core subject mount): no new subject.
+        let to = match msg.subject.as_str() == subject.as_str() {
+            true => msg.subject.clone(),
+            false => async_nats::Subject::from(subject.as_str()),
+        };
+        Ok(Self {
+            to,
+            reply: msg.reply.clone(),
+            headers,
+            payload: msg.payload.clone(),
+        })
+    }
+
+    /// Hands the copy to `client`. Borrows nothing of the delivered message, so that a mount
+    /// loop can keep it pending while the message moves.
+    ///
+    /// # Errors
+    /// [`Unpublished::Copy`] when the client refuses it (closed).
+    pub(crate) async fn publish(self, client: &Client) -> Result<(), PublishFailed> {
+        let Self {
+            to,
+            reply,
+            headers,
+            payload,
+        } = self;
+        let result = match reply {
+            Some(reply) => {
+                client
+                    .publish_with_reply_and_headers(to, reply, headers, payload)
+                    .await
+            }
+            None => client.publish_with_headers(to, headers, payload).await,
+        };
+        result.map_err(|e| PublishFailed::new(Unpublished::Copy, e))
+    }
+}
+
 async fn publish_copy(
     ctx: &MountContext,
-    msg: &async_nats::Message,
+    msg: &Incoming,
     subject: &ruststream_core::Subject,
     retry_count: RetryCount,
 ) -> Result<(), PublishFailed> {
-    let (headers, size) = copy_headers(msg, retry_count);
-    check_copy_size(&ctx.client, size)?;
-    // A copy goes back to the subject it came on (a Core subject mount): no new subject.
-    let to = match msg.subject.as_str() == subject.as_str() {
-        true => msg.subject.clone(),
-        false => async_nats::Subject::from(subject.as_str()),
-    };
-    let payload = msg.payload.clone();
-    let result = match &msg.reply {
-        Some(reply) => {
-            ctx.client
-                .publish_with_reply_and_headers(to, reply.clone(), headers, payload)
-                .await
-        }
-        None => ctx.client.publish_with_headers(to, headers, payload).await,
-    };
-    result.map_err(|e| PublishFailed::new(Unpublished::Copy, e))
+    CopyNow::new(ctx, msg, subject, retry_count)?
+        .publish(&ctx.client)
+        .await
 }
 
 /// Publishes a Core copy (or any plain publication) with its reply subject and headers; a
@@ -251,7 +294,7 @@ async fn publish_dead_letter(ctx: &MountContext, p: Publication) -> Result<(), P
     }
 }
 
-fn log(ctx: &MountContext, msg: &async_nats::Message, delivery: &CoreDelivery<'_>, log: Log) {
+fn log(ctx: &MountContext, msg: &Incoming, delivery: &CoreDelivery<'_>, log: Log) {
     let attempt = delivery.attempt().get();
     match log {
         // One per Core ack: debug, so that a healthy Core service does not flood its logs.
@@ -283,7 +326,7 @@ fn log(ctx: &MountContext, msg: &async_nats::Message, delivery: &CoreDelivery<'_
 /// Hands a Core copy to the app's delay queue.
 fn schedule_copy(
     ctx: &MountContext,
-    msg: &async_nats::Message,
+    msg: &Incoming,
     subject: &ruststream_core::Subject,
     retry_count: ruststream_core::RetryCount,
     at: Instant,
@@ -309,7 +352,7 @@ const NEW_CLIENT_PATIENCE: std::time::Duration = std::time::Duration::from_secs(
 /// sent when none comes, or when it fails too.
 async fn settle_through_new_client(
     ctx: &MountContext,
-    msg: &async_nats::Message,
+    msg: &Incoming,
     reply: async_nats::Subject,
     payload: Bytes,
     error: async_nats::PublishError,
@@ -357,7 +400,7 @@ fn without_client(action: &Action<'_>) -> bool {
 /// nothing, when the plan publishes or settles: then [`execute`] it.
 pub(crate) fn execute_now(
     ctx: &MountContext,
-    msg: &async_nats::Message,
+    msg: &Incoming,
     delivery: &CoreDelivery<'_>,
     plan: &Plan<'_>,
 ) -> Option<Result<(), PublishFailed>> {
@@ -384,12 +427,59 @@ pub(crate) fn execute_now(
     Some(Ok(()))
 }
 
+/// Executes a plan that ends with a Core copy published at once, everything before it going
+/// without the client (the plan of a Core `retry`), as [`execute`] would, up to that copy, and
+/// builds the copy: `Some` with what is left, a [`CopyNow::publish`], which a mount loop can
+/// keep pending without holding the message. `None`, having done nothing, for a plan of
+/// another shape.
+///
+/// The error is that of the first action that failed (a copy that could not be handed to the
+/// delay queue, or one too large to publish); the plan stopped there.
+pub(crate) fn start_copy(
+    ctx: &MountContext,
+    msg: &Incoming,
+    delivery: &CoreDelivery<'_>,
+    plan: &Plan<'_>,
+) -> Option<Result<CopyNow, PublishFailed>> {
+    let (
+        Action::PublishCopy {
+            subject,
+            retry_count,
+        },
+        before,
+    ) = plan.actions().split_last()?
+    else {
+        return None;
+    };
+    if !before.iter().all(without_client) {
+        return None;
+    }
+    for action in before {
+        match *action {
+            Action::Log(l) => log(ctx, msg, delivery, l),
+            Action::ScheduleCopy {
+                subject,
+                retry_count,
+                at,
+            } => {
+                if let Err(e) = schedule_copy(ctx, msg, subject, retry_count, at) {
+                    return Some(Err(e));
+                }
+            }
+            Action::Settle(_) | Action::PublishCopy { .. } | Action::PublishDeadLetter { .. } => {
+                unreachable!("checked above: only logs and scheduled copies")
+            }
+        }
+    }
+    Some(CopyNow::new(ctx, msg, subject, *retry_count))
+}
+
 /// Executes the logs of an arrival plan that runs the handler: the core plans only logs
 /// there (rule 3 lets the handler run, so nothing is settled or published yet). Anything else
 /// in it would be a planner bug; it is logged as an error, never silently skipped.
 pub(crate) fn execute_logs(
     ctx: &MountContext,
-    msg: &async_nats::Message,
+    msg: &Incoming,
     delivery: &CoreDelivery<'_>,
     plan: &Plan<'_>,
 ) {
@@ -423,7 +513,7 @@ pub(crate) fn waits_for_confirmation(plan: &Plan<'_>) -> bool {
 /// caller then plans `Event::PublishFailed`.
 pub(crate) async fn execute(
     ctx: &MountContext,
-    msg: &async_nats::Message,
+    msg: &Incoming,
     delivery: &CoreDelivery<'_>,
     plan: &Plan<'_>,
 ) -> Result<(), PublishFailed> {
@@ -473,8 +563,8 @@ pub(crate) async fn execute(
 mod tests {
     use super::*;
 
-    fn message(headers: Option<HeaderMap>) -> async_nats::Message {
-        async_nats::Message {
+    fn message(headers: Option<HeaderMap>) -> Incoming {
+        Incoming::from(async_nats::Message {
             subject: "orders.new".into(),
             reply: None,
             payload: Bytes::from_static(b"{\"id\":1}"),
@@ -482,7 +572,7 @@ mod tests {
             status: None,
             description: None,
             length: 0,
-        }
+        })
     }
 
     /// `(name, value)` pairs, sorted: async-nats' header map keeps no order.

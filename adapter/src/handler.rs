@@ -2,6 +2,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use async_nats::{HeaderMap, Subject};
 use bytes::Bytes;
@@ -45,8 +46,12 @@ pub struct Delivery {
     /// Its reply subject, for a Core request (on JetStream, the ack reply subject, which the
     /// runtime answers itself).
     pub reply: Option<Subject>,
-    /// Its headers, if any.
-    pub headers: Option<HeaderMap>,
+    /// Its headers, if any: shared with the runtime, which builds a Core copy or a dead letter
+    /// from the same headers after the handler, so that giving them to the handler copies
+    /// nothing. Read them through the [`Arc`] (`d.headers.as_deref().and_then(|h|
+    /// h.get("name"))`); [`Arc::unwrap_or_clone`] gives an owned map (a copy only while the
+    /// runtime still holds it).
+    pub headers: Option<Arc<HeaderMap>>,
     /// Its payload.
     pub payload: Bytes,
     /// Which attempt this is, from 1: `delivered` on JetStream, the retry-count header + 1 on

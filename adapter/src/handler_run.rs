@@ -6,11 +6,12 @@ use futures_util::FutureExt;
 use ruststream_core::{Delivery as CoreDelivery, Event, Outcome};
 
 use crate::handler::{Delivery, JetStreamInfo};
+use crate::incoming::Incoming;
 use crate::mount_context::MountContext;
 
 pub(crate) fn handler_delivery(
     ctx: &MountContext,
-    msg: &async_nats::Message,
+    msg: &Incoming,
     core: &CoreDelivery<'_>,
 ) -> Delivery {
     let jetstream = match (core.model, ctx.jetstream_names) {
@@ -52,7 +53,7 @@ pub(crate) type HandlerRun =
 /// (a payload that does not decode, or a panic in the call itself).
 pub(crate) fn start_handler(
     ctx: &MountContext,
-    msg: &async_nats::Message,
+    msg: &Incoming,
     delivery: &CoreDelivery<'_>,
 ) -> Result<HandlerRun, Event> {
     let given = handler_delivery(ctx, msg, delivery);
@@ -70,7 +71,7 @@ pub(crate) fn start_handler(
 /// The event of a handler run that ended.
 pub(crate) fn handled(
     ctx: &MountContext,
-    msg: &async_nats::Message,
+    msg: &Incoming,
     delivery: &CoreDelivery<'_>,
     result: std::thread::Result<Outcome>,
 ) -> Event {
@@ -83,7 +84,7 @@ pub(crate) fn handled(
 /// A handler that panicked counts as no outcome (rule 13).
 fn panicked(
     ctx: &MountContext,
-    msg: &async_nats::Message,
+    msg: &Incoming,
     delivery: &CoreDelivery<'_>,
     panic: &(dyn std::any::Any + Send),
 ) -> Event {

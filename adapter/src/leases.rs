@@ -15,6 +15,7 @@ use ruststream_core::{
 use tokio::sync::{Notify, oneshot, watch};
 
 use crate::handler_run::{HandlerRun, handled};
+use crate::incoming::Incoming;
 use crate::mount_context::MountContext;
 use crate::runtime::Runtime;
 
@@ -84,7 +85,7 @@ pub(crate) struct Leased {
 /// result that lands within it past the server's deadline is still sent.
 pub(crate) async fn run_leased<R: Runtime>(
     ctx: &MountContext,
-    msg: &async_nats::Message,
+    msg: &Incoming,
     delivery: &CoreDelivery<'_>,
     run: HandlerRun,
 ) -> Leased {
@@ -210,7 +211,7 @@ pub(crate) enum WaitEnd {
 impl WaitLease {
     /// A lease for `msg`, from now; `None` when there is nothing to renew (leases off, no ack
     /// reply subject that reads, or no `ack_wait` known).
-    pub(crate) fn hold<R: Runtime>(ctx: &MountContext, msg: &async_nats::Message) -> Option<Self> {
+    pub(crate) fn hold<R: Runtime>(ctx: &MountContext, msg: &Incoming) -> Option<Self> {
         let reply = msg.reply.clone()?;
         let delivered = ruststream_core::AckReply::parse(reply.as_bytes())
             .ok()?
@@ -245,11 +246,7 @@ impl WaitLease {
     /// The message got its slot: the lease ends, and says whether the message may run. One
     /// that waited a quarter of its span or more is renewed once more now, so that its
     /// handler's lease (which counts from its start) renews it in time.
-    pub(crate) fn end<R: Runtime>(
-        mut self,
-        ctx: &MountContext,
-        msg: &async_nats::Message,
-    ) -> WaitEnd {
+    pub(crate) fn end<R: Runtime>(mut self, ctx: &MountContext, msg: &Incoming) -> WaitEnd {
         let now = R::now();
         let Some(key) = self.key.take() else {
             return WaitEnd::OnTime;

@@ -23,6 +23,7 @@ mod delivery;
 mod exec;
 mod handler;
 mod handler_run;
+mod incoming;
 mod launch;
 mod leases;
 mod mount;

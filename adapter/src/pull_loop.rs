@@ -10,6 +10,7 @@ use ruststream_core::{PENDING_MESSAGES_HEADER, PullAccounting, Receipt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 use crate::delivery::{read_jetstream, start_delivery};
+use crate::incoming::Incoming;
 use crate::leases::{WaitEnd, WaitLease};
 use crate::mount_context::{InFlightGuard, MountContext};
 use crate::runtime::Runtime;
@@ -64,7 +65,7 @@ impl Held {
 /// ([`WaitLease`]), and counted in flight, so that a shutdown waits for it and reports it
 /// abandoned if its grace period ends first.
 struct Waiting {
-    msg: async_nats::Message,
+    msg: Incoming,
     lease: Option<WaitLease>,
     _in_flight: InFlightGuard,
 }
@@ -109,7 +110,7 @@ async fn start_waiting<R: Runtime>(
 
 /// A prefetched message that found no free slot: it waits, renewed, and is noted as received
 /// (the supervisor's suspect is a message the mount never received, rule 20).
-fn wait<R: Runtime>(ctx: &MountContext, msg: async_nats::Message) -> Waiting {
+fn wait<R: Runtime>(ctx: &MountContext, msg: Incoming) -> Waiting {
     if let Some(reply) = &msg.reply
         && let Ok(reply) = ruststream_core::AckReply::parse(reply.as_bytes())
     {
@@ -311,6 +312,7 @@ pub(crate) async fn pull_loop<R: Runtime>(
                             .then(|| slots.clone().try_acquire_owned().ok())
                             .flatten()
                     });
+                    let msg = Incoming::from(msg);
                     match permit {
                         // In order: a message that waits goes first, this one waits behind.
                         Some(permit) if !waiting.is_empty() => {

@@ -7,6 +7,7 @@ use ruststream_core::{Delivery as CoreDelivery, Disposition, Event, Outcome, Pla
 
 use crate::delivery::stream_sequence;
 use crate::handler_run::panic_message;
+use crate::incoming::Incoming;
 use crate::mount_context::MountContext;
 
 /// A settled delivery, as [`App::on_settled`](crate::App::on_settled) observers see it.
@@ -41,7 +42,7 @@ pub(crate) type Observer = Arc<dyn Fn(&Settled) + Send + Sync>;
 /// Reports a settled delivery: the `ruststream::settlement` event and the observer.
 pub(crate) fn report(
     ctx: &MountContext,
-    msg: &async_nats::Message,
+    msg: &Incoming,
     delivery: &CoreDelivery<'_>,
     event: Option<Event>,
     decided: &Plan<'_>,

@@ -308,3 +308,96 @@ fn row_18_core_no_outcome_nothing() {
         app.shutdown().await;
     });
 }
+
+/// Row 13 under load: a burst of Core retries through a client whose command channel holds
+/// one command, so that copies often find it full and wait in the mount loop (issue 13's
+/// in-place copy). Every message runs once at attempt 1 and once at attempt 2, and the copy's
+/// handler sees the delivered headers (shared with the runtime, not copied) plus the retry
+/// count.
+#[test]
+fn row_13_core_retries_in_a_burst_through_a_full_client() {
+    run(async {
+        let (server, tc, _r, ev) = core_case().await;
+        const N: usize = 400;
+        /// A run: attempt, payload, its `Trace-Id` and retry-count headers.
+        type Run = (u64, String, Option<String>, Option<String>);
+        let seen: Arc<Mutex<Vec<Run>>> = Arc::default();
+        let sink = seen.clone();
+        let own = adapter::connect_url(
+            &server.url(),
+            adapter::async_nats::ConnectOptions::new().client_capacity(1),
+        )
+        .await
+        .expect("the application's client");
+        let sink_events = ev.clone();
+        let app = App::with_client(own)
+            .grace_period(Duration::from_secs(2))
+            .on_settled(move |s| sink_events.lock().unwrap().push(s.clone()))
+            .mount(
+                Mount::core_subject("core-burst-13", "c13b.in").max_attempts(3),
+                move |d: Delivery| {
+                    let header = |name: &str| {
+                        d.headers
+                            .as_deref()
+                            .and_then(|h| h.get(name))
+                            .map(|v| v.as_str().to_owned())
+                    };
+                    sink.lock().unwrap().push((
+                        d.attempt.get(),
+                        String::from_utf8_lossy(&d.payload).into_owned(),
+                        header("Trace-Id"),
+                        header("x-ruststream-retry-count"),
+                    ));
+                    std::future::ready(match d.attempt.get() {
+                        1 => Outcome::Retry,
+                        _ => Outcome::Ack,
+                    })
+                },
+            )
+            .start()
+            .await
+            .expect("the app starts");
+        for i in 0..N {
+            tc.client
+                .publish_with_headers(
+                    "c13b.in",
+                    headers(&[("Trace-Id", &format!("t{i}"))]),
+                    format!("p{i}").into(),
+                )
+                .await
+                .expect("publish");
+        }
+        tc.client.flush().await.expect("flush");
+        settled(&ev, 2 * N).await;
+        quiet(200).await;
+        let mut runs = seen.lock().unwrap().clone();
+        runs.sort();
+        let expected: Vec<_> = (1..=2u64)
+            .flat_map(|attempt| {
+                (0..N).map(move |i| {
+                    (
+                        attempt,
+                        format!("p{i}"),
+                        Some(format!("t{i}")),
+                        (attempt == 2).then(|| "1".to_owned()),
+                    )
+                })
+            })
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        assert_eq!(
+            runs, expected,
+            "each message once per attempt, headers as delivered"
+        );
+        let dispositions = dispositions(&ev);
+        let retried = dispositions
+            .iter()
+            .filter(|d| **d == Disposition::Retried)
+            .count();
+        assert_eq!((retried, dispositions.len()), (N, 2 * N));
+        let losses = app.core_losses();
+        assert!(losses.is_empty(), "nothing lost: {losses:?}");
+        app.shutdown().await;
+    });
+}
