@@ -47,12 +47,17 @@
 //! `LOST: ...`, counted as lost (`N of M rounds lost messages` on its line) and left out of
 //! the paired medians.
 //!
-//! Rounds are interleaved: each round runs every side once, in an order that rotates from
-//! round to round. The headline is the median of paired rounds (each round's ratio of two
+//! Rounds are interleaved: each round runs every side once, in the order of a Williams
+//! design ([`side_order`]): over one turn of it (as many rounds as sides, twice that for an
+//! odd number of sides) every side runs right after every other side equally often, so that
+//! whatever one side leaves behind (a lingering task, freed memory, the server's state) does
+//! not always fall on the same neighbour, as it did when the order merely rotated. The headline is the median of paired rounds (each round's ratio of two
 //! sides, run back to back), against raw async-nats; each side's median rate is printed
 //! beside it. Environment (a value that does not read stops the bench with a message naming
 //! it):
-//! - `BENCH_ROUNDS`: at least 1 (default 9);
+//! - `BENCH_ROUNDS`: at least 1 (default 20: five turns of the four sides' order; a Core round
+//!   lasts 0.1 to 0.3 s and moves by up to ±25 % on this shared 2-core machine, and 9 rounds
+//!   left medians a few percent apart from run to run);
 //! - `BENCH_SCENARIOS`: a comma-separated subset of the scenario names above;
 //! - `BENCH_SIDES`: a comma-separated subset of `raw,tokio,smol,ruststream`;
 //! - `BENCH_SCALE`: divides every message count, at least 1 (a quick check: `BENCH_SCALE=100`;
@@ -1013,8 +1018,33 @@ fn chosen<T: Copy>(var: &str, all: &[T], name: impl Fn(T) -> &'static str) -> Ve
         .collect()
 }
 
+/// The order in which round `round` runs `n` sides (indices into the chosen sides): row
+/// `round` of a Williams design. Its first row is 0, 1, n-1, 2, n-2, …; each next row adds 1
+/// (mod n); with an odd `n` the rows are followed by their reverses. Over one turn (`n` rows,
+/// `2n` when `n` is odd) each side comes first equally often and runs right after each other
+/// side equally often.
+fn side_order(n: usize, round: usize) -> Vec<usize> {
+    let first: Vec<usize> = (0..n)
+        .map(|i| match i {
+            0 => 0,
+            i if i % 2 == 1 => i.div_ceil(2),
+            i => n - i / 2,
+        })
+        .collect();
+    let turn = if n % 2 == 0 { n } else { 2 * n };
+    let row = round % turn.max(1);
+    let mut order: Vec<usize> = first.iter().map(|s| (s + row) % n).collect();
+    if row >= n {
+        order.reverse();
+    }
+    order
+}
+
+/// Rounds per run unless `BENCH_ROUNDS` says otherwise (see the module's docs).
+const DEFAULT_ROUNDS: usize = 20;
+
 fn main() {
-    let rounds = number("BENCH_ROUNDS", 1, 9);
+    let rounds = number("BENCH_ROUNDS", 1, DEFAULT_ROUNDS);
     let verbose = flag("BENCH_VERBOSE");
     // Read before the server starts, so that a bad value stops the bench at once.
     let (sides, scenarios) = (
@@ -1034,9 +1064,9 @@ fn main() {
         scale(),
         sides.iter().map(|s| s.name()).collect::<Vec<_>>()
     );
-    if scale() > 1 || rounds < 9 {
+    if scale() > 1 || rounds < DEFAULT_ROUNDS {
         println!(
-            "peers: a quick check (BENCH_SCALE > 1 or fewer than 9 rounds): its ratios cannot be compared with BENCHMARKS.md"
+            "peers: a quick check (BENCH_SCALE > 1 or fewer than {DEFAULT_ROUNDS} rounds): its ratios cannot be compared with BENCHMARKS.md"
         );
     }
     let payloads = payloads();
@@ -1059,8 +1089,8 @@ fn main() {
             };
             for r in 0..rounds {
                 let mut line = format!("  {} round {r}:", scenario.name());
-                for k in 0..sides.len() {
-                    let side = sides[(r + k) % sides.len()];
+                for k in side_order(sides.len(), r) {
+                    let side = sides[k];
                     let rate = round(side, &url, scenario, &payloads).await;
                     results.rates[side as usize].push(rate);
                     line.push_str(&format!(" {} {rate:.0}", side.name()));
