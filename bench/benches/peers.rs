@@ -1031,7 +1031,7 @@ fn side_order(n: usize, round: usize) -> Vec<usize> {
             i => n - i / 2,
         })
         .collect();
-    let turn = if n % 2 == 0 { n } else { 2 * n };
+    let turn = if n.is_multiple_of(2) { n } else { 2 * n };
     let row = round % turn.max(1);
     let mut order: Vec<usize> = first.iter().map(|s| (s + row) % n).collect();
     if row >= n {
