@@ -43,7 +43,7 @@
 //! visible to anyone who can list processes. Credentials are never printed.
 //!
 //! Payloads: `{"outcome":"ack"}`, `{"outcome":"retry"}`,
-//! `{"outcome":"retry_after","delay_ms":200}`, `{"outcome":"drop"}`, `"none"` (or
+//! `{"outcome":"retry_after","delay_ms":200}`, `{"outcome":"drop"}`, `{"outcome":"reject"}`, `"none"` (or
 //! `{"outcome":"none"}`: no outcome) and `"panic"` (or `{"outcome":"panic"}`: the handler
 //! panics). Anything else is `unreadable` and dropped. An object may add `"sleep_ms": N`: the
 //! handler sleeps that long before it returns its outcome (to watch a lease: with
@@ -54,7 +54,7 @@
 //! `key=value`, values without spaces):
 //!
 //! ```text
-//! mount=<name> subject=<subject> attempt=<n> outcome=<ack|retry|retry_after:<ms>ms|drop|none|panic|unreadable>
+//! mount=<name> subject=<subject> attempt=<n> outcome=<ack|retry|retry_after:<ms>ms|drop|reject|none|panic|unreadable>
 //! ```
 //!
 //! It runs until SIGINT or SIGTERM, then shuts down gracefully (a second signal ends the grace
@@ -285,6 +285,7 @@ fn scripted_outcome(payload: &[u8]) -> (Option<Outcome>, String) {
             )
         }
         "drop" => (Some(Outcome::Drop), "drop".to_owned()),
+        "reject" => (Some(Outcome::Reject), "reject".to_owned()),
         "none" => (Some(Outcome::None), "none".to_owned()),
         "panic" => (None, "panic".to_owned()),
         _ => (Some(Outcome::Drop), "unreadable".to_owned()),

@@ -314,7 +314,7 @@ fn log(ctx: &MountContext, msg: &Incoming, delivery: &CoreDelivery<'_>, log: Log
         }
         Log::LetGo => tracing::warn!(
             mount = %ctx.name, subject = %msg.subject, attempt,
-            "max_attempts reached and no dead-letter subject is declared: the Core delivery is let go"
+            "the Core delivery took the at-limit path (max_attempts reached, or its handler rejected it) and no dead-letter subject is declared: it is let go"
         ),
         Log::Lost => tracing::error!(
             mount = %ctx.name, subject = %msg.subject, attempt, size = msg.payload.len(),

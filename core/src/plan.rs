@@ -49,6 +49,11 @@ pub enum Outcome {
     /// No outcome: nothing is sent. JetStream redelivers after `ack_wait`; a Core delivery is
     /// gone. A handler that panicked counts as this (rule 13).
     None,
+    /// Poison: the at-limit path now, whatever the attempt (rule 17): dead-lettered when the
+    /// mount declares a dead-letter subject (then `+TERM` on JetStream), otherwise `+TERM` on
+    /// JetStream and let go, with a warning, on Core. A payload that does not decode for a
+    /// typed handler takes the same path ([`Event::Undecodable`]).
+    Reject,
 }
 
 /// What just happened to a delivery: the input of [`plan`].
@@ -381,7 +386,8 @@ fn at_limit<'p>(jetstream: bool, policy: &'p MountPolicy, plan: Plan<'p>) -> Pla
 ///   a limit → the same; `retry` below the limit → that log, then a copy now; `retry_after(d)`
 ///   without a limit or below it → a copy armed for `now + d` (a copy now when `d` is zero);
 ///   at the limit → the dead letter, or a warning and nothing.
-/// - [`Event::Undecodable`] and [`Event::CopyTooLarge`]: the at-limit plan.
+/// - [`Event::Undecodable`], [`Event::CopyTooLarge`] and a `reject` ([`Outcome::Reject`],
+///   rule 17), on either model: the at-limit plan, whatever the attempt.
 /// - [`Event::PublishFailed`]: JetStream `-NAK` with the policy's dead-letter retry delay, so
 ///   the delivery comes back past the limit and the dead letter is tried again; on Core, a
 ///   `Lost` log.
@@ -447,6 +453,7 @@ pub fn plan_with_clock<'p>(
                 Plan::new(Disposition::Dropped).with(Action::Settle(Settlement::Term))
             }
             (Outcome::None, _) => Plan::new(Disposition::NoOutcome),
+            (Outcome::Reject, _) => at_limit(true, policy, Plan::new(Disposition::Terminated)),
             (Outcome::Retry | Outcome::RetryAfter(_), Limit::AtOrPast) => {
                 at_limit(true, policy, Plan::new(Disposition::Terminated))
             }
@@ -470,6 +477,7 @@ pub fn plan_with_clock<'p>(
                     Plan::new(Disposition::Unsupported).with(unsupported)
                 }
                 (Outcome::None, _, _) => Plan::new(Disposition::NoOutcome),
+                (Outcome::Reject, _, _) => at_limit(false, policy, Plan::new(Disposition::LetGo)),
                 (Outcome::Retry, _, _) if policy.max_attempts().is_none() => {
                     Plan::new(Disposition::Unsupported).with(unsupported)
                 }

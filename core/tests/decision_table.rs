@@ -453,6 +453,72 @@ fn row_18_core_no_outcome_any() {
     }
 }
 
+// Part C's reject rows (rule 17): the at-limit path now, whatever the attempt. A dead-letter
+// subject needs a limit, so the DLQ rows cover the limit states that have one.
+
+#[test]
+fn row_jetstream_reject_with_dead_letter() {
+    let dlq = subject(DLQ);
+    for (limit, a) in ANY.into_iter().filter(|(limit, _)| limit.is_some()) {
+        let p = js_policy(limit, true);
+        let pl = plan(&js(a), Outcome::Reject.into(), &p, now());
+        assert_eq!(
+            pl.actions(),
+            [
+                Action::PublishDeadLetter { subject: &dlq },
+                Action::Settle(Settlement::Term)
+            ],
+            "limit {limit:?}, attempt {a}"
+        );
+        assert_eq!(pl.disposition(), Disposition::DeadLettered);
+    }
+}
+
+#[test]
+fn row_jetstream_reject_without_dead_letter() {
+    for (limit, a) in ANY {
+        let p = js_policy(limit, false);
+        let pl = plan(&js(a), Outcome::Reject.into(), &p, now());
+        assert_eq!(
+            pl.actions(),
+            [Action::Settle(Settlement::Term)],
+            "limit {limit:?}, attempt {a}"
+        );
+        assert_eq!(pl.disposition(), Disposition::Terminated);
+    }
+}
+
+#[test]
+fn row_core_reject_with_dead_letter() {
+    let dlq = subject(DLQ);
+    for (limit, a) in ANY.into_iter().filter(|(limit, _)| limit.is_some()) {
+        for p in [core_subject(limit, true), core_wildcard(limit, true)] {
+            let pl = plan(&core(a), Outcome::Reject.into(), &p, now());
+            assert_eq!(
+                pl.actions(),
+                [Action::PublishDeadLetter { subject: &dlq }],
+                "limit {limit:?}, attempt {a}"
+            );
+            assert_eq!(pl.disposition(), Disposition::DeadLettered);
+        }
+    }
+}
+
+#[test]
+fn row_core_reject_without_dead_letter_warns() {
+    for (limit, a) in ANY {
+        for p in [core_subject(limit, false), core_wildcard(limit, false)] {
+            let pl = plan(&core(a), Outcome::Reject.into(), &p, now());
+            assert_eq!(
+                pl.actions(),
+                [Action::Log(Log::LetGo)],
+                "limit {limit:?}, attempt {a}"
+            );
+            assert_eq!(pl.disposition(), Disposition::LetGo);
+        }
+    }
+}
+
 // Beyond the table: the other events the planner takes.
 
 #[test]

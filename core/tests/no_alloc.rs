@@ -37,6 +37,7 @@ fn jetstream_outcomes_do_not_allocate() {
         Event::Handled(Outcome::RetryAfter(Duration::from_millis(250))),
         Event::Handled(Outcome::Drop),
         Event::Handled(Outcome::None),
+        Event::Handled(Outcome::Reject),
         Event::Undecodable,
         Event::PublishFailed,
     ];

@@ -35,6 +35,7 @@ fn outcome() -> impl Strategy<Value = Outcome> {
         duration().prop_map(Outcome::RetryAfter),
         Just(Outcome::Drop),
         Just(Outcome::None),
+        Just(Outcome::Reject),
     ]
 }
 

@@ -160,6 +160,7 @@ enum OutcomeInput {
     RetryAfter { secs: u64, nanos: u32 },
     Drop,
     None,
+    Reject,
 }
 
 #[derive(Debug, Arbitrary)]
@@ -267,6 +268,8 @@ fn part_c(
             Outcome::Ack => (vec![E::Settle(Settlement::Ack)], Disposition::Acked),
             Outcome::Drop => (vec![E::Settle(Settlement::Term)], Disposition::Dropped),
             Outcome::None => (vec![], Disposition::NoOutcome),
+            // Part C: reject (or undecodable), any limit state, on both models.
+            Outcome::Reject => at_limit_plan(),
             Outcome::Retry | Outcome::RetryAfter(_) if at_limit => at_limit_plan(),
             Outcome::Retry => (vec![E::Settle(Settlement::Nak)], Disposition::Retried),
             Outcome::RetryAfter(d) if d.is_zero() => {
@@ -282,6 +285,7 @@ fn part_c(
             match outcome {
                 Outcome::Ack | Outcome::Drop => (vec![E::Unsupported], Disposition::Unsupported),
                 Outcome::None => (vec![], Disposition::NoOutcome),
+                Outcome::Reject => at_limit_plan(),
                 Outcome::Retry if limit.is_none() => {
                     (vec![E::Unsupported], Disposition::Unsupported)
                 }
@@ -346,6 +350,7 @@ pub fn check_plan(data: &[u8]) {
             }
             OutcomeInput::Drop => Outcome::Drop,
             OutcomeInput::None => Outcome::None,
+            OutcomeInput::Reject => Outcome::Reject,
         }),
     };
     let now = base() + Duration::from_millis(u64::from(input.now_offset_ms));

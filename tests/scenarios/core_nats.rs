@@ -401,3 +401,55 @@ fn row_13_core_retries_in_a_burst_through_a_full_client() {
         app.shutdown().await;
     });
 }
+
+/// Part C, Core `reject` with a dead-letter subject (rule 17): at attempt 1 of 3 the delivery
+/// is dead-lettered as it arrived, and no copy is published.
+#[test]
+fn row_core_reject_dead_letter() {
+    run(async {
+        let (server, tc, r, ev) = core_case().await;
+        tc.stream("DLQ", &["dlq.>"]).await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("core-reject-dlq", "crj.in")
+                    .max_attempts(3)
+                    .dead_letter("dlq.crj"),
+                scripted(&r, |_, _| Outcome::Reject),
+            )
+        })
+        .await;
+        let wire = Wire::watch(&tc.client, "crj.in").await;
+        core_publish(&tc, "crj.in", headers(&[("Trace-Id", "tr")]), b"poison").await;
+        let stored = assert_dead_letters(&tc, "DLQ", &[("dlq.crj", b"poison")]).await;
+        assert_eq!(stored[0].1, [("Trace-Id".to_owned(), "tr".to_owned())]);
+        quiet(300).await;
+        assert_eq!(attempts(&r), [1]);
+        assert_eq!(wire.all().len(), 1, "the original only: no copy");
+        assert_eq!(dispositions(&ev), [Disposition::DeadLettered]);
+        app.shutdown().await;
+    });
+}
+
+/// Part C, Core `reject` without a dead-letter subject: nothing is published, and a warning
+/// names the mount.
+#[test]
+fn row_core_reject_without_dead_letter_warns() {
+    run(async {
+        let (server, tc, r, ev) = core_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("core-reject", "crn.in").max_attempts(3),
+                scripted(&r, |_, _| Outcome::Reject),
+            )
+        })
+        .await;
+        let wire = Wire::watch(&tc.client, "crn.in").await;
+        core_publish(&tc, "crn.in", HeaderMap::new(), b"x").await;
+        logged(&["WARN", "mount=core-reject", "rejected", "let go"]).await;
+        quiet(300).await;
+        assert_eq!(attempts(&r), [1]);
+        assert_eq!(wire.all().len(), 1, "the original only: no copy");
+        assert_eq!(dispositions(&ev), [Disposition::LetGo]);
+        app.shutdown().await;
+    });
+}

@@ -412,3 +412,64 @@ fn prefetched_messages_that_wait_are_renewed_and_run_once() {
         );
     });
 }
+
+/// Part C, JetStream `reject` with a dead-letter subject (rule 17): at attempt 1 of 5 the
+/// delivery goes to the dead-letter subject as it arrived, then `+TERM`.
+#[test]
+fn row_jetstream_reject_dead_letter_then_term() {
+    run(async {
+        let (server, tc, acks, r, ev) = js_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                js_mount("js-reject-dlq")
+                    .max_attempts(5)
+                    .dead_letter("dlq.orders"),
+                scripted(&r, |_, _| Outcome::Reject),
+            )
+        })
+        .await;
+        let original = headers(&[("Trace-Id", "r1")]);
+        tc.js_publish("orders.new", original, b"{\"id\":7}").await;
+        assert_acks(&acks, &["+TERM"]).await;
+        let stored = assert_dead_letters(&tc, "DLQ", &[("dlq.orders", b"{\"id\":7}")]).await;
+        assert_eq!(
+            without_stored_time(&stored[0].1),
+            [
+                (
+                    "Nats-Msg-Id".to_owned(),
+                    "ruststream.dead-letter.ORDERS.worker.1".to_owned()
+                ),
+                ("Trace-Id".to_owned(), "r1".to_owned()),
+            ]
+        );
+        eventually_info(&tc, |i| i.num_ack_pending == 0 && i.num_pending == 0).await;
+        quiet(300).await;
+        assert_eq!(attempts(&r), [1], "never run again");
+        let all = settled(&ev, 1).await;
+        assert_eq!(
+            (all.len(), all[0].disposition, all[0].outcome),
+            (1, Disposition::DeadLettered, Some(Outcome::Reject))
+        );
+        app.shutdown().await;
+    });
+}
+
+/// Part C, JetStream `reject` without a dead-letter subject: `+TERM` at once, with or without
+/// a limit.
+#[test]
+fn row_jetstream_reject_without_dead_letter_terms() {
+    run(async {
+        let (server, tc, acks, r, ev) = js_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(js_mount("js-reject"), scripted(&r, |_, _| Outcome::Reject))
+        })
+        .await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"x").await;
+        assert_acks(&acks, &["+TERM"]).await;
+        quiet(300).await;
+        assert_eq!(attempts(&r), [1]);
+        assert_eq!(tc.stream_len("DLQ").await, 0);
+        assert_eq!(dispositions(&ev), [Disposition::Terminated]);
+        app.shutdown().await;
+    });
+}
