@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use ruststream_core::{
-    AckReply, Delivery as CoreDelivery, Disposition, Event, LeaseEnd, Plan, RetryCountReading,
-    plan_with_clock,
+    AckReply, Delivery as CoreDelivery, Disposition, Event, KEY_SEED, LeaseEnd, Plan,
+    RetryCountReading, key_of, plan_with_clock,
 };
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
@@ -62,12 +62,21 @@ impl<F> Reader for F where
 
 /// A Core message: its attempt from the retry-count header (rule 5).
 #[inline]
-pub(crate) fn read_core<'m>(_: &MountContext, msg: &'m Incoming) -> Option<CoreDelivery<'m>> {
+pub(crate) fn read_core<'m>(ctx: &MountContext, msg: &'m Incoming) -> Option<CoreDelivery<'m>> {
     let reading = match msg.headers {
         None => RetryCountReading::default(),
         Some(_) => RetryCountReading::read(header_pairs(msg)),
     };
-    Some(CoreDelivery::core(&msg.subject, reading))
+    let delivery = CoreDelivery::core(&msg.subject, reading);
+    // Rule 18's jitter tells Core messages apart by subject and payload; only a mount with a
+    // backoff pays for the hash.
+    Some(match ctx.policy.backoff() {
+        None => delivery,
+        Some(_) => delivery.with_key(key_of(
+            key_of(KEY_SEED, msg.subject.as_bytes()),
+            &msg.payload,
+        )),
+    })
 }
 
 /// A JetStream message: its metadata from the ack reply subject (rule 1). `None` for a

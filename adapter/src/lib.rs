@@ -46,7 +46,10 @@ pub use mount::{
 pub use report::Settled;
 pub use running::{AppFailed, Running, ShutdownHandle};
 pub use runtime::{Reactor, Runtime};
-pub use ruststream_core::{Attempt, DeclarationError, DeclarationErrorKind, Disposition, Outcome};
+pub use ruststream_core::{
+    Attempt, Backoff, BackoffError, DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_JITTER,
+    DeclarationError, DeclarationErrorKind, Disposition, Outcome,
+};
 pub use shutdown::{CoreLosses, DEFAULT_GRACE_PERIOD, ShutdownReport};
 pub use startup::connect_url;
 pub use supervisor::{
@@ -65,7 +68,8 @@ pub use async_nats;
 macro_rules! reexport_api {
     () => {
         pub use $crate::{
-            AppFailed, Attempt, CONSUMER_REREAD, CoreLosses, DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY,
+            AppFailed, Attempt, Backoff, BackoffError, CONSUMER_REREAD, CoreLosses,
+            DEFAULT_ACK_WAIT, DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_JITTER, DEFAULT_CONCURRENCY,
             DEFAULT_DISCONNECTED_LIMIT, DEFAULT_GRACE_PERIOD, DEFAULT_HANDLER_TIME_LIMIT,
             DEFAULT_SUBSCRIPTION_BUFFER, DeclarationError, DeclarationErrorKind, DecodeError,
             Delivery, Disposition, Handler, JetStreamInfo, Json, MAX_CONCURRENCY, MAX_RECOVERIES,

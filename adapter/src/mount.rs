@@ -102,6 +102,21 @@ impl Mount {
         self
     }
 
+    /// Paces this mount's retries (rule 18): a handler's [`Outcome::Retry`](crate::Outcome)
+    /// then means `retry_after` the backoff's delay for the attempt. On JetStream that is
+    /// `-NAK {"delay": …}`; on Core a copy published after the delay (through the app's delay
+    /// queue), so that a Core mount with a backoff copies even without `max_attempts` (set one
+    /// to bound the attempts). `max_attempts` and the dead-letter subject apply unchanged, and
+    /// `retry_after` keeps its own delay. The jitter tells deliveries apart by their stream,
+    /// consumer and stream sequence on JetStream, by their subject and payload on Core.
+    /// A backoff that cannot be used (a zero base, a base above its cap, a factor below 1, a
+    /// jitter of 1 or more) stops start-up with [`DeclarationErrorKind::Backoff`](crate::DeclarationErrorKind).
+    #[must_use]
+    pub fn backoff(mut self, backoff: crate::Backoff) -> Self {
+        self.declaration = self.declaration.backoff(backoff);
+        self
+    }
+
     /// The delay of the `-NAK` sent when a JetStream dead-letter publish fails (default 5 s).
     #[must_use]
     pub fn dead_letter_retry_delay(mut self, delay: Duration) -> Self {

@@ -59,6 +59,9 @@ pub struct Delivery<'a> {
     pub subject: &'a str,
     /// The model and its metadata.
     pub model: Model<'a>,
+    /// The key an adapter gave ([`with_key`](Self::with_key)); otherwise [`key`](Self::key)
+    /// derives one when asked (only a mount with a backoff asks).
+    key: Option<u64>,
 }
 
 impl<'a> Delivery<'a> {
@@ -69,6 +72,7 @@ impl<'a> Delivery<'a> {
         Self {
             subject,
             model: Model::Core(retry_count),
+            key: None,
         }
     }
 
@@ -79,6 +83,39 @@ impl<'a> Delivery<'a> {
         Self {
             subject,
             model: Model::JetStream(reply),
+            key: None,
+        }
+    }
+
+    /// The same delivery with `key` as its [`key`](Self::key): how an adapter makes a Core
+    /// delivery's key tell messages on one subject apart (a hash of the payload, with
+    /// [`key_of`](crate::key_of)).
+    #[must_use]
+    #[inline]
+    pub fn with_key(self, key: u64) -> Self {
+        Self {
+            key: Some(key),
+            ..self
+        }
+    }
+
+    /// What identifies the message across its attempts, for a [`Backoff`](crate::Backoff)'s
+    /// jitter (rule 18): on JetStream a hash of the stream, the consumer and the stream
+    /// sequence; on Core a hash of the subject unless the adapter gave one with
+    /// [`with_key`](Self::with_key) (a Core message carries no identity of its own).
+    pub fn key(&self) -> u64 {
+        if let Some(key) = self.key {
+            return key;
+        }
+        match self.model {
+            Model::JetStream(reply) => [
+                reply.stream.as_bytes(),
+                reply.consumer.as_bytes(),
+                &reply.stream_sequence.to_le_bytes(),
+            ]
+            .iter()
+            .fold(crate::KEY_SEED, |key, bytes| crate::key_of(key, bytes)),
+            Model::Core(_) => crate::key_of(crate::KEY_SEED, self.subject.as_bytes()),
         }
     }
 

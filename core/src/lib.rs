@@ -72,6 +72,7 @@
 #![warn(missing_docs)]
 
 mod ack;
+mod backoff;
 mod delivery;
 mod header;
 mod lease;
@@ -84,6 +85,9 @@ mod reply;
 mod subject;
 
 pub use ack::{AckError, AckPayload, MAX_NAK_DELAY, Settlement, WORK_IN_PROGRESS};
+pub use backoff::{
+    Backoff, BackoffError, DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_JITTER, KEY_SEED, key_of,
+};
 pub use delivery::{Attempt, Delivery, Model};
 pub use header::{
     DROPPED_DIRECTIVE_PREFIXES, DROPPED_DIRECTIVES, Headers, MSG_ID_HEADER, RETRY_COUNT_HEADER,

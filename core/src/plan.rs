@@ -392,6 +392,9 @@ fn at_limit<'p>(jetstream: bool, policy: &'p MountPolicy, plan: Plan<'p>) -> Pla
 ///   the delivery comes back past the limit and the dead letter is tried again; on Core, a
 ///   `Lost` log.
 ///
+/// On a mount with a [`Backoff`](crate::Backoff) (rule 18), `retry` is planned as
+/// `retry_after` the backoff's delay for the delivery's [`key`](Delivery::key) and attempt.
+///
 /// A Core delivery on a JetStream mount (an adapter bug: there is no subject to copy to) takes
 /// the at-limit path where it would have been copied.
 pub fn plan<'p>(
@@ -419,6 +422,13 @@ pub fn plan_with_clock<'p>(
     let attempt = delivery.attempt();
     let limit = limit(attempt, policy);
     let jetstream = matches!(delivery.model, Model::JetStream(_));
+    // Rule 18: with a backoff, `retry` is `retry_after` the backoff's delay for this attempt.
+    let event = match (event, policy.backoff()) {
+        (Event::Handled(Outcome::Retry), Some(backoff)) => {
+            Event::Handled(Outcome::RetryAfter(backoff.delay(delivery.key(), attempt)))
+        }
+        (event, _) => event,
+    };
     match event {
         Event::Arrived => {
             let mut plan = Plan::new(Disposition::RunHandler);

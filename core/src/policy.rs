@@ -16,6 +16,8 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backoff::{Backoff, BackoffError};
+
 use crate::subject::{Subject, SubjectError, Wildcard};
 
 /// The default delay of the `-NAK` sent when a JetStream dead-letter publish fails (rule 8):
@@ -42,6 +44,7 @@ pub struct MountDeclaration {
     max_attempts: Option<u32>,
     dead_letter: Option<String>,
     dead_letter_retry_delay: Duration,
+    backoff: Option<Backoff>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +68,7 @@ impl MountDeclaration {
             max_attempts: None,
             dead_letter: None,
             dead_letter_retry_delay: DEFAULT_DEAD_LETTER_RETRY_DELAY,
+            backoff: None,
         }
     }
 
@@ -123,6 +127,17 @@ impl MountDeclaration {
         self
     }
 
+    /// Paces retries (rule 18): a handler's `retry` then means `retry_after` the policy's
+    /// delay for the attempt, and the rest of the decision table applies unchanged (on
+    /// JetStream `-NAK {"delay": …}`; on Core a copy after the delay, so that a Core mount
+    /// with a backoff copies even without `max_attempts`). `retry_after` keeps its own
+    /// delay. Checked by [`validate`](Self::validate).
+    #[must_use]
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = Some(backoff);
+        self
+    }
+
     /// The mount's name, as errors and logs give it.
     pub fn name(&self) -> &str {
         &self.name
@@ -139,7 +154,8 @@ impl MountDeclaration {
     /// [`DeclarationErrorKind::ZeroMaxAttempts`];
     /// [`DeclarationErrorKind::DeadLetterWithoutLimit`] (rule 7);
     /// [`DeclarationErrorKind::DeadLetterLoop`] for a Core mount that would receive its own
-    /// dead letters; [`DeclarationErrorKind::MountName`].
+    /// dead letters; [`DeclarationErrorKind::MountName`]; [`DeclarationErrorKind::Backoff`]
+    /// (see [`Backoff::check`]).
     pub fn validate(&self) -> Result<MountPolicy, DeclarationError> {
         let fail = |kind| DeclarationError {
             mount: self.name.clone(),
@@ -219,12 +235,18 @@ impl MountDeclaration {
         if dead_letter.is_some() && max_attempts.is_none() {
             return Err(fail(DeclarationErrorKind::DeadLetterWithoutLimit));
         }
+        if let Some(backoff) = &self.backoff {
+            backoff
+                .check()
+                .map_err(|e| fail(DeclarationErrorKind::Backoff(e)))?;
+        }
         Ok(MountPolicy {
             name: Arc::from(self.name.as_str()),
             descriptor,
             max_attempts,
             dead_letter,
             dead_letter_retry_delay: self.dead_letter_retry_delay,
+            backoff: self.backoff,
         })
     }
 }
@@ -268,9 +290,15 @@ pub struct MountPolicy {
     max_attempts: Option<NonZeroU32>,
     dead_letter: Option<Subject>,
     dead_letter_retry_delay: Duration,
+    backoff: Option<Backoff>,
 }
 
 impl MountPolicy {
+    /// How retries are paced (rule 18); `None`: a `retry` is redelivered (or copied) at once.
+    pub fn backoff(&self) -> Option<&Backoff> {
+        self.backoff.as_ref()
+    }
+
     /// The mount's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -602,6 +630,9 @@ pub enum DeclarationErrorKind {
     /// as `mount=<name>`).
     #[error("a mount name must be non-empty, without whitespace or control characters")]
     MountName,
+    /// The mount's backoff cannot be used (rule 18).
+    #[error("bad backoff: {0}")]
+    Backoff(BackoffError),
     /// A JetStream mount's dead-letter subject is stored by no stream.
     #[error(
         "no stream stores dead-letter subject `{0}`; a JetStream mount's dead letters must be durable"

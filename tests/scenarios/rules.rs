@@ -359,3 +359,99 @@ fn rule_09_a_stream_created_again_does_not_lose_its_dead_letters_to_deduplicatio
         assert_dead_letters(&tc, "DLQ", &[("dlq.orders", b"A"), ("dlq.orders", b"B")]).await;
     });
 }
+
+/// Rule 18 on JetStream: with a backoff, `retry` is `-NAK {"delay": …}` with the backoff's
+/// delay, and the server redelivers after it.
+#[test]
+fn rule_18_jetstream_retry_with_a_backoff_naks_with_its_delay() {
+    run(async {
+        let (server, tc, acks, r, ev) = js_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                js_mount("js-backoff-18")
+                    .max_attempts(3)
+                    .backoff(adapter::Backoff::fixed(Duration::from_millis(300))),
+                scripted(&r, |attempt, _| match attempt {
+                    1 => Outcome::Retry,
+                    _ => Outcome::Ack,
+                }),
+            )
+        })
+        .await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"paced")
+            .await;
+        assert_acks(&acks, &[r#"-NAK {"delay": 300000000}"#, "+ACK"]).await;
+        let runs = r.lock().unwrap().clone();
+        assert_eq!(attempts(&r), [1, 2]);
+        let waited = runs[1].2 - runs[0].2;
+        assert!(
+            waited >= Duration::from_millis(290),
+            "redelivered after {waited:?}"
+        );
+        assert_eq!(
+            dispositions(&ev),
+            [Disposition::Delayed, Disposition::Acked]
+        );
+        assert_eq!(settled(&ev, 2).await[0].outcome, Some(Outcome::Retry));
+        app.shutdown().await;
+    });
+}
+
+/// Rule 18 on Core: with an exponential backoff (no jitter, to time it) and no
+/// `max_attempts`, each `retry` publishes its copy after the growing delay.
+#[test]
+fn rule_18_core_retry_with_a_backoff_copies_after_its_delay() {
+    run(async {
+        let (server, tc, r, ev) = core_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("core-backoff-18", "cb18.in").backoff(
+                    adapter::Backoff::exponential(
+                        Duration::from_millis(200),
+                        Duration::from_secs(2),
+                    )
+                    .jitter(0.0),
+                ),
+                scripted(&r, |attempt, _| match attempt {
+                    1 | 2 => Outcome::Retry,
+                    _ => Outcome::Ack,
+                }),
+            )
+        })
+        .await;
+        let wire = Wire::watch(&tc.client, "cb18.in").await;
+        core_publish(&tc, "cb18.in", HeaderMap::new(), b"paced").await;
+        eventually("three runs", || (attempts(&r).len() == 3).then_some(())).await;
+        let runs = r.lock().unwrap().clone();
+        assert_eq!(attempts(&r), [1, 2, 3]);
+        let (first, second) = (runs[1].2 - runs[0].2, runs[2].2 - runs[1].2);
+        assert!(
+            first >= Duration::from_millis(190),
+            "first copy after {first:?}"
+        );
+        assert!(
+            second >= Duration::from_millis(390),
+            "second copy after {second:?}"
+        );
+        let counts: Vec<String> = wire
+            .all()
+            .iter()
+            .map(|m| {
+                m.headers
+                    .iter()
+                    .find(|(n, _)| n == "x-ruststream-retry-count")
+                    .map_or("-".to_owned(), |(_, v)| v.clone())
+            })
+            .collect();
+        assert_eq!(counts, ["-", "1", "2"]);
+        assert_eq!(
+            dispositions(&ev),
+            [
+                Disposition::Delayed,
+                Disposition::Delayed,
+                Disposition::Unsupported
+            ]
+        );
+        app.shutdown().await;
+    });
+}

@@ -17,6 +17,22 @@ fn rule_11_bad_declarations_are_refused_naming_the_mount() {
             matches!(k, DeclarationErrorKind::Subject { .. })
         });
 
+        // Rule 18: a backoff whose delays would shrink.
+        let e = start_err(&server, |a| {
+            a.mount(
+                Mount::core_subject("bad-backoff", "bb.in").backoff(
+                    adapter::Backoff::exponential(Duration::from_secs(1), Duration::from_secs(9))
+                        .factor(0.5),
+                ),
+                noop,
+            )
+        })
+        .await;
+        assert_refused(&e, "bad-backoff", |k| {
+            matches!(k, DeclarationErrorKind::Backoff(_))
+        });
+        assert!(e.to_string().contains("backoff factor 0.500"), "{e}");
+
         let e = start_err(&server, |a| {
             a.mount(Mount::core_subject("bad-space", "a b"), noop)
         })
