@@ -2,7 +2,7 @@
 //! client, and its loop spawned. At start-up for every mount, and again by the supervisor for
 //! a mount whose subscription or pull inbox ended (rule 20).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
@@ -32,6 +32,8 @@ pub(crate) struct MountRecord {
     pub(crate) received: Arc<Received>,
     /// Until when it pulls one message at a time (rule 20).
     pub(crate) careful: Arc<Careful>,
+    /// Whether it warned of a Core `retry` that does nothing (rule 22: once per mount).
+    pub(crate) warned_retry: Arc<AtomicBool>,
 }
 
 impl MountRecord {
@@ -47,6 +49,7 @@ impl MountRecord {
                 Source::JetStream(_)
             ))),
             careful: Arc::default(),
+            warned_retry: Arc::default(),
         }
     }
 }
@@ -134,6 +137,7 @@ impl<R: Runtime> Launcher<R> {
             losses: record.losses.clone(),
             received: record.received.clone(),
             careful: record.careful.clone(),
+            warned_retry: record.warned_retry.clone(),
         });
         let shutdown = self.shutdown.clone();
         let ended = self.ended.clone();

@@ -50,6 +50,8 @@ pub(crate) struct MountContext {
     pub(crate) received: Arc<Received>,
     /// Until when its pull loop fetches one message at a time (rule 20).
     pub(crate) careful: Arc<Careful>,
+    /// Whether it warned of a Core `retry` that does nothing (rule 22: once per mount).
+    pub(crate) warned_retry: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Until when a JetStream mount pulls one message at a time: set by the supervisor while a

@@ -2,6 +2,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use ruststream_core::{Delivery as CoreDelivery, Disposition, Event, Outcome, Plan};
 
@@ -52,6 +53,14 @@ pub(crate) fn report(
         _ => None,
     };
     let disposition = decided.disposition();
+    if outcome == Some(Outcome::Retry)
+        && disposition == Disposition::Unsupported
+        && !ctx.warned_retry.swap(true, Ordering::Relaxed)
+    {
+        // Rule 22: once per mount; each such delivery is still logged at debug level.
+        tracing::warn!(mount = %ctx.name, subject = %msg.subject,
+            "retry does nothing on this Core mount: it declares neither max_attempts nor a backoff, so no copy is published and the message is gone (warned once per mount)");
+    }
     tracing::event!(
         target: "ruststream::settlement",
         tracing::Level::DEBUG,

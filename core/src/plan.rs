@@ -204,9 +204,10 @@ impl std::fmt::Display for Plan<'_> {
 pub enum Disposition {
     /// Run the handler (the plan of [`Event::Arrived`] below the limit).
     RunHandler,
-    /// JetStream `+ACK`.
+    /// An `ack`: JetStream `+ACK`; on Core nothing to send (`AckError::Unsupported` at debug
+    /// level), and the delivery counts as acked (rule 22).
     Acked,
-    /// JetStream `+TERM` for a `drop` outcome.
+    /// A `drop`: JetStream `+TERM`; on Core nothing to send, as for `ack`.
     Dropped,
     /// Asked to be processed again now: `-NAK`, or a Core copy now.
     Retried,
@@ -218,7 +219,8 @@ pub enum Disposition {
     Terminated,
     /// At the limit (or undecodable) without a dead-letter subject, on Core: let go.
     LetGo,
-    /// A Core delivery was asked to settle, or to `retry` without a limit: only logged.
+    /// A Core `retry` on a mount with neither a limit nor a backoff: nothing to do, only logged
+    /// (and warned about once per mount by the adapter, rule 22).
     Unsupported,
     /// No outcome: nothing sent.
     NoOutcome,
@@ -382,8 +384,9 @@ fn at_limit<'p>(jetstream: bool, policy: &'p MountPolicy, plan: Plan<'p>) -> Pla
 /// - [`Event::Handled`] on JetStream: `ack` → `+ACK`, `drop` → `+TERM`, none → nothing;
 ///   `retry`/`retry_after` below the limit → `-NAK` (with the delay), at the limit → dead
 ///   letter then `+TERM`, or `+TERM` alone.
-/// - [`Event::Handled`] on Core: `ack`/`drop` → log `AckError::Unsupported`; `retry` without
-///   a limit → the same; `retry` below the limit → that log, then a copy now; `retry_after(d)`
+/// - [`Event::Handled`] on Core: `ack`/`drop` → log `AckError::Unsupported` (disposition
+///   [`Disposition::Acked`] / [`Disposition::Dropped`]); `retry` without a limit → the same
+///   log ([`Disposition::Unsupported`]); `retry` below the limit → that log, then a copy now; `retry_after(d)`
 ///   without a limit or below it → a copy armed for `now + d` (a copy now when `d` is zero);
 ///   at the limit → the dead letter, or a warning and nothing.
 /// - [`Event::Undecodable`], [`Event::CopyTooLarge`] and a `reject` ([`Outcome::Reject`],
@@ -483,9 +486,10 @@ pub fn plan_with_clock<'p>(
             let unsupported = Action::Log(Log::Unsupported(AckError::Unsupported));
             let retry_count = attempt.as_retry_count();
             match (outcome, limit, policy.copy_subject()) {
-                (Outcome::Ack | Outcome::Drop, _, _) => {
-                    Plan::new(Disposition::Unsupported).with(unsupported)
-                }
+                // Rule 22: `AckError::Unsupported` is logged, and the plan records the
+                // handler's outcome, so that a successful Core delivery counts as acked.
+                (Outcome::Ack, _, _) => Plan::new(Disposition::Acked).with(unsupported),
+                (Outcome::Drop, _, _) => Plan::new(Disposition::Dropped).with(unsupported),
                 (Outcome::None, _, _) => Plan::new(Disposition::NoOutcome),
                 (Outcome::Reject, _, _) => at_limit(false, policy, Plan::new(Disposition::LetGo)),
                 (Outcome::Retry, _, _) if policy.max_attempts().is_none() => {

@@ -273,7 +273,8 @@ fn row_10_core_ack_any() {
         ] {
             let pl = plan(&core(a), Outcome::Ack.into(), &p, now());
             assert_eq!(pl.actions(), [UNSUPPORTED]);
-            assert_eq!(pl.disposition(), Disposition::Unsupported);
+            // Rule 22: observers see the handler's outcome.
+            assert_eq!(pl.disposition(), Disposition::Acked);
         }
     }
 }
@@ -285,7 +286,9 @@ fn row_11_core_drop_any() {
             core_subject(limit, limit.is_some()),
             core_wildcard(limit, false),
         ] {
-            assert_eq!(actions(&core(a), Outcome::Drop, &p, now()), [UNSUPPORTED]);
+            let pl = plan(&core(a), Outcome::Drop.into(), &p, now());
+            assert_eq!(pl.actions(), [UNSUPPORTED]);
+            assert_eq!(pl.disposition(), Disposition::Dropped);
         }
     }
 }

@@ -283,7 +283,9 @@ fn part_c(
         Event::Handled(outcome) => {
             let has_copy_subject = policy.copy_subject().is_some();
             match outcome {
-                Outcome::Ack | Outcome::Drop => (vec![E::Unsupported], Disposition::Unsupported),
+                // Rule 22: logged, and recorded as the handler's outcome.
+                Outcome::Ack => (vec![E::Unsupported], Disposition::Acked),
+                Outcome::Drop => (vec![E::Unsupported], Disposition::Dropped),
                 Outcome::None => (vec![], Disposition::NoOutcome),
                 Outcome::Reject => at_limit_plan(),
                 Outcome::Retry if limit.is_none() => {

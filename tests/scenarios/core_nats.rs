@@ -16,7 +16,8 @@ fn row_10_core_ack_logs_unsupported() {
         core_publish(&tc, "c10.in", HeaderMap::new(), b"x").await;
         settled(&ev, 1).await;
         logged(&["AckError::Unsupported", "mount=core-ack-10"]).await;
-        assert_eq!(dispositions(&ev), [Disposition::Unsupported]);
+        // Rule 22: observers see the handler's outcome, not an error.
+        assert_eq!(dispositions(&ev), [Disposition::Acked]);
         app.shutdown().await;
     });
 }
@@ -38,6 +39,7 @@ fn row_11_core_drop_logs_unsupported() {
         logged(&["AckError::Unsupported", "mount=core-drop-11"]).await;
         quiet(300).await;
         assert_eq!(wire.all().len(), 1, "no copy for drop");
+        assert_eq!(dispositions(&ev), [Disposition::Dropped]);
         app.shutdown().await;
     });
 }
@@ -55,11 +57,23 @@ fn row_12_core_retry_without_limit_only_logs() {
         .await;
         let wire = Wire::watch(&tc.client, "c12.in").await;
         core_publish(&tc, "c12.in", HeaderMap::new(), b"x").await;
-        settled(&ev, 1).await;
+        core_publish(&tc, "c12.in", HeaderMap::new(), b"y").await;
+        settled(&ev, 2).await;
         logged(&["AckError::Unsupported", "mount=core-retry-12"]).await;
+        // Rule 22: a warning too, once per mount however many retries do nothing.
+        logged(&["WARN", "mount=core-retry-12", "retry does nothing"]).await;
         quiet(300).await;
-        assert_eq!(wire.all().len(), 1, "no copy without a limit");
-        assert_eq!(attempts(&r), [1]);
+        assert_eq!(
+            log_lines_for("core-retry-12", "retry does nothing").len(),
+            1,
+            "warned once"
+        );
+        assert_eq!(wire.all().len(), 2, "no copy without a limit");
+        assert_eq!(attempts(&r), [1, 1]);
+        assert_eq!(
+            dispositions(&ev),
+            [Disposition::Unsupported, Disposition::Unsupported]
+        );
         app.shutdown().await;
     });
 }
@@ -160,7 +174,7 @@ fn row_14_core_retry_after_copies_after_the_delay() {
         .await;
         assert_eq!(
             dispositions(&ev),
-            [Disposition::Delayed, Disposition::Unsupported]
+            [Disposition::Delayed, Disposition::Acked]
         );
         app.shutdown().await;
     });

@@ -178,7 +178,7 @@ fn rule_13_core_panic_is_gone_and_the_service_goes_on() {
             "a panic counts as no outcome"
         );
         assert!(
-            e.iter().any(|s| s.disposition == Disposition::Unsupported),
+            e.iter().any(|s| s.disposition == Disposition::Acked),
             "the next message was handled"
         );
         app.shutdown().await;
@@ -449,7 +449,7 @@ fn rule_18_core_retry_with_a_backoff_copies_after_its_delay() {
             [
                 Disposition::Delayed,
                 Disposition::Delayed,
-                Disposition::Unsupported
+                Disposition::Acked
             ]
         );
         app.shutdown().await;
