@@ -15,6 +15,8 @@
 //!   --name NAME             the mount's name (default "scripted")
 //!   --max-attempts N        bound the attempts
 //!   --dead-letter SUBJECT   where deliveries at the limit go (needs --max-attempts)
+//!   --backoff-ms BASE[:CAP] pace retries: a fixed BASE ms, or exponential from BASE ms up to
+//!                           CAP ms (factor 2, jitter 0.2); `retry` then waits that long
 //!   --queue-group GROUP     Core queue group
 //!   --ack-wait-ms MS        ack_wait of a consumer the service creates (default 30000)
 //!   --no-leases             do not renew a running JetStream handler's lease with +WPI
@@ -83,7 +85,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use ruststream_adapter::async_nats::ConnectOptions;
-use ruststream_tokio::{Delivery, Mount, Outcome};
+use ruststream_tokio::{Backoff, Delivery, Mount, Outcome};
 
 #[derive(Default)]
 struct Flags {
@@ -96,6 +98,7 @@ struct Flags {
     durable: Option<String>,
     max_attempts: Option<u32>,
     dead_letter: Option<String>,
+    backoff_ms: Option<(u64, Option<u64>)>,
     queue_group: Option<String>,
     ack_wait_ms: Option<u64>,
     runtime: Option<String>,
@@ -113,7 +116,8 @@ struct Flags {
 }
 
 const USAGE: &str = "usage: scripted [--url URL] (--subject S | --wildcard W --copy-subject S | --stream S --durable D)
-                [--name NAME] [--max-attempts N] [--dead-letter S] [--queue-group G] [--ack-wait-ms MS]
+                [--name NAME] [--max-attempts N] [--dead-letter S] [--backoff-ms BASE[:CAP]]
+                [--queue-group G] [--ack-wait-ms MS]
                 [--no-leases] [--handler-time-limit-ms MS] [--subscription-buffer N] [--concurrency N]
                 [--runtime tokio|smol] [--creds FILE] [--user U --password P] [--token T]
                 [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]
@@ -148,6 +152,14 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Flags, String> {
                 set(&mut f.max_attempts, &flag, n)?
             }
             "--dead-letter" => set(&mut f.dead_letter, &flag, value()?)?,
+            "--backoff-ms" => {
+                let v = value()?;
+                let (base, cap) = match v.split_once(':') {
+                    Some((base, cap)) => (number(base.to_owned())?, Some(number(cap.to_owned())?)),
+                    None => (number(v)?, None),
+                };
+                set(&mut f.backoff_ms, &flag, (base, cap))?
+            }
             "--queue-group" => set(&mut f.queue_group, &flag, value()?)?,
             "--ack-wait-ms" => match number(value()?)? {
                 0 => return Err("--ack-wait-ms must be at least 1".to_owned()),
@@ -233,6 +245,18 @@ fn mount(f: &Flags) -> Result<Mount, String> {
     }
     if let Some(s) = &f.dead_letter {
         m = m.dead_letter(s);
+    }
+    // A bad backoff (a zero base, a base above its cap) is refused at start-up, naming the
+    // mount.
+    match f.backoff_ms {
+        Some((base, None)) => m = m.backoff(Backoff::fixed(Duration::from_millis(base))),
+        Some((base, Some(cap))) => {
+            m = m.backoff(Backoff::exponential(
+                Duration::from_millis(base),
+                Duration::from_millis(cap),
+            ))
+        }
+        None => {}
     }
     if let Some(g) = &f.queue_group {
         m = m.queue_group(g);

@@ -125,7 +125,26 @@ fn scripted_refusals_name_the_mount_and_exit_non_zero() {
     run(async {
         let server = NatsServer::start();
         let url = server.url();
-        let cases: [(&[&str], i32, &str); 9] = [
+        let cases: [(&[&str], i32, &str); 11] = [
+            (
+                &[
+                    "--name",
+                    "w10",
+                    "--subject",
+                    "a",
+                    "--url",
+                    &url,
+                    "--backoff-ms",
+                    "500:100",
+                ],
+                1,
+                "bad backoff: backoff base 500ms is above its cap 100ms",
+            ),
+            (
+                &["--name", "w11", "--subject", "a", "--backoff-ms", "5:x"],
+                2,
+                "--backoff-ms: invalid digit",
+            ),
             (
                 &["--name", "w1", "--wildcard", "w.*"],
                 2,
