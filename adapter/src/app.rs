@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::{Client, ConnectOptions};
-use ruststream_core::{DeclarationError, Outcome};
+use ruststream_core::DeclarationError;
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -171,7 +171,8 @@ impl<R: Runtime> App<R> {
     where
         T: DeserializeOwned + Send + 'static,
         F: Fn(T, crate::Delivery) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Outcome> + Send + 'static,
+        Fut: Future + Send + 'static,
+        Fut::Output: crate::IntoHandled,
     {
         self.mount(mount, Json::new(handler))
     }

@@ -5,7 +5,7 @@ use std::panic::AssertUnwindSafe;
 use futures_util::FutureExt;
 use ruststream_core::{Delivery as CoreDelivery, Event, Outcome};
 
-use crate::handler::{Delivery, JetStreamInfo};
+use crate::handler::{Delivery, Handled, JetStreamInfo};
 use crate::incoming::Incoming;
 use crate::mount_context::MountContext;
 
@@ -47,7 +47,7 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
 
 /// A handler that has started and not finished, its panic caught (rule 13).
 pub(crate) type HandlerRun =
-    futures_util::future::CatchUnwind<AssertUnwindSafe<crate::OutcomeFuture>>;
+    futures_util::future::CatchUnwind<AssertUnwindSafe<crate::HandledFuture>>;
 
 /// Starts the handler on the delivery: its run, or at once the event when it could not start
 /// (a payload that does not decode, or a panic in the call itself).
@@ -73,10 +73,16 @@ pub(crate) fn handled(
     ctx: &MountContext,
     msg: &Incoming,
     delivery: &CoreDelivery<'_>,
-    result: std::thread::Result<Outcome>,
+    result: std::thread::Result<Handled>,
 ) -> Event {
     match result {
-        Ok(outcome) => Event::Handled(outcome),
+        Ok(Handled::Outcome(outcome)) => Event::Handled(outcome),
+        Ok(Handled::Error(error)) => {
+            let outcome = ctx.on_error.outcome(&error);
+            tracing::warn!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
+                %error, ?outcome, "handler returned an error: settled as the mount's error policy says");
+            Event::Handled(outcome)
+        }
         Err(panic) => panicked(ctx, msg, delivery, &*panic),
     }
 }

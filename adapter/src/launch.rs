@@ -138,6 +138,7 @@ impl<R: Runtime> Launcher<R> {
             received: record.received.clone(),
             careful: record.careful.clone(),
             warned_retry: record.warned_retry.clone(),
+            on_error: mount.on_error.clone(),
         });
         let shutdown = self.shutdown.clone();
         let ended = self.ended.clone();

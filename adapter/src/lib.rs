@@ -38,7 +38,10 @@ mod startup;
 mod supervisor;
 
 pub use app::{App, RunError, StartError};
-pub use handler::{DecodeError, Delivery, Handler, JetStreamInfo, Json, OutcomeFuture};
+pub use handler::{
+    DecodeError, Delivery, ErrorPolicy, Handled, HandledFuture, Handler, IntoHandled,
+    JetStreamInfo, Json, OutcomeFuture,
+};
 pub use mount::{
     DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY, DEFAULT_HANDLER_TIME_LIMIT, DEFAULT_SUBSCRIPTION_BUFFER,
     MAX_CONCURRENCY, Mount,
@@ -72,10 +75,11 @@ macro_rules! reexport_api {
             DEFAULT_ACK_WAIT, DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_JITTER, DEFAULT_CONCURRENCY,
             DEFAULT_DISCONNECTED_LIMIT, DEFAULT_GRACE_PERIOD, DEFAULT_HANDLER_TIME_LIMIT,
             DEFAULT_SUBSCRIPTION_BUFFER, DeclarationError, DeclarationErrorKind, DecodeError,
-            Delivery, Disposition, Handler, JetStreamInfo, Json, MAX_CONCURRENCY, MAX_RECOVERIES,
-            Mount, Outcome, OutcomeFuture, RECOVERIES_KEPT, RECOVERY_LIMIT, RECOVERY_WINDOW,
-            Recovery, RunError, SAME_SUSPECT_LIMIT, Settled, ShutdownHandle, ShutdownReport,
-            StartError, async_nats, connect_url,
+            Delivery, Disposition, ErrorPolicy, Handled, HandledFuture, Handler, IntoHandled,
+            JetStreamInfo, Json, MAX_CONCURRENCY, MAX_RECOVERIES, Mount, Outcome, OutcomeFuture,
+            RECOVERIES_KEPT, RECOVERY_LIMIT, RECOVERY_WINDOW, Recovery, RunError,
+            SAME_SUSPECT_LIMIT, Settled, ShutdownHandle, ShutdownReport, StartError, async_nats,
+            connect_url,
         };
     };
 }

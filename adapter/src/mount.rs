@@ -46,6 +46,7 @@ pub struct Mount {
     pub(crate) handler_time_limit: Duration,
     /// `None`: [`DEFAULT_SUBSCRIPTION_BUFFER`].
     pub(crate) subscription_buffer: Option<NonZeroUsize>,
+    pub(crate) on_error: crate::ErrorPolicy,
 }
 
 impl Mount {
@@ -59,6 +60,7 @@ impl Mount {
             leases: true,
             handler_time_limit: DEFAULT_HANDLER_TIME_LIMIT,
             subscription_buffer: None,
+            on_error: crate::ErrorPolicy::Retry,
         }
     }
 
@@ -114,6 +116,16 @@ impl Mount {
     #[must_use]
     pub fn backoff(mut self, backoff: crate::Backoff) -> Self {
         self.declaration = self.declaration.backoff(backoff);
+        self
+    }
+
+    /// What a handler's `Err` stands for (default [`ErrorPolicy::Retry`](crate::ErrorPolicy)):
+    /// `Retry`, so that `max_attempts`, the backoff and the dead-letter subject apply;
+    /// `Reject`, the at-limit path at once; or a function of the error's text. The error is
+    /// logged at warning level first, with the mount, subject, attempt and the outcome chosen.
+    #[must_use]
+    pub fn on_error(mut self, policy: crate::ErrorPolicy) -> Self {
+        self.on_error = policy;
         self
     }
 

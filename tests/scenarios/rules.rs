@@ -455,3 +455,130 @@ fn rule_18_core_retry_with_a_backoff_copies_after_its_delay() {
         app.shutdown().await;
     });
 }
+
+/// A handler returning `Result<Outcome, E>`: its `Err` is logged with the error and, by the
+/// default error policy, is a `retry` (so `max_attempts` applies); `?` works in a typed
+/// handler.
+#[test]
+fn result_handlers_errors_retry_by_default() {
+    run(async {
+        let (server, tc, acks, r, ev) = js_case().await;
+        let runs = r.clone();
+        let app = start(&server, &ev, |a| {
+            a.mount_json(
+                js_mount("js-result").max_attempts(3),
+                move |order: serde_json::Value, d: Delivery| {
+                    let runs = runs.clone();
+                    async move {
+                        runs.lock().unwrap().push((
+                            d.attempt.get(),
+                            order.to_string(),
+                            Instant::now(),
+                        ));
+                        let id: u64 = order["id"].to_string().parse()?;
+                        if d.attempt.get() == 1 {
+                            return Err(format!("database down for order {id}").into());
+                        }
+                        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(Outcome::Ack)
+                    }
+                },
+            )
+        })
+        .await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"{\"id\":41}")
+            .await;
+        assert_acks(&acks, &["-NAK", "+ACK"]).await;
+        assert_eq!(attempts(&r), [1, 2]);
+        logged(&[
+            "WARN",
+            "mount=js-result",
+            "database down for order 41",
+            "outcome=Retry",
+            "handler returned an error",
+        ])
+        .await;
+        assert_eq!(
+            dispositions(&ev),
+            [Disposition::Retried, Disposition::Acked]
+        );
+        app.shutdown().await;
+    });
+}
+
+/// `ErrorPolicy::Reject`: an `Err` takes the at-limit path at once (the dead letter, then
+/// `+TERM`).
+#[test]
+fn result_handlers_error_policy_reject_dead_letters_at_once() {
+    run(async {
+        let (server, tc, acks, r, ev) = js_case().await;
+        let runs = r.clone();
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                js_mount("js-result-reject")
+                    .max_attempts(5)
+                    .dead_letter("dlq.orders")
+                    .on_error(adapter::ErrorPolicy::Reject),
+                move |d: Delivery| {
+                    runs.lock()
+                        .unwrap()
+                        .push((d.attempt.get(), String::new(), Instant::now()));
+                    std::future::ready(Err::<Outcome, _>("invalid order"))
+                },
+            )
+        })
+        .await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"bad").await;
+        assert_acks(&acks, &["+TERM"]).await;
+        assert_dead_letters(&tc, "DLQ", &[("dlq.orders", b"bad")]).await;
+        assert_eq!(attempts(&r), [1]);
+        assert_eq!(dispositions(&ev), [Disposition::DeadLettered]);
+        app.shutdown().await;
+    });
+}
+
+/// `ErrorPolicy::decide`: the outcome is a function of the error's text; here a Core
+/// `retry_after` for a transient error, so the copy comes after the delay.
+#[test]
+fn result_handlers_error_policy_decides_from_the_error() {
+    run(async {
+        let (server, tc, r, ev) = core_case().await;
+        let runs = r.clone();
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("core-result", "cres.in")
+                    .max_attempts(3)
+                    .on_error(adapter::ErrorPolicy::decide(|e| {
+                        if e.contains("later") {
+                            Outcome::RetryAfter(Duration::from_millis(200))
+                        } else {
+                            Outcome::Reject
+                        }
+                    })),
+                move |d: Delivery| {
+                    runs.lock()
+                        .unwrap()
+                        .push((d.attempt.get(), String::new(), Instant::now()));
+                    std::future::ready(match d.attempt.get() {
+                        1 => Err("try later"),
+                        _ => Ok(Outcome::Ack),
+                    })
+                },
+            )
+        })
+        .await;
+        core_publish(&tc, "cres.in", HeaderMap::new(), b"x").await;
+        eventually("two runs", || (attempts(&r).len() == 2).then_some(())).await;
+        let runs = r.lock().unwrap().clone();
+        let waited = runs[1].2 - runs[0].2;
+        assert!(
+            waited >= Duration::from_millis(190),
+            "copy after {waited:?}"
+        );
+        settled(&ev, 2).await;
+        assert_eq!(
+            dispositions(&ev),
+            [Disposition::Delayed, Disposition::Acked]
+        );
+        app.shutdown().await;
+    });
+}
