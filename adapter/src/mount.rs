@@ -111,8 +111,9 @@ impl Mount {
     /// to bound the attempts). `max_attempts` and the dead-letter subject apply unchanged, and
     /// `retry_after` keeps its own delay. The jitter tells deliveries apart by their stream,
     /// consumer and stream sequence on JetStream, by their subject and payload on Core.
-    /// A backoff that cannot be used (a zero base, a base above its cap, a factor below 1, a
-    /// jitter of 1 or more) stops start-up with [`DeclarationErrorKind::Backoff`](crate::DeclarationErrorKind).
+    /// A Core mount with a backoff and no `max_attempts` is warned about at start-up. A
+    /// backoff that cannot be used (a zero first delay, fixed or exponential; a base above its
+    /// cap; a factor below 1; a jitter of 1 or more) stops start-up with [`DeclarationErrorKind::Backoff`](crate::DeclarationErrorKind).
     #[must_use]
     pub fn backoff(mut self, backoff: crate::Backoff) -> Self {
         self.declaration = self.declaration.backoff(backoff);

@@ -104,6 +104,10 @@ pub(crate) async fn check_mounts<R: Runtime>(
                         "{what} is for Core mounts: a JetStream mount has no use for it, and it is ignored");
                 }
             }
+            if consumer.is_none() && policy.backoff().is_some() && policy.max_attempts().is_none() {
+                tracing::warn!(mount = %mount.name(),
+                    "a Core mount with a backoff and no max_attempts copies a retried message after each delay without end (rule 18): set max_attempts to bound it");
+            }
             let config = consumer.as_ref().map(|c| &c.cached_info().config);
             if let Some(ack_wait) = config.map(|c| c.ack_wait)
                 && ack_wait < SHORTEST_LEASED_ACK_WAIT

@@ -53,8 +53,11 @@ pub const DEFAULT_BACKOFF_JITTER: f64 = 0.2;
 /// Why a [`Backoff`] cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BackoffError {
-    /// The first delay is zero: every delay would be zero.
-    #[error("backoff base is zero: every delay would be zero (use retry without a backoff)")]
+    /// The first delay (an exponential backoff's base, or a fixed backoff's delay) is zero:
+    /// every delay would be zero, and a Core mount would copy without pause.
+    #[error(
+        "backoff delay is zero: every retry would come back at once (on Core, a copy loop without pause); use retry without a backoff, or a delay above zero"
+    )]
     ZeroBase,
     /// The first delay is above the cap.
     #[error("backoff base {base:?} is above its cap {cap:?}")]
@@ -64,9 +67,9 @@ pub enum BackoffError {
         /// The cap.
         cap: Duration,
     },
-    /// The factor is below 1 (delays would shrink) or not a number (kept as 0), in
-    /// thousandths.
-    #[error("backoff factor {}.{:03} must be a number of at least 1 (delays must not shrink)", .0 / 1000, .0 % 1000)]
+    /// The factor is below 1 (delays would shrink), in thousandths; a negative or
+    /// not-a-number factor is kept as 0.
+    #[error("backoff factor {}.{:03} must be a number of at least 1 (delays must not shrink; a negative or not-a-number factor counts as 0)", .0 / 1000, .0 % 1000)]
     Factor(u32),
     /// The jitter is 1 or more (a delay would vanish), in thousandths; a negative or
     /// not-a-number jitter is kept as 0.
@@ -89,15 +92,17 @@ impl Backoff {
         }
     }
 
-    /// The same `delay` at every attempt, without jitter.
+    /// The same `delay` at every attempt, without jitter. A zero delay is refused by
+    /// [`check`](Self::check).
     pub fn fixed(delay: Duration) -> Self {
         Self {
             kind: Kind::Fixed(delay),
         }
     }
 
-    /// Each delay is `factor` times the one before (at least 1, kept to thousandths). No
-    /// effect on a fixed backoff.
+    /// Each delay is `factor` times the one before: at least 1, kept to thousandths and
+    /// saturating at 4,294,967.295; a negative or not-a-number factor counts as 0, which
+    /// [`check`](Self::check) refuses. No effect on a fixed backoff.
     #[must_use]
     pub fn factor(mut self, factor: f64) -> Self {
         if let Kind::Exponential { factor_milli, .. } = &mut self.kind {
@@ -107,8 +112,8 @@ impl Backoff {
     }
 
     /// Each delay is taken down by up to `fraction` of itself (below 1, kept to thousandths; a
-    /// negative one counts as 0), by an amount fixed by the delivery's key and attempt. No
-    /// effect on a fixed backoff.
+    /// negative or not-a-number fraction counts as 0, no jitter), by an amount fixed by the
+    /// delivery's key and attempt. No effect on a fixed backoff.
     #[must_use]
     pub fn jitter(mut self, fraction: f64) -> Self {
         if let Kind::Exponential { jitter_milli, .. } = &mut self.kind {
@@ -128,11 +133,12 @@ impl Backoff {
     /// Checks the policy.
     ///
     /// # Errors
-    /// [`BackoffError::ZeroBase`] for an exponential backoff from zero,
+    /// [`BackoffError::ZeroBase`] for a backoff whose first delay is zero,
     /// [`BackoffError::BaseAboveCap`], [`BackoffError::Factor`] below 1 or not a number,
     /// [`BackoffError::Jitter`] of 1 or more.
     pub fn check(&self) -> Result<(), BackoffError> {
         match self.kind {
+            Kind::Fixed(delay) if delay.is_zero() => Err(BackoffError::ZeroBase),
             Kind::Fixed(_) => Ok(()),
             Kind::Exponential {
                 base,

@@ -177,7 +177,9 @@ impl std::fmt::Display for Action<'_> {
             Self::Log(Log::RetryCountIgnored { values }) => {
                 write!(f, "warning: {values} retry-count value(s) ignored")
             }
-            Self::Log(Log::LetGo) => f.write_str("warning: let go at the limit"),
+            Self::Log(Log::LetGo) => {
+                f.write_str("warning: let go (the at-limit path, no dead-letter subject)")
+            }
             Self::Log(Log::Lost) => f.write_str("error: lost"),
         }
     }

@@ -604,7 +604,9 @@ pub enum DeclarationErrorKind {
     #[error("max_attempts must be at least 1 (the first delivery is attempt 1)")]
     ZeroMaxAttempts,
     /// A dead-letter subject without `max_attempts` (rule 7).
-    #[error("a dead-letter subject needs max_attempts: without a limit it could never be used")]
+    #[error(
+        "a dead-letter subject needs max_attempts (rule 7): set the attempt at which retried deliveries go to it (rejects and payloads that do not decode go to it at any attempt)"
+    )]
     DeadLetterWithoutLimit,
     /// The consumer's ack policy is not explicit.
     #[error("consumer ack policy is `{0}`; ruststream needs `explicit` acknowledgement")]

@@ -129,6 +129,11 @@ fn bad_backoffs_are_refused_by_name() {
             Backoff::exponential(s, s).jitter(1.0),
             BackoffError::Jitter(1000),
         ),
+        (Backoff::fixed(Duration::ZERO), BackoffError::ZeroBase),
+        (
+            Backoff::exponential(s, s).factor(-2.0),
+            BackoffError::Factor(0),
+        ),
     ];
     for (backoff, want) in cases {
         let err = MountDeclaration::jetstream("paced", "ORDERS", "worker")
@@ -141,7 +146,7 @@ fn bad_backoffs_are_refused_by_name() {
     }
     assert_eq!(
         BackoffError::Factor(500).to_string(),
-        "backoff factor 0.500 must be a number of at least 1 (delays must not shrink)"
+        "backoff factor 0.500 must be a number of at least 1 (delays must not shrink; a negative or not-a-number factor counts as 0)"
     );
 }
 

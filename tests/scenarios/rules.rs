@@ -419,6 +419,7 @@ fn rule_18_core_retry_with_a_backoff_copies_after_its_delay() {
             )
         })
         .await;
+        logged(&["WARN", "mount=core-backoff-18", "without end"]).await;
         let wire = Wire::watch(&tc.client, "cb18.in").await;
         core_publish(&tc, "cb18.in", HeaderMap::new(), b"paced").await;
         eventually("three runs", || (attempts(&r).len() == 3).then_some(())).await;
