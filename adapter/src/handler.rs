@@ -180,7 +180,8 @@ pub enum ErrorPolicy {
     Retry,
     /// [`Outcome::Reject`]: the at-limit path at once (rule 17).
     Reject,
-    /// The outcome this function gives for the error's text.
+    /// The outcome this function gives for the error's text. It runs on the mount's task: a
+    /// panic in it is caught, logged, and counts as [`Outcome::None`].
     Decide(std::sync::Arc<dyn Fn(&str) -> Outcome + Send + Sync>),
 }
 

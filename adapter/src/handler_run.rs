@@ -78,7 +78,18 @@ pub(crate) fn handled(
     match result {
         Ok(Handled::Outcome(outcome)) => Event::Handled(outcome),
         Ok(Handled::Error(error)) => {
-            let outcome = ctx.on_error.outcome(&error);
+            // The policy may be the application's function: its panic is caught as a
+            // handler's is (rule 13), and counts as no outcome.
+            let decided =
+                std::panic::catch_unwind(AssertUnwindSafe(|| ctx.on_error.outcome(&error)));
+            let outcome = match decided {
+                Ok(outcome) => outcome,
+                Err(panic) => {
+                    tracing::error!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
+                        %error, panic = panic_message(&*panic), "the mount's error policy panicked: treated as no outcome");
+                    return Event::Handled(Outcome::None);
+                }
+            };
             tracing::warn!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
                 %error, ?outcome, "handler returned an error: settled as the mount's error policy says");
             Event::Handled(outcome)

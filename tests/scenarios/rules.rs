@@ -583,3 +583,39 @@ fn result_handlers_error_policy_decides_from_the_error() {
         app.shutdown().await;
     });
 }
+
+/// An error policy that panics is caught like a handler's panic (rule 13): logged, no
+/// outcome, and the mount goes on.
+#[test]
+fn result_handlers_a_panicking_error_policy_is_caught() {
+    run(async {
+        let (server, tc, r, ev) = core_case().await;
+        let runs = r.clone();
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("core-policy-panic", "cpp.in")
+                    .on_error(adapter::ErrorPolicy::decide(|_| panic!("policy exploded"))),
+                move |d: Delivery| {
+                    let payload = String::from_utf8_lossy(&d.payload).into_owned();
+                    runs.lock()
+                        .unwrap()
+                        .push((d.attempt.get(), payload.clone(), Instant::now()));
+                    std::future::ready(match payload.as_str() {
+                        "bad" => Err("broken"),
+                        _ => Ok(Outcome::Ack),
+                    })
+                },
+            )
+        })
+        .await;
+        core_publish(&tc, "cpp.in", HeaderMap::new(), b"bad").await;
+        core_publish(&tc, "cpp.in", HeaderMap::new(), b"fine").await;
+        logged(&["ERROR", "mount=core-policy-panic", "error policy panicked"]).await;
+        settled(&ev, 2).await;
+        assert_eq!(
+            dispositions(&ev),
+            [Disposition::NoOutcome, Disposition::Acked]
+        );
+        app.shutdown().await;
+    });
+}
