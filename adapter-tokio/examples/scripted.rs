@@ -15,6 +15,8 @@
 //!   --name NAME             the mount's name (default "scripted")
 //!   --max-attempts N        bound the attempts
 //!   --dead-letter SUBJECT   where deliveries at the limit go (needs --max-attempts)
+//!   --on-error retry|reject what a handler error (the "error" payload) stands for (default
+//!                           retry)
 //!   --backoff-ms BASE[:CAP] pace retries: a fixed BASE ms, or exponential from BASE ms up to
 //!                           CAP ms (factor 2, jitter 0.2); `retry` then waits that long
 //!   --queue-group GROUP     Core queue group
@@ -45,7 +47,8 @@
 //! visible to anyone who can list processes. Credentials are never printed.
 //!
 //! Payloads: `{"outcome":"ack"}`, `{"outcome":"retry"}`,
-//! `{"outcome":"retry_after","delay_ms":200}`, `{"outcome":"drop"}`, `{"outcome":"reject"}`, `"none"` (or
+//! `{"outcome":"retry_after","delay_ms":200}`, `{"outcome":"drop"}`, `{"outcome":"reject"}`,
+//! `{"outcome":"error"}` (the handler returns `Err`; `--on-error` says what it stands for), `"none"` (or
 //! `{"outcome":"none"}`: no outcome) and `"panic"` (or `{"outcome":"panic"}`: the handler
 //! panics). Anything else is `unreadable` and dropped. An object may add `"sleep_ms": N`: the
 //! handler sleeps that long before it returns its outcome (to watch a lease: with
@@ -56,7 +59,7 @@
 //! `key=value`, values without spaces):
 //!
 //! ```text
-//! mount=<name> subject=<subject> attempt=<n> outcome=<ack|retry|retry_after:<ms>ms|drop|reject|none|panic|unreadable>
+//! mount=<name> subject=<subject> attempt=<n> outcome=<ack|retry|retry_after:<ms>ms|drop|reject|error|none|panic|unreadable>
 //! ```
 //!
 //! It runs until SIGINT or SIGTERM, then shuts down gracefully (a second signal ends the grace
@@ -85,7 +88,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use ruststream_adapter::async_nats::ConnectOptions;
-use ruststream_tokio::{Backoff, Delivery, Mount, Outcome};
+use ruststream_tokio::{Backoff, Delivery, ErrorPolicy, Mount, Outcome};
 
 #[derive(Default)]
 struct Flags {
@@ -99,6 +102,7 @@ struct Flags {
     max_attempts: Option<u32>,
     dead_letter: Option<String>,
     backoff_ms: Option<(u64, Option<u64>)>,
+    on_error: Option<ErrorPolicy>,
     queue_group: Option<String>,
     ack_wait_ms: Option<u64>,
     runtime: Option<String>,
@@ -117,6 +121,7 @@ struct Flags {
 
 const USAGE: &str = "usage: scripted [--url URL] (--subject S | --wildcard W --copy-subject S | --stream S --durable D)
                 [--name NAME] [--max-attempts N] [--dead-letter S] [--backoff-ms BASE[:CAP]]
+                [--on-error retry|reject]
                 [--queue-group G] [--ack-wait-ms MS]
                 [--no-leases] [--handler-time-limit-ms MS] [--subscription-buffer N] [--concurrency N]
                 [--runtime tokio|smol] [--creds FILE] [--user U --password P] [--token T]
@@ -152,6 +157,11 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Flags, String> {
                 set(&mut f.max_attempts, &flag, n)?
             }
             "--dead-letter" => set(&mut f.dead_letter, &flag, value()?)?,
+            "--on-error" => match value()?.as_str() {
+                "retry" => set(&mut f.on_error, &flag, ErrorPolicy::Retry)?,
+                "reject" => set(&mut f.on_error, &flag, ErrorPolicy::Reject)?,
+                other => return Err(format!("--on-error: `{other}` is not retry or reject")),
+            },
             "--backoff-ms" => {
                 let v = value()?;
                 let (base, cap) = match v.split_once(':') {
@@ -246,6 +256,9 @@ fn mount(f: &Flags) -> Result<Mount, String> {
     if let Some(s) = &f.dead_letter {
         m = m.dead_letter(s);
     }
+    if let Some(policy) = &f.on_error {
+        m = m.on_error(policy.clone());
+    }
     // A bad backoff (a zero base, a base above its cap) is refused at start-up, naming the
     // mount.
     match f.backoff_ms {
@@ -285,34 +298,45 @@ fn mount(f: &Flags) -> Result<Mount, String> {
     Ok(m)
 }
 
-/// The outcome a payload asks for, and its name for the output line.
-fn scripted_outcome(payload: &[u8]) -> (Option<Outcome>, String) {
+/// What a payload asks the handler for.
+enum Scripted {
+    /// Return this outcome.
+    Outcome(Outcome),
+    /// Return an `Err` (the mount's error policy decides).
+    Error,
+    /// Panic.
+    Panic,
+}
+
+/// What a payload asks for, and its name for the output line.
+fn scripted_outcome(payload: &[u8]) -> (Scripted, String) {
     let value: serde_json::Value = match serde_json::from_slice(payload) {
         Ok(v) => v,
-        Err(_) => return (Some(Outcome::Drop), "unreadable".to_owned()),
+        Err(_) => return (Scripted::Outcome(Outcome::Drop), "unreadable".to_owned()),
     };
     let word = value
         .as_str()
         .or_else(|| value.get("outcome").and_then(serde_json::Value::as_str))
         .unwrap_or("");
     match word {
-        "ack" => (Some(Outcome::Ack), "ack".to_owned()),
-        "retry" => (Some(Outcome::Retry), "retry".to_owned()),
+        "ack" => (Scripted::Outcome(Outcome::Ack), "ack".to_owned()),
+        "retry" => (Scripted::Outcome(Outcome::Retry), "retry".to_owned()),
         "retry_after" => {
             let ms = value
                 .get("delay_ms")
                 .and_then(serde_json::Value::as_u64)
                 .unwrap_or(0);
             (
-                Some(Outcome::RetryAfter(Duration::from_millis(ms))),
+                Scripted::Outcome(Outcome::RetryAfter(Duration::from_millis(ms))),
                 format!("retry_after:{ms}ms"),
             )
         }
-        "drop" => (Some(Outcome::Drop), "drop".to_owned()),
-        "reject" => (Some(Outcome::Reject), "reject".to_owned()),
-        "none" => (Some(Outcome::None), "none".to_owned()),
-        "panic" => (None, "panic".to_owned()),
-        _ => (Some(Outcome::Drop), "unreadable".to_owned()),
+        "drop" => (Scripted::Outcome(Outcome::Drop), "drop".to_owned()),
+        "reject" => (Scripted::Outcome(Outcome::Reject), "reject".to_owned()),
+        "none" => (Scripted::Outcome(Outcome::None), "none".to_owned()),
+        "error" => (Scripted::Error, "error".to_owned()),
+        "panic" => (Scripted::Panic, "panic".to_owned()),
+        _ => (Scripted::Outcome(Outcome::Drop), "unreadable".to_owned()),
     }
 }
 
@@ -325,7 +349,7 @@ fn scripted_sleep(payload: &[u8]) -> Option<Duration> {
         .map(Duration::from_millis)
 }
 
-async fn handle(d: Delivery) -> Outcome {
+async fn handle(d: Delivery) -> Result<Outcome, String> {
     let (outcome, name) = scripted_outcome(&d.payload);
     let sleep = scripted_sleep(&d.payload);
     let line = format!(
@@ -342,8 +366,9 @@ async fn handle(d: Delivery) -> Outcome {
         tokio::time::sleep(sleep).await;
     }
     match outcome {
-        Some(o) => o,
-        None => panic!("the payload asked for a panic"),
+        Scripted::Outcome(o) => Ok(o),
+        Scripted::Error => Err("the payload asked for an error".to_owned()),
+        Scripted::Panic => panic!("the payload asked for a panic"),
     }
 }
 

@@ -125,7 +125,12 @@ fn scripted_refusals_name_the_mount_and_exit_non_zero() {
     run(async {
         let server = NatsServer::start();
         let url = server.url();
-        let cases: [(&[&str], i32, &str); 11] = [
+        let cases: [(&[&str], i32, &str); 12] = [
+            (
+                &["--name", "w12", "--subject", "a", "--on-error", "maybe"],
+                2,
+                "--on-error: `maybe` is not retry or reject",
+            ),
             (
                 &[
                     "--name",
@@ -450,5 +455,52 @@ fn scripted_exits_non_zero_naming_a_stored_message_that_brings_the_client_down()
                 "{runtime}: {printed}"
             );
         }
+    });
+}
+
+/// The `"error"` payload makes the handler return `Err`, and `--on-error reject` sends it down
+/// the at-limit path at once: on a Core mount without a dead-letter subject, let go with the
+/// warning, after one run.
+#[test]
+fn scripted_error_payload_follows_the_on_error_flag() {
+    run(async {
+        let server = NatsServer::start();
+        let url = server.url();
+        let tc = TestClient::connect(&server).await;
+        let args = [
+            "--url",
+            &url,
+            "--subject",
+            "scripted.errors",
+            "--max-attempts",
+            "3",
+            "--on-error",
+            "reject",
+        ];
+        let mut service = Scripted::spawn(&args, &[]);
+        service.wait_for("ruststream started").await;
+        tc.client
+            .publish("scripted.errors", r#"{"outcome":"error"}"#.into())
+            .await
+            .unwrap();
+        tc.client.flush().await.unwrap();
+        service
+            .wait_for("mount=scripted subject=scripted.errors attempt=1 outcome=error")
+            .await;
+        service.wait_for("outcome=Reject").await;
+        service.wait_for("it is let go").await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !service.printed().contains("attempt=2"),
+            "rejected: no second attempt\n{}",
+            service.printed()
+        );
+        service.terminate();
+        assert_eq!(
+            service.exit_code(PATIENCE).await,
+            0,
+            "{}",
+            service.printed()
+        );
     });
 }
