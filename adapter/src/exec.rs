@@ -404,10 +404,22 @@ pub(crate) fn execute_now(
     delivery: &CoreDelivery<'_>,
     plan: &Plan<'_>,
 ) -> Option<Result<(), PublishFailed>> {
-    if !plan.actions().iter().all(without_client) {
+    execute_without_client(ctx, msg, delivery, plan.actions())
+}
+
+/// Executes `actions` in order when none goes to the client (logs, and copies handed to the
+/// delay queue): `Some` with the result, stopping at the first that fails. `None`, having
+/// done nothing, when one publishes or settles.
+fn execute_without_client(
+    ctx: &MountContext,
+    msg: &Incoming,
+    delivery: &CoreDelivery<'_>,
+    actions: &[Action<'_>],
+) -> Option<Result<(), PublishFailed>> {
+    if !actions.iter().all(without_client) {
         return None;
     }
-    for action in plan {
+    for action in actions {
         match *action {
             Action::Log(l) => log(ctx, msg, delivery, l),
             Action::ScheduleCopy {
@@ -451,27 +463,10 @@ pub(crate) fn start_copy(
     else {
         return None;
     };
-    if !before.iter().all(without_client) {
-        return None;
-    }
-    for action in before {
-        match *action {
-            Action::Log(l) => log(ctx, msg, delivery, l),
-            Action::ScheduleCopy {
-                subject,
-                retry_count,
-                at,
-            } => {
-                if let Err(e) = schedule_copy(ctx, msg, subject, retry_count, at) {
-                    return Some(Err(e));
-                }
-            }
-            Action::Settle(_) | Action::PublishCopy { .. } | Action::PublishDeadLetter { .. } => {
-                unreachable!("checked above: only logs and scheduled copies")
-            }
-        }
-    }
-    Some(CopyNow::new(ctx, msg, subject, *retry_count))
+    Some(
+        execute_without_client(ctx, msg, delivery, before)?
+            .and_then(|()| CopyNow::new(ctx, msg, subject, *retry_count)),
+    )
 }
 
 /// Executes the logs of an arrival plan that runs the handler: the core plans only logs
