@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use ruststream_core::{
-    AckReply, Delivery as CoreDelivery, Disposition, Event, KEY_SEED, LeaseEnd, Plan,
-    RetryCountReading, key_of, plan_with_clock,
+    AckReply, Delivery as CoreDelivery, Disposition, Event, LeaseEnd, Plan, RetryCountReading,
+    plan_with_clock,
 };
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
@@ -72,10 +72,7 @@ pub(crate) fn read_core<'m>(ctx: &MountContext, msg: &'m Incoming) -> Option<Cor
     // backoff pays for the hash.
     Some(match ctx.policy.backoff() {
         None => delivery,
-        Some(_) => delivery.with_key(key_of(
-            key_of(KEY_SEED, msg.subject.as_bytes()),
-            &msg.payload,
-        )),
+        Some(_) => delivery.keyed_by_payload(&msg.payload),
     })
 }
 

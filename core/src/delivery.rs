@@ -99,6 +99,15 @@ impl<'a> Delivery<'a> {
         }
     }
 
+    /// The same delivery keyed by its [`key`](Self::key) and `payload` as well: how an adapter
+    /// tells Core messages on one subject apart (a Core message carries no identity of its
+    /// own, and its copies carry the same payload).
+    #[must_use]
+    pub fn keyed_by_payload(self, payload: &[u8]) -> Self {
+        let key = crate::key_of(self.key(), payload);
+        self.with_key(key)
+    }
+
     /// What identifies the message across its attempts, for a [`Backoff`](crate::Backoff)'s
     /// jitter (rule 18): on JetStream a hash of the stream, the consumer and the stream
     /// sequence; on Core a hash of the subject unless the adapter gave one with

@@ -219,6 +219,12 @@ fn a_core_retry_with_a_backoff_schedules_its_copy_even_without_a_limit() {
     )
     .with_key(99);
     assert_eq!(d.key(), 99);
+    // An adapter's Core key: the subject's and the payload's, the same for every copy.
+    let core = |payload: &[u8]| {
+        Delivery::core("orders.new", RetryCountReading::default()).keyed_by_payload(payload)
+    };
+    assert_eq!(core(b"a").key(), core(b"a").key());
+    assert_ne!(core(b"a").key(), core(b"b").key());
     let pl = plan(&d, Event::Handled(Outcome::Retry), &policy, now);
     match pl.actions() {
         [
