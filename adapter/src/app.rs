@@ -2,18 +2,16 @@
 //! mount checked against the server, then the mount loops started).
 
 use std::collections::HashSet;
-use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::{Client, ConnectOptions};
-use ruststream_core::DeclarationError;
-use serde::de::DeserializeOwned;
+use ruststream_core::{DeclarationError, Descriptor};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::delay_loop::delay_loop;
-use crate::handler::{Handler, Json};
+use crate::handler::{Handler, IntoHandler, IntoJsonHandler};
 use crate::launch::{Launcher, MountRecord};
 use crate::leases::{LeaseRoom, lease_loop};
 use crate::mount::Mount;
@@ -156,25 +154,25 @@ impl<R: Runtime> App<R> {
         Self::with_connect(Connect::Client(client))
     }
 
-    /// Mounts `handler` on `mount`.
+    /// Mounts `handler` on `mount`: an async function of the delivery (`|d: Delivery|`), or of
+    /// the delivery and its [`Context`](crate::Context) (`|d: Delivery, cx: Context|`), that
+    /// returns an [`Outcome`](crate::Outcome), a [`Reply`](crate::Reply), or a `Result` of
+    /// either; or any [`Handler`]. See [`IntoHandler`](crate::IntoHandler).
     #[must_use]
-    pub fn mount(mut self, mount: Mount, handler: impl Handler) -> Self {
-        self.mounts.push((mount, Arc::new(handler)));
+    pub fn mount<Args>(mut self, mount: Mount, handler: impl IntoHandler<Args>) -> Self {
+        self.mounts.push((mount, Arc::new(handler.into_handler())));
         self
     }
 
     /// Mounts a typed handler: the payload is decoded as JSON into `T`. A payload that does
     /// not decode goes straight to the at-limit path (dead-lettered if the mount has a
     /// dead-letter subject, otherwise `+TERM` on JetStream and let go on Core); see [`Json`].
+    ///
+    /// `handler` is `|value: T, d: Delivery|` or `|value: T, d: Delivery, cx: Context|` (see
+    /// [`IntoJsonHandler`](crate::IntoJsonHandler)).
     #[must_use]
-    pub fn mount_json<T, F, Fut>(self, mount: Mount, handler: F) -> Self
-    where
-        T: DeserializeOwned + Send + 'static,
-        F: Fn(T, crate::Delivery) -> Fut + Send + Sync + 'static,
-        Fut: Future + Send + 'static,
-        Fut::Output: crate::IntoHandled,
-    {
-        self.mount(mount, Json::new(handler))
+    pub fn mount_json<T, Args>(self, mount: Mount, handler: impl IntoJsonHandler<T, Args>) -> Self {
+        self.mount(mount, handler.into_json_handler())
     }
 
     /// How long a graceful shutdown lets in-flight handlers finish and delayed Core copies
@@ -253,6 +251,12 @@ impl<R: Runtime> App<R> {
                         mount.concurrency,
                         crate::MAX_CONCURRENCY
                     ),
+                });
+            }
+            if handler.replies() && matches!(policy.descriptor(), Descriptor::JetStream { .. }) {
+                return Err(StartError::Setting {
+                    mount: mount.name().to_owned(),
+                    reason: "its handler returns a `Reply`, but a JetStream delivery's reply subject is its ack reply subject, which the runtime settles: publish the answer to a subject of your own through the handler's `Context`".to_owned(),
                 });
             }
             declared.push((mount, handler, policy));

@@ -10,6 +10,8 @@ use futures_util::FutureExt;
 use ruststream_core::{Attempt, Outcome};
 use serde::de::DeserializeOwned;
 
+use crate::context::{Context, ContextSource};
+
 /// A boxed future of an outcome: what a handler written as a closure may return when its
 /// futures differ in type (an [`Outcome`] is an [`IntoHandled`]).
 pub type OutcomeFuture = Pin<Box<dyn Future<Output = Outcome> + Send + 'static>>;
@@ -17,22 +19,33 @@ pub type OutcomeFuture = Pin<Box<dyn Future<Output = Outcome> + Send + 'static>>
 /// A boxed future of what a handler returned: what [`Handler::call`] gives the runtime.
 pub type HandledFuture = Pin<Box<dyn Future<Output = Handled> + Send + 'static>>;
 
-/// What a handler returned: an [`Outcome`], or the text of the error of a handler that
-/// returned `Err` (which the mount's [`ErrorPolicy`](crate::ErrorPolicy) turns into an
-/// outcome).
+/// What a handler returned: an [`Outcome`], the text of the error of a handler that returned
+/// `Err` (which the mount's [`ErrorPolicy`](crate::ErrorPolicy) turns into an outcome), or a
+/// reply to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Handled {
     /// The handler's outcome.
     Outcome(Outcome),
     /// The handler returned this error (its `Display` text).
     Error(String),
+    /// The handler returned a [`Reply`]: this payload is for the delivery's reply subject, and
+    /// the outcome is [`Outcome::Ack`] once it is sent. The handlers this crate builds from
+    /// functions send it themselves, and give the runtime the outcome; a [`Handler`] of your
+    /// own that gives this to the runtime gets it logged as an error (the reply is not sent)
+    /// and settled by the mount's [`ErrorPolicy`].
+    Reply(Bytes),
 }
 
-/// What a handler may return: an [`Outcome`], or `Result<Outcome, E>` for any error type
-/// that can be displayed, so that `?` works in a handler. An `Err` is logged with its text
-/// and turned into an outcome by the mount's [`ErrorPolicy`](crate::ErrorPolicy) (by default
+/// What a handler may return: an [`Outcome`], a [`Reply`], or `Result<O, E>` of either for
+/// any error type that can be displayed, so that `?` works in a handler. An `Err` is logged
+/// with its text and turned into an outcome by the mount's [`ErrorPolicy`] (by default
 /// [`Outcome::Retry`], so `max_attempts` and the backoff apply).
-pub trait IntoHandled {
+pub trait IntoHandled: Send + 'static {
+    /// Whether a value of this type may be a reply, which needs the delivery's [`Context`] to
+    /// be sent. A mount whose handler returns replies cannot be a JetStream mount (refused at
+    /// start-up: a JetStream delivery's reply subject is its ack reply subject).
+    const REPLIES: bool = false;
+
     /// This return value as [`Handled`].
     fn into_handled(self) -> Handled;
 }
@@ -44,12 +57,41 @@ impl IntoHandled for Outcome {
     }
 }
 
-impl<E: std::fmt::Display> IntoHandled for Result<Outcome, E> {
+impl<O: IntoHandled, E: std::fmt::Display + Send + 'static> IntoHandled for Result<O, E> {
+    const REPLIES: bool = O::REPLIES;
+
     #[inline]
     fn into_handled(self) -> Handled {
         match self {
-            Ok(outcome) => Handled::Outcome(outcome),
+            Ok(o) => o.into_handled(),
             Err(e) => Handled::Error(e.to_string()),
+        }
+    }
+}
+
+/// A handler's answer to a Core request, FastStream-style: `T` is encoded as JSON and
+/// published to the delivery's reply subject, then the delivery is settled as
+/// [`Outcome::Ack`].
+///
+/// - A value that does not encode is a handler error (the mount's [`ErrorPolicy`]), and so is
+///   a reply the client could not take.
+/// - A delivery without a reply subject (published, not requested) is acked, and the reply
+///   dropped with a debug log line: there is no one to answer.
+/// - A mount whose handler returns `Reply` cannot be a JetStream mount: refused at start-up,
+///   naming the mount.
+///
+/// To answer with raw bytes, or to settle otherwise after answering, use
+/// [`Context::respond`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply<T>(pub T);
+
+impl<T: serde::Serialize + Send + 'static> IntoHandled for Reply<T> {
+    const REPLIES: bool = true;
+
+    fn into_handled(self) -> Handled {
+        match serde_json::to_vec(&self.0) {
+            Ok(payload) => Handled::Reply(payload.into()),
+            Err(e) => Handled::Error(format!("the reply does not encode as JSON: {e}")),
         }
     }
 }
@@ -108,45 +150,183 @@ pub struct Delivery {
 #[error("payload does not decode: {0}")]
 pub struct DecodeError(#[from] pub serde_json::Error);
 
-/// What the runtime calls for each delivery: an async function from [`Delivery`] to an
-/// [`Outcome`] or a `Result<Outcome, E>` ([`IntoHandled`]).
+/// What the runtime calls for each delivery: it starts the handler's future.
 ///
-/// Implemented for every `Fn(Delivery) -> impl Future<Output = O>` that is `Send + Sync +
-/// 'static`, where `O` is [`Outcome`] or `Result<Outcome, E: Display>`, and by [`Json`] for
-/// typed handlers. A handler that panics is caught and counts as [`Outcome::None`] (rule 13).
+/// Applications rarely implement it: [`App::mount`](crate::App::mount) takes async functions
+/// (see [`IntoHandler`]) and [`App::mount_json`](crate::App::mount_json) typed ones, and
+/// builds it. A handler that panics is caught and counts as [`Outcome::None`] (rule 13).
 pub trait Handler: Send + Sync + 'static {
-    /// Starts handling one delivery.
+    /// Starts handling one delivery. `context` gives the delivery's [`Context`], for a
+    /// handler that wants one.
     ///
     /// # Errors
     /// [`DecodeError`] when the payload cannot be given to the handler at all; the runtime
     /// then sends the delivery straight to the at-limit path (see [`Json`]).
-    fn call(&self, delivery: Delivery) -> Result<HandledFuture, DecodeError>;
+    fn call(
+        &self,
+        delivery: Delivery,
+        context: ContextSource<'_>,
+    ) -> Result<HandledFuture, DecodeError>;
+
+    /// Whether it may return a [`Handled::Reply`], which a JetStream mount cannot send
+    /// (checked at start-up). `false` unless overridden.
+    fn replies(&self) -> bool {
+        false
+    }
 }
 
-impl<F, Fut> Handler for F
+/// What [`App::mount`](crate::App::mount) takes: a [`Handler`], or an async function of
+/// - the delivery: `Fn(Delivery) -> impl Future<Output = O>`, or
+/// - the delivery and its [`Context`]: `Fn(Delivery, Context) -> impl Future<Output = O>`,
+///
+/// that is `Send + Sync + 'static`, where `O` is an [`IntoHandled`] ([`Outcome`], [`Reply`],
+/// or a `Result` of either). `Args` tells the forms apart; it is inferred (give a closure's
+/// argument types, `|d: Delivery|`).
+pub trait IntoHandler<Args>: Sized {
+    /// The handler built.
+    type Handler: Handler;
+
+    /// Builds the handler.
+    fn into_handler(self) -> Self::Handler;
+}
+
+impl<H: Handler> IntoHandler<()> for H {
+    type Handler = H;
+
+    fn into_handler(self) -> H {
+        self
+    }
+}
+
+/// The future of a handler whose output is `O`: a reply is sent through the delivery's
+/// context (built only for outputs that may be replies) before the runtime sees the outcome.
+fn handled_future<Fut>(future: Fut, context: Option<Context>) -> HandledFuture
+where
+    Fut: Future + Send + 'static,
+    Fut::Output: IntoHandled,
+{
+    match context {
+        None => Box::pin(future.map(IntoHandled::into_handled)),
+        Some(context) => Box::pin(async move {
+            match future.await.into_handled() {
+                Handled::Reply(payload) => send_reply(&context, payload).await,
+                handled => handled,
+            }
+        }),
+    }
+}
+
+/// Sends a handler's [`Reply`]: acked once the client took it.
+async fn send_reply(context: &Context, payload: Bytes) -> Handled {
+    if !context.can_respond() {
+        tracing::debug!(
+            mount = context.mount(),
+            "the handler returned a reply to a delivery without a reply subject: not sent"
+        );
+        return Handled::Outcome(Outcome::Ack);
+    }
+    match context.respond(payload).await {
+        Ok(()) => Handled::Outcome(Outcome::Ack),
+        Err(e) => Handled::Error(format!("the reply was not sent: {e}")),
+    }
+}
+
+/// The context to build for a handler whose output is `O`, when it is not given one.
+fn reply_context<O: IntoHandled>(
+    source: ContextSource<'_>,
+    delivery: &Delivery,
+) -> Option<Context> {
+    O::REPLIES.then(|| source.context(delivery))
+}
+
+/// A handler of the delivery alone (built by [`IntoHandler`]).
+pub struct DeliveryFn<F>(F);
+
+impl<F, Fut> Handler for DeliveryFn<F>
 where
     F: Fn(Delivery) -> Fut + Send + Sync + 'static,
     Fut: Future + Send + 'static,
     Fut::Output: IntoHandled,
 {
-    fn call(&self, delivery: Delivery) -> Result<HandledFuture, DecodeError> {
-        Ok(Box::pin(self(delivery).map(IntoHandled::into_handled)))
+    fn call(
+        &self,
+        delivery: Delivery,
+        context: ContextSource<'_>,
+    ) -> Result<HandledFuture, DecodeError> {
+        let context = reply_context::<Fut::Output>(context, &delivery);
+        Ok(handled_future((self.0)(delivery), context))
+    }
+
+    fn replies(&self) -> bool {
+        Fut::Output::REPLIES
+    }
+}
+
+impl<F, Fut> IntoHandler<(Delivery,)> for F
+where
+    F: Fn(Delivery) -> Fut + Send + Sync + 'static,
+    Fut: Future + Send + 'static,
+    Fut::Output: IntoHandled,
+{
+    type Handler = DeliveryFn<F>;
+
+    fn into_handler(self) -> DeliveryFn<F> {
+        DeliveryFn(self)
+    }
+}
+
+/// A handler of the delivery and its [`Context`] (built by [`IntoHandler`]).
+pub struct ContextFn<F>(F);
+
+impl<F, Fut> Handler for ContextFn<F>
+where
+    F: Fn(Delivery, Context) -> Fut + Send + Sync + 'static,
+    Fut: Future + Send + 'static,
+    Fut::Output: IntoHandled,
+{
+    fn call(
+        &self,
+        delivery: Delivery,
+        context: ContextSource<'_>,
+    ) -> Result<HandledFuture, DecodeError> {
+        let context = context.context(&delivery);
+        let reply = Fut::Output::REPLIES.then(|| context.clone());
+        Ok(handled_future((self.0)(delivery, context), reply))
+    }
+
+    fn replies(&self) -> bool {
+        Fut::Output::REPLIES
+    }
+}
+
+impl<F, Fut> IntoHandler<(Delivery, Context)> for F
+where
+    F: Fn(Delivery, Context) -> Fut + Send + Sync + 'static,
+    Fut: Future + Send + 'static,
+    Fut::Output: IntoHandled,
+{
+    type Handler = ContextFn<F>;
+
+    fn into_handler(self) -> ContextFn<F> {
+        ContextFn(self)
     }
 }
 
 /// A typed handler: decodes the payload as JSON into `T` with serde_json, then calls `f` with
-/// the value and the delivery.
+/// the value and the delivery (`Fn(T, Delivery)`), or with the value, the delivery and its
+/// [`Context`] (`Fn(T, Delivery, Context)`). [`App::mount_json`](crate::App::mount_json)
+/// builds it; `Args` tells the two forms apart, and is inferred.
 ///
 /// A payload that does not decode never reaches `f`: it goes straight to the at-limit path,
 /// so it is dead-lettered if the mount declares a dead-letter subject, and otherwise
 /// terminated (`+TERM`) on JetStream and let go on Core, whatever the attempt. Retrying
 /// cannot make bad JSON good.
-pub struct Json<T, F> {
+pub struct Json<T, F, Args = (T, Delivery)> {
     f: F,
-    _type: std::marker::PhantomData<fn() -> T>,
+    _type: std::marker::PhantomData<fn() -> (T, Args)>,
 }
 
-impl<T, F> Json<T, F> {
+impl<T, F, Args> Json<T, F, Args> {
     /// Wraps `f`.
     pub fn new(f: F) -> Self {
         Self {
@@ -156,18 +336,88 @@ impl<T, F> Json<T, F> {
     }
 }
 
-impl<T, F, Fut> Handler for Json<T, F>
+impl<T, F, Fut> Handler for Json<T, F, (T, Delivery)>
 where
     T: DeserializeOwned + Send + 'static,
     F: Fn(T, Delivery) -> Fut + Send + Sync + 'static,
     Fut: Future + Send + 'static,
     Fut::Output: IntoHandled,
 {
-    fn call(&self, delivery: Delivery) -> Result<HandledFuture, DecodeError> {
+    fn call(
+        &self,
+        delivery: Delivery,
+        context: ContextSource<'_>,
+    ) -> Result<HandledFuture, DecodeError> {
         let value = serde_json::from_slice::<T>(&delivery.payload)?;
-        Ok(Box::pin(
-            (self.f)(value, delivery).map(IntoHandled::into_handled),
-        ))
+        let context = reply_context::<Fut::Output>(context, &delivery);
+        Ok(handled_future((self.f)(value, delivery), context))
+    }
+
+    fn replies(&self) -> bool {
+        Fut::Output::REPLIES
+    }
+}
+
+impl<T, F, Fut> Handler for Json<T, F, (T, Delivery, Context)>
+where
+    T: DeserializeOwned + Send + 'static,
+    F: Fn(T, Delivery, Context) -> Fut + Send + Sync + 'static,
+    Fut: Future + Send + 'static,
+    Fut::Output: IntoHandled,
+{
+    fn call(
+        &self,
+        delivery: Delivery,
+        context: ContextSource<'_>,
+    ) -> Result<HandledFuture, DecodeError> {
+        let value = serde_json::from_slice::<T>(&delivery.payload)?;
+        let context = context.context(&delivery);
+        let reply = Fut::Output::REPLIES.then(|| context.clone());
+        Ok(handled_future((self.f)(value, delivery, context), reply))
+    }
+
+    fn replies(&self) -> bool {
+        Fut::Output::REPLIES
+    }
+}
+
+/// What [`App::mount_json`](crate::App::mount_json) takes: an async function of a value
+/// decoded from JSON and the delivery, `Fn(T, Delivery) -> impl Future<Output = O>`, or of the
+/// value, the delivery and its [`Context`], `Fn(T, Delivery, Context) -> impl Future<Output =
+/// O>`, where `O` is an [`IntoHandled`]. See [`Json`].
+pub trait IntoJsonHandler<T, Args>: Sized {
+    /// The handler built.
+    type Handler: Handler;
+
+    /// Builds the handler.
+    fn into_json_handler(self) -> Self::Handler;
+}
+
+impl<T, F, Fut> IntoJsonHandler<T, (T, Delivery)> for F
+where
+    T: DeserializeOwned + Send + 'static,
+    F: Fn(T, Delivery) -> Fut + Send + Sync + 'static,
+    Fut: Future + Send + 'static,
+    Fut::Output: IntoHandled,
+{
+    type Handler = Json<T, F, (T, Delivery)>;
+
+    fn into_json_handler(self) -> Self::Handler {
+        Json::new(self)
+    }
+}
+
+impl<T, F, Fut> IntoJsonHandler<T, (T, Delivery, Context)> for F
+where
+    T: DeserializeOwned + Send + 'static,
+    F: Fn(T, Delivery, Context) -> Fut + Send + Sync + 'static,
+    Fut: Future + Send + 'static,
+    Fut::Output: IntoHandled,
+{
+    type Handler = Json<T, F, (T, Delivery, Context)>;
+
+    fn into_json_handler(self) -> Self::Handler {
+        Json::new(self)
     }
 }
 

@@ -5,6 +5,7 @@ use std::panic::AssertUnwindSafe;
 use futures_util::FutureExt;
 use ruststream_core::{Delivery as CoreDelivery, Event, Outcome};
 
+use crate::context::ContextSource;
 use crate::handler::{Delivery, Handled, JetStreamInfo};
 use crate::incoming::Incoming;
 use crate::mount_context::MountContext;
@@ -57,7 +58,10 @@ pub(crate) fn start_handler(
     delivery: &CoreDelivery<'_>,
 ) -> Result<HandlerRun, Event> {
     let given = handler_delivery(ctx, msg, delivery);
-    match std::panic::catch_unwind(AssertUnwindSafe(|| ctx.handler.call(given))) {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| {
+        ctx.handler
+            .call(given, ContextSource::new(&ctx.handler_context))
+    })) {
         Ok(Ok(future)) => Ok(AssertUnwindSafe(future).catch_unwind()),
         Ok(Err(decode)) => {
             tracing::warn!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
@@ -77,25 +81,37 @@ pub(crate) fn handled(
 ) -> Event {
     match result {
         Ok(Handled::Outcome(outcome)) => Event::Handled(outcome),
-        Ok(Handled::Error(error)) => {
-            // The policy may be the application's function: its panic is caught as a
-            // handler's is (rule 13), and counts as no outcome.
-            let decided =
-                std::panic::catch_unwind(AssertUnwindSafe(|| ctx.on_error.outcome(&error)));
-            let outcome = match decided {
-                Ok(outcome) => outcome,
-                Err(panic) => {
-                    tracing::error!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
-                        %error, panic = panic_message(&*panic), "the mount's error policy panicked: treated as no outcome");
-                    return Event::Handled(Outcome::None);
-                }
-            };
-            tracing::warn!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
-                %error, ?outcome, "handler returned an error: settled as the mount's error policy says");
-            Event::Handled(outcome)
+        Ok(Handled::Reply(_)) => {
+            // Only a `Handler` of the application's own gives this: the handlers built from
+            // functions send their replies before they finish.
+            error_outcome(ctx, msg, delivery, "the handler gave the runtime a reply to send; a `Handler` sends its replies itself through its context".to_owned())
         }
+        Ok(Handled::Error(error)) => error_outcome(ctx, msg, delivery, error),
         Err(panic) => panicked(ctx, msg, delivery, &*panic),
     }
+}
+
+/// The event of a handler's error: the mount's error policy's outcome.
+fn error_outcome(
+    ctx: &MountContext,
+    msg: &Incoming,
+    delivery: &CoreDelivery<'_>,
+    error: String,
+) -> Event {
+    // The policy may be the application's function: its panic is caught as a handler's is
+    // (rule 13), and counts as no outcome.
+    let decided = std::panic::catch_unwind(AssertUnwindSafe(|| ctx.on_error.outcome(&error)));
+    let outcome = match decided {
+        Ok(outcome) => outcome,
+        Err(panic) => {
+            tracing::error!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
+                %error, panic = panic_message(&*panic), "the mount's error policy panicked: treated as no outcome");
+            return Event::Handled(Outcome::None);
+        }
+    };
+    tracing::warn!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
+        %error, ?outcome, "handler returned an error: settled as the mount's error policy says");
+    Event::Handled(outcome)
 }
 
 /// A handler that panicked counts as no outcome (rule 13).

@@ -10,6 +10,7 @@ use async_nats::Client;
 use ruststream_core::{Descriptor, PendingCopy};
 use tokio::sync::{Semaphore, mpsc, watch};
 
+use crate::context::ContextShared;
 use crate::core_loop::{core_loop, spawned_slots};
 use crate::leases::{LeaseRoom, LeaseSettings};
 use crate::mount_context::{Careful, InFlight, Losses, MountContext, Received, intern};
@@ -123,6 +124,7 @@ impl<R: Runtime> Launcher<R> {
             index,
             name: record.name,
             literal_subject: literal_subject(&policy),
+            handler_context: ContextShared::new(record.name, policy.clone(), client),
             policy,
             handler,
             client: client.clone(),

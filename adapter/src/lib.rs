@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 mod app;
+mod context;
 mod core_loop;
 mod delay_loop;
 mod delivery;
@@ -38,9 +39,10 @@ mod startup;
 mod supervisor;
 
 pub use app::{App, RunError, StartError};
+pub use context::{Context, ContextError, ContextSource};
 pub use handler::{
-    DecodeError, Delivery, ErrorPolicy, Handled, HandledFuture, Handler, IntoHandled,
-    JetStreamInfo, Json, OutcomeFuture,
+    ContextFn, DecodeError, Delivery, DeliveryFn, ErrorPolicy, Handled, HandledFuture, Handler,
+    IntoHandled, IntoHandler, IntoJsonHandler, JetStreamInfo, Json, OutcomeFuture, Reply,
 };
 pub use mount::{
     DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY, DEFAULT_HANDLER_TIME_LIMIT, DEFAULT_SUBSCRIPTION_BUFFER,
@@ -51,7 +53,7 @@ pub use running::{AppFailed, Running, ShutdownHandle};
 pub use runtime::{Reactor, Runtime};
 pub use ruststream_core::{
     Attempt, Backoff, BackoffError, DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_JITTER,
-    DeclarationError, DeclarationErrorKind, Disposition, Outcome,
+    DeclarationError, DeclarationErrorKind, Descriptor, Disposition, MountPolicy, Outcome,
 };
 pub use shutdown::{CoreLosses, DEFAULT_GRACE_PERIOD, ShutdownReport};
 pub use startup::connect_url;
@@ -71,15 +73,16 @@ pub use async_nats;
 macro_rules! reexport_api {
     () => {
         pub use $crate::{
-            AppFailed, Attempt, Backoff, BackoffError, CONSUMER_REREAD, CoreLosses,
-            DEFAULT_ACK_WAIT, DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_JITTER, DEFAULT_CONCURRENCY,
-            DEFAULT_DISCONNECTED_LIMIT, DEFAULT_GRACE_PERIOD, DEFAULT_HANDLER_TIME_LIMIT,
-            DEFAULT_SUBSCRIPTION_BUFFER, DeclarationError, DeclarationErrorKind, DecodeError,
-            Delivery, Disposition, ErrorPolicy, Handled, HandledFuture, Handler, IntoHandled,
-            JetStreamInfo, Json, MAX_CONCURRENCY, MAX_RECOVERIES, Mount, Outcome, OutcomeFuture,
-            RECOVERIES_KEPT, RECOVERY_LIMIT, RECOVERY_WINDOW, Recovery, RunError,
-            SAME_SUSPECT_LIMIT, Settled, ShutdownHandle, ShutdownReport, StartError, async_nats,
-            connect_url,
+            AppFailed, Attempt, Backoff, BackoffError, CONSUMER_REREAD, Context, ContextError,
+            ContextFn, ContextSource, CoreLosses, DEFAULT_ACK_WAIT, DEFAULT_BACKOFF_FACTOR,
+            DEFAULT_BACKOFF_JITTER, DEFAULT_CONCURRENCY, DEFAULT_DISCONNECTED_LIMIT,
+            DEFAULT_GRACE_PERIOD, DEFAULT_HANDLER_TIME_LIMIT, DEFAULT_SUBSCRIPTION_BUFFER,
+            DeclarationError, DeclarationErrorKind, DecodeError, Delivery, DeliveryFn, Descriptor,
+            Disposition, ErrorPolicy, Handled, HandledFuture, Handler, IntoHandled, IntoHandler,
+            IntoJsonHandler, JetStreamInfo, Json, MAX_CONCURRENCY, MAX_RECOVERIES, Mount,
+            MountPolicy, Outcome, OutcomeFuture, RECOVERIES_KEPT, RECOVERY_LIMIT, RECOVERY_WINDOW,
+            Recovery, Reply, RunError, SAME_SUSPECT_LIMIT, Settled, ShutdownHandle, ShutdownReport,
+            StartError, async_nats, connect_url,
         };
     };
 }

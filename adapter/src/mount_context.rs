@@ -52,6 +52,8 @@ pub(crate) struct MountContext {
     pub(crate) careful: Arc<Careful>,
     /// Whether it warned of a Core `retry` that does nothing (rule 22: once per mount).
     pub(crate) warned_retry: Arc<std::sync::atomic::AtomicBool>,
+    /// What its handlers publish with.
+    pub(crate) handler_context: Arc<crate::context::ContextShared>,
     /// What a handler's `Err` stands for.
     pub(crate) on_error: crate::ErrorPolicy,
 }

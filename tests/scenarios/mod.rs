@@ -8,6 +8,7 @@
 
 mod common;
 mod connection;
+mod context;
 mod core_nats;
 mod jetstream;
 mod leases;
