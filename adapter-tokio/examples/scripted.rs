@@ -19,6 +19,9 @@
 //!                           retry)
 //!   --backoff-ms BASE[:CAP] pace retries: a fixed BASE ms, or exponential from BASE ms up to
 //!                           CAP ms (factor 2, jitter 0.2); `retry` then waits that long
+//!   --provenance            add Ruststream-* provenance headers to dead letters (subject,
+//!                           mount, stream, consumer, stream sequence, attempt, reason, and
+//!                           the handler's error text for the "error" payload)
 //!   --queue-group GROUP     Core queue group
 //!   --ack-wait-ms MS        ack_wait of a consumer the service creates (default 30000)
 //!   --no-leases             do not renew a running JetStream handler's lease with +WPI
@@ -107,6 +110,7 @@ struct Flags {
     ack_wait_ms: Option<u64>,
     runtime: Option<String>,
     no_leases: bool,
+    provenance: bool,
     handler_time_limit_ms: Option<u64>,
     subscription_buffer: Option<u64>,
     concurrency: Option<u64>,
@@ -121,7 +125,7 @@ struct Flags {
 
 const USAGE: &str = "usage: scripted [--url URL] (--subject S | --wildcard W --copy-subject S | --stream S --durable D)
                 [--name NAME] [--max-attempts N] [--dead-letter S] [--backoff-ms BASE[:CAP]]
-                [--on-error retry|reject]
+                [--on-error retry|reject] [--provenance]
                 [--queue-group G] [--ack-wait-ms MS]
                 [--no-leases] [--handler-time-limit-ms MS] [--subscription-buffer N] [--concurrency N]
                 [--runtime tokio|smol] [--creds FILE] [--user U --password P] [--token T]
@@ -175,6 +179,11 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Flags, String> {
                 0 => return Err("--ack-wait-ms must be at least 1".to_owned()),
                 ms => set(&mut f.ack_wait_ms, &flag, ms)?,
             },
+            "--provenance" => {
+                if std::mem::replace(&mut f.provenance, true) {
+                    return Err("--provenance given twice".to_owned());
+                }
+            }
             "--no-leases" => {
                 if std::mem::replace(&mut f.no_leases, true) {
                     return Err("--no-leases given twice".to_owned());
@@ -258,6 +267,9 @@ fn mount(f: &Flags) -> Result<Mount, String> {
     }
     if let Some(policy) = &f.on_error {
         m = m.on_error(policy.clone());
+    }
+    if f.provenance {
+        m = m.provenance();
     }
     // A bad backoff (a zero base, a base above its cap) is refused at start-up, naming the
     // mount.

@@ -41,6 +41,10 @@ pub(crate) enum Stage {
     /// for the same event) and executed, unless it already was, with this result (`Some`):
     /// then only the recovery from a failed publish and the report are left.
     Decided(Option<Event>, Option<Result<(), PublishFailed>>),
+    /// Its handler returned an error, which the mount's error policy turned into this event,
+    /// and the plan publishes a dead letter: the error's text goes into its provenance headers
+    /// (rule 19; kept only for a mount that asks for them).
+    Failed(Event, Box<str>),
 }
 
 /// How a mount loop reads a delivered message into what the core needs to know of it:
@@ -207,13 +211,18 @@ fn decide<'m, R: Runtime>(
     cx: &mut Context<'_>,
 ) -> Option<Rest<'m>> {
     let arrival = plan_with_clock(delivery, Event::Arrived, &ctx.policy, R::now);
+    let mut error = None;
     let event = if arrival.runs_handler() {
         // An arrival plan that runs the handler holds only logs.
         execute_logs(ctx, msg, delivery, &arrival);
         Some(match start_handler(ctx, msg, delivery) {
             Err(event) => event,
             Ok(mut run) => match Pin::new(&mut run).poll(cx) {
-                Poll::Ready(result) => handled(ctx, msg, delivery, result),
+                Poll::Ready(result) => {
+                    let (event, failed) = handled(ctx, msg, delivery, result);
+                    error = failed;
+                    event
+                }
                 Poll::Pending => return Some(Rest::Waits(Stage::Handling(run))),
             },
         })
@@ -225,7 +234,10 @@ fn decide<'m, R: Runtime>(
         Some(event) => plan_with_clock(delivery, event, &ctx.policy, R::now),
     };
     if waits_for_confirmation(&decided) {
-        return Some(Rest::Waits(Stage::Decided(event, None)));
+        return Some(Rest::Waits(match (event, error) {
+            (Some(event), Some(error)) => Stage::Failed(event, error),
+            (event, _) => Stage::Decided(event, None),
+        }));
     }
     let executed = execute_now(ctx, msg, delivery, &decided);
     if let Some(Ok(())) = executed {
@@ -278,7 +290,9 @@ async fn carry_on<R: Runtime>(
         } => (delivery, event, decided, executed),
     };
     // Polled in place, inside the span: the future is large, and moving it costs.
-    let mut settling = std::pin::pin!(settle::<R>(ctx, msg, &delivery, event, decided, executed));
+    let mut settling = std::pin::pin!(settle::<R>(
+        ctx, msg, &delivery, event, decided, executed, None
+    ));
     std::future::poll_fn(|cx| {
         let _entered = span.enter();
         settling.as_mut().poll(cx)
@@ -313,7 +327,7 @@ pub(crate) async fn finish<R: Runtime>(
     let Some(delivery) = read(&ctx, &msg) else {
         return;
     };
-    let (event, executed) = match stage {
+    let (event, executed, error) = match stage {
         Stage::Handling(run) => {
             let leased = run_leased::<R>(&ctx, &msg, &delivery, run).await;
             if let LeaseEnd::Late { by } = leased.end {
@@ -327,9 +341,10 @@ pub(crate) async fn finish<R: Runtime>(
                     ?outcome, late_by = ?by, "late result discarded: the delivery's deadline passed without a renewal");
                 return;
             }
-            (Some(leased.event), None)
+            (Some(leased.event), None, leased.error)
         }
-        Stage::Decided(event, executed) => (event, executed),
+        Stage::Decided(event, executed) => (event, executed, None),
+        Stage::Failed(event, error) => (Some(event), None, Some(error)),
     };
     let decided = plan_with_clock(
         &delivery,
@@ -338,11 +353,21 @@ pub(crate) async fn finish<R: Runtime>(
         R::now,
     );
     let executed = executed.or_else(|| execute_now(&ctx, &msg, &delivery, &decided));
-    settle::<R>(&ctx, &msg, &delivery, event, decided, executed).await;
+    settle::<R>(
+        &ctx,
+        &msg,
+        &delivery,
+        event,
+        decided,
+        executed,
+        error.as_deref(),
+    )
+    .await;
 }
 
 /// Executes a delivery's plan (unless [`execute_now`] has, with `executed`), plans and
-/// executes the recovery if a publish failed, and reports the settlement.
+/// executes the recovery if a publish failed, and reports the settlement. `error` is the
+/// handler's error text, for provenance headers.
 async fn settle<R: Runtime>(
     ctx: &MountContext,
     msg: &Incoming,
@@ -350,10 +375,11 @@ async fn settle<R: Runtime>(
     event: Option<Event>,
     decided: Plan<'_>,
     executed: Option<Result<(), PublishFailed>>,
+    error: Option<&str>,
 ) {
     let executed = match executed {
         Some(result) => result,
-        None => execute(ctx, msg, delivery, &decided).await,
+        None => execute(ctx, msg, delivery, &decided, error).await,
     };
     let decided = match executed {
         Ok(()) => decided,
@@ -408,7 +434,7 @@ async fn recover<'p, R: Runtime>(
             };
             Losses::add(counter, 1);
         }
-        match execute(ctx, msg, delivery, &recovery).await {
+        match execute(ctx, msg, delivery, &recovery, None).await {
             Ok(()) => {
                 tracing::warn!(mount = %ctx.name, plan = %recovery, "recovery sent");
                 return recovery;

@@ -248,6 +248,34 @@ pub(crate) async fn publish_plain(
     result.map_err(|e| PublishFailed::new(what, e))
 }
 
+/// The dead letter of `msg` to `subject`: the delivery as it arrived (rule 9), with the
+/// provenance headers when the mount asks for them (rule 19), unless they would make it
+/// larger than the server's `max_payload`: it then goes without them, as it arrived (which
+/// fits, since it was delivered), and a warning says so.
+fn dead_letter(
+    ctx: &MountContext,
+    msg: &Incoming,
+    delivery: &CoreDelivery<'_>,
+    subject: &ruststream_core::Subject,
+    reason: ruststream_core::DeadLetterReason,
+    error: Option<&str>,
+) -> Publication {
+    let message = core_message(msg);
+    if !ctx.policy.provenance() {
+        return message.dead_letter(subject, delivery, None);
+    }
+    let provenance = ruststream_core::Provenance::new(ctx.name, reason, error);
+    let letter = message.dead_letter(subject, delivery, Some(&provenance));
+    let max = ctx.client.max_payload();
+    if letter.wire_len() <= max {
+        return letter;
+    }
+    tracing::warn!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
+        size = letter.wire_len(), max_payload = max,
+        "dead letter sent without its provenance headers: with them it would be larger than the server's max_payload");
+    message.dead_letter(subject, delivery, None)
+}
+
 /// Publishes a dead letter and waits for it to be confirmed (rule 8).
 ///
 /// A stream's acknowledgement that says `duplicate` confirms the dead letter only when it
@@ -505,12 +533,14 @@ pub(crate) fn waits_for_confirmation(plan: &Plan<'_>) -> bool {
 }
 
 /// Executes `plan` in order. Stops at the first publish that fails and returns its error; the
-/// caller then plans `Event::PublishFailed`.
+/// caller then plans `Event::PublishFailed`. `error` is the handler's error text, for the
+/// provenance headers of a mount that asks for them (rule 19).
 pub(crate) async fn execute(
     ctx: &MountContext,
     msg: &Incoming,
     delivery: &CoreDelivery<'_>,
     plan: &Plan<'_>,
+    error: Option<&str>,
 ) -> Result<(), PublishFailed> {
     for action in plan {
         match *action {
@@ -537,12 +567,9 @@ pub(crate) async fn execute(
             } => {
                 schedule_copy(ctx, msg, subject, retry_count, at)?;
             }
-            Action::PublishDeadLetter { subject } => {
-                Box::pin(publish_dead_letter(
-                    ctx,
-                    core_message(msg).dead_letter(subject, delivery),
-                ))
-                .await?;
+            Action::PublishDeadLetter { subject, reason } => {
+                let letter = dead_letter(ctx, msg, delivery, subject, reason, error);
+                Box::pin(publish_dead_letter(ctx, letter)).await?;
                 tracing::warn!(
                     mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
                     dead_letter = %subject, "dead letter published and confirmed"

@@ -72,14 +72,19 @@ pub(crate) fn start_handler(
     }
 }
 
-/// The event of a handler run that ended.
+/// The event of a handler run that ended, and the handler's error text when it returned an
+/// error and the mount asks for provenance headers (rule 19), which carry it.
 pub(crate) fn handled(
     ctx: &MountContext,
     msg: &Incoming,
     delivery: &CoreDelivery<'_>,
     result: std::thread::Result<Handled>,
-) -> Event {
-    match result {
+) -> (Event, Option<Box<str>>) {
+    let error = match &result {
+        Ok(Handled::Error(error)) if ctx.policy.provenance() => Some(Box::from(error.as_str())),
+        _ => None,
+    };
+    let event = match result {
         Ok(Handled::Outcome(outcome)) => Event::Handled(outcome),
         Ok(Handled::Reply(_)) => {
             // Only a `Handler` of the application's own gives this: the handlers built from
@@ -88,7 +93,8 @@ pub(crate) fn handled(
         }
         Ok(Handled::Error(error)) => error_outcome(ctx, msg, delivery, error),
         Err(panic) => panicked(ctx, msg, delivery, &*panic),
-    }
+    };
+    (event, error)
 }
 
 /// The event of a handler's error: the mount's error policy's outcome.

@@ -74,6 +74,8 @@ impl LeaseSettings {
 pub(crate) struct Leased {
     pub(crate) event: Event,
     pub(crate) end: LeaseEnd,
+    /// The handler's error text, kept for provenance headers (see [`handled`]).
+    pub(crate) error: Option<Box<str>>,
 }
 
 /// Runs the rest of a handler that did not finish at its first poll, under a lease: renewed
@@ -106,16 +108,19 @@ pub(crate) async fn run_leased<R: Runtime>(
     };
     let now = R::now();
     let (end, _) = ctx.leases.lock().handle_end(key, now);
-    let event = match result {
+    let (event, error) = match result {
         Some(result) => handled(ctx, msg, delivery, result),
-        None => {
-            tracing::error!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
+        None => (
+            {
+                tracing::error!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
                 elapsed = ?now.saturating_duration_since(started), limit = ?ctx.lease_settings().limit,
                 "handler time limit reached: cancelled, treated as no outcome");
-            Event::Handled(Outcome::None)
-        }
+                Event::Handled(Outcome::None)
+            },
+            None,
+        ),
     };
-    Leased { event, end }
+    Leased { event, end, error }
 }
 
 /// Sends `+WPI` on `reply` through the app's current client, without waiting: whether the

@@ -120,6 +120,20 @@ impl Mount {
         self
     }
 
+    /// Adds provenance headers to this mount's dead letters (rule 19): `Ruststream-Subject`,
+    /// `-Mount`, `-Stream`, `-Consumer`, `-Stream-Sequence` (JetStream), `-Attempt`, and
+    /// `-Reason` (`limit`, `rejected`, `undecodable`, `handler-error`, `copy-too-large`), with
+    /// the handler's error text in `Ruststream-Error` when an `Err` dead-lettered it. Appended
+    /// after the delivery's own headers, which are kept as they arrived; a dead letter that
+    /// would then be larger than the server's `max_payload` goes without them (logged), as
+    /// the delivery arrived. Off by default: the dead letter is the delivery as it arrived.
+    /// See `ruststream_core::Provenance`.
+    #[must_use]
+    pub fn provenance(mut self) -> Self {
+        self.declaration = self.declaration.provenance(true);
+        self
+    }
+
     /// What a handler's `Err` stands for (default [`ErrorPolicy::Retry`](crate::ErrorPolicy)):
     /// `Retry`, so that `max_attempts`, the backoff and the dead-letter subject apply;
     /// `Reject`, the at-limit path at once; or a function of the error's text. The error is

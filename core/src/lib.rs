@@ -79,6 +79,7 @@ mod lease;
 mod message;
 mod plan;
 mod policy;
+mod provenance;
 mod pull;
 mod queue;
 mod reply;
@@ -97,12 +98,18 @@ pub use header::{
 pub use lease::{LeaseDue, LeaseEnd, LeaseKey, LeaseTerms, Leases, lease_span};
 pub use message::{Message, Publication, wire_len};
 pub use plan::{
-    Action, Disposition, Event, Log, MAX_ACTIONS, Outcome, Plan, plan, plan_with_clock,
+    Action, DeadLetterReason, Disposition, Event, Log, MAX_ACTIONS, Outcome, Plan, plan,
+    plan_with_clock,
 };
 pub use policy::{
     AckPolicy, ConsumerFacts, DEFAULT_DEAD_LETTER_RETRY_DELAY, DeclarationError,
     DeclarationErrorKind, DeclarationWarning, DeclarationWarningKind, Descriptor, MountDeclaration,
     MountPolicy, NameRole, SubjectRole, dead_letter_confirm_within,
+};
+pub use provenance::{
+    PROVENANCE_ATTEMPT, PROVENANCE_CONSUMER, PROVENANCE_ERROR, PROVENANCE_ERROR_MAX,
+    PROVENANCE_MOUNT, PROVENANCE_REASON, PROVENANCE_STREAM, PROVENANCE_STREAM_SEQUENCE,
+    PROVENANCE_SUBJECT, Provenance,
 };
 pub use pull::{
     PENDING_MESSAGES_HEADER, PREFETCH_PER_SLOT, PREFETCH_WAIT_SHARE, PULL_EXPIRES, PULL_GRACE,

@@ -8,6 +8,7 @@ use bytes::Bytes;
 
 use crate::delivery::{Delivery, Model};
 use crate::header::{Headers, MSG_ID_HEADER, RetryCount, dead_letter_msg_id};
+use crate::provenance::Provenance;
 use crate::subject::Subject;
 
 /// The parts of a delivered message that copies and dead letters carry.
@@ -88,9 +89,19 @@ impl Message {
     /// and a JetStream publish uses the reply subject for the stream's acknowledgement. A
     /// JetStream delivery's dead letter also carries the runtime's own `Nats-Msg-Id`
     /// ([`dead_letter_msg_id`]: stream, consumer, stream sequence, when it was stored), last;
-    /// a Core one none.
-    pub fn dead_letter(&self, subject: &Subject, delivery: &Delivery<'_>) -> Publication {
+    /// a Core one none. With `provenance` (a mount that asks for it, rule 19), the provenance
+    /// headers come after the delivery's own and before the `Nats-Msg-Id`
+    /// ([`Provenance::append_to`]).
+    pub fn dead_letter(
+        &self,
+        subject: &Subject,
+        delivery: &Delivery<'_>,
+        provenance: Option<&Provenance<'_>>,
+    ) -> Publication {
         let mut headers = self.headers.for_dead_letter();
+        if let Some(provenance) = provenance {
+            provenance.append_to(&mut headers, delivery);
+        }
         if let Model::JetStream(reply) = delivery.model {
             let id = dead_letter_msg_id(
                 reply.stream,

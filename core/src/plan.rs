@@ -85,6 +85,47 @@ impl From<Outcome> for Event {
     }
 }
 
+/// Why a delivery takes the at-limit path: what a mount that asks for provenance headers says
+/// in a dead letter's `Ruststream-Reason` (rule 19; see
+/// [`Provenance`](crate::Provenance)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeadLetterReason {
+    /// Its attempts ran out: a `retry` at `max_attempts`, a Core `retry` on a mount that
+    /// cannot copy, or an arrival past the limit (rule 3). `limit`.
+    Limit,
+    /// Its handler returned `reject` (rule 17). `rejected`.
+    Rejected,
+    /// Its payload did not decode for a typed handler (rule 17). `undecodable`.
+    Undecodable,
+    /// Its handler returned an error, which the mount's error policy settled with the
+    /// at-limit path. The planner never gives it: the adapter knows the error, and says so in
+    /// the [`Provenance`](crate::Provenance) it builds. `handler-error`.
+    HandlerError,
+    /// Its Core copy would have been larger than the server's `max_payload` (rule 21).
+    /// `copy-too-large`.
+    CopyTooLarge,
+}
+
+impl DeadLetterReason {
+    /// The value of `Ruststream-Reason`: `limit`, `rejected`, `undecodable`, `handler-error`
+    /// or `copy-too-large`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Limit => "limit",
+            Self::Rejected => "rejected",
+            Self::Undecodable => "undecodable",
+            Self::HandlerError => "handler-error",
+            Self::CopyTooLarge => "copy-too-large",
+        }
+    }
+}
+
+impl std::fmt::Display for DeadLetterReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Something to log, at the level the variant gives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Log {
@@ -136,6 +177,9 @@ pub enum Action<'p> {
     PublishDeadLetter {
         /// The dead-letter subject.
         subject: &'p Subject,
+        /// Why the delivery is dead-lettered: what a mount that asks for provenance headers
+        /// says in `Ruststream-Reason` (rule 19).
+        reason: DeadLetterReason,
     },
     /// Log this.
     Log(Log),
@@ -170,7 +214,7 @@ impl std::fmt::Display for Action<'_> {
                 crate::RETRY_COUNT_HEADER,
                 retry_count.0
             ),
-            Self::PublishDeadLetter { subject } => write!(f, "dead letter to {subject}"),
+            Self::PublishDeadLetter { subject, .. } => write!(f, "dead letter to {subject}"),
             Self::Log(Log::Unsupported(AckError::Unsupported)) => {
                 f.write_str("AckError::Unsupported logged")
             }
@@ -348,21 +392,26 @@ fn limit(attempt: Attempt, policy: &MountPolicy) -> Limit {
 
 /// The at-limit path: dead letter if declared, then `+TERM` on JetStream; on Core the dead
 /// letter alone, or a warning and nothing.
-fn at_limit<'p>(jetstream: bool, policy: &'p MountPolicy, plan: Plan<'p>) -> Plan<'p> {
+fn at_limit<'p>(
+    jetstream: bool,
+    policy: &'p MountPolicy,
+    reason: DeadLetterReason,
+    plan: Plan<'p>,
+) -> Plan<'p> {
     match (policy.dead_letter(), jetstream) {
         (Some(subject), true) => {
             let plan = Plan {
                 disposition: Disposition::DeadLettered,
                 ..plan
             };
-            plan.with(Action::PublishDeadLetter { subject })
+            plan.with(Action::PublishDeadLetter { subject, reason })
                 .with(Action::Settle(Settlement::Term))
         }
         (Some(subject), false) => Plan {
             disposition: Disposition::DeadLettered,
             ..plan
         }
-        .with(Action::PublishDeadLetter { subject }),
+        .with(Action::PublishDeadLetter { subject, reason }),
         (None, true) => Plan {
             disposition: Disposition::Terminated,
             ..plan
@@ -448,14 +497,23 @@ pub fn plan_with_clock<'p>(
                 .max_attempts()
                 .is_some_and(|max| attempt.get() > u64::from(max.get()));
             if past {
-                at_limit(jetstream, policy, plan)
+                at_limit(jetstream, policy, DeadLetterReason::Limit, plan)
             } else {
                 plan
             }
         }
-        Event::Undecodable | Event::CopyTooLarge => {
-            at_limit(jetstream, policy, Plan::new(Disposition::LetGo))
-        }
+        Event::Undecodable => at_limit(
+            jetstream,
+            policy,
+            DeadLetterReason::Undecodable,
+            Plan::new(Disposition::LetGo),
+        ),
+        Event::CopyTooLarge => at_limit(
+            jetstream,
+            policy,
+            DeadLetterReason::CopyTooLarge,
+            Plan::new(Disposition::LetGo),
+        ),
         Event::PublishFailed if jetstream => Plan::new(Disposition::DeadLetterRetry).with(
             Action::Settle(Settlement::nak(policy.dead_letter_retry_delay())),
         ),
@@ -468,10 +526,18 @@ pub fn plan_with_clock<'p>(
                 Plan::new(Disposition::Dropped).with(Action::Settle(Settlement::Term))
             }
             (Outcome::None, _) => Plan::new(Disposition::NoOutcome),
-            (Outcome::Reject, _) => at_limit(true, policy, Plan::new(Disposition::Terminated)),
-            (Outcome::Retry | Outcome::RetryAfter(_), Limit::AtOrPast) => {
-                at_limit(true, policy, Plan::new(Disposition::Terminated))
-            }
+            (Outcome::Reject, _) => at_limit(
+                true,
+                policy,
+                DeadLetterReason::Rejected,
+                Plan::new(Disposition::Terminated),
+            ),
+            (Outcome::Retry | Outcome::RetryAfter(_), Limit::AtOrPast) => at_limit(
+                true,
+                policy,
+                DeadLetterReason::Limit,
+                Plan::new(Disposition::Terminated),
+            ),
             (Outcome::Retry, Limit::Below) => {
                 Plan::new(Disposition::Retried).with(Action::Settle(Settlement::Nak))
             }
@@ -493,14 +559,22 @@ pub fn plan_with_clock<'p>(
                 (Outcome::Ack, _, _) => Plan::new(Disposition::Acked).with(unsupported),
                 (Outcome::Drop, _, _) => Plan::new(Disposition::Dropped).with(unsupported),
                 (Outcome::None, _, _) => Plan::new(Disposition::NoOutcome),
-                (Outcome::Reject, _, _) => at_limit(false, policy, Plan::new(Disposition::LetGo)),
+                (Outcome::Reject, _, _) => at_limit(
+                    false,
+                    policy,
+                    DeadLetterReason::Rejected,
+                    Plan::new(Disposition::LetGo),
+                ),
                 (Outcome::Retry, _, _) if policy.max_attempts().is_none() => {
                     Plan::new(Disposition::Unsupported).with(unsupported)
                 }
                 (Outcome::Retry | Outcome::RetryAfter(_), Limit::AtOrPast, _)
-                | (Outcome::Retry | Outcome::RetryAfter(_), Limit::Below, None) => {
-                    at_limit(false, policy, Plan::new(Disposition::LetGo))
-                }
+                | (Outcome::Retry | Outcome::RetryAfter(_), Limit::Below, None) => at_limit(
+                    false,
+                    policy,
+                    DeadLetterReason::Limit,
+                    Plan::new(Disposition::LetGo),
+                ),
                 (Outcome::Retry, Limit::Below, Some(subject)) => Plan::new(Disposition::Retried)
                     .with(unsupported)
                     .with(Action::PublishCopy {

@@ -45,6 +45,7 @@ pub struct MountDeclaration {
     dead_letter: Option<String>,
     dead_letter_retry_delay: Duration,
     backoff: Option<Backoff>,
+    provenance: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,6 +70,7 @@ impl MountDeclaration {
             dead_letter: None,
             dead_letter_retry_delay: DEFAULT_DEAD_LETTER_RETRY_DELAY,
             backoff: None,
+            provenance: false,
         }
     }
 
@@ -135,6 +137,15 @@ impl MountDeclaration {
     #[must_use]
     pub fn backoff(mut self, backoff: Backoff) -> Self {
         self.backoff = Some(backoff);
+        self
+    }
+
+    /// Asks for provenance headers on the mount's dead letters (rule 19; see
+    /// [`Provenance`](crate::Provenance) for the headers). Off by default: a dead letter is
+    /// then the delivery as it arrived, byte for byte (rule 9 aside).
+    #[must_use]
+    pub fn provenance(mut self, on: bool) -> Self {
+        self.provenance = on;
         self
     }
 
@@ -247,6 +258,7 @@ impl MountDeclaration {
             dead_letter,
             dead_letter_retry_delay: self.dead_letter_retry_delay,
             backoff: self.backoff,
+            provenance: self.provenance,
         })
     }
 }
@@ -291,9 +303,15 @@ pub struct MountPolicy {
     dead_letter: Option<Subject>,
     dead_letter_retry_delay: Duration,
     backoff: Option<Backoff>,
+    provenance: bool,
 }
 
 impl MountPolicy {
+    /// Whether its dead letters carry provenance headers (rule 19).
+    pub fn provenance(&self) -> bool {
+        self.provenance
+    }
+
     /// How retries are paced (rule 18); `None`: a `retry` is redelivered (or copied) at once.
     pub fn backoff(&self) -> Option<&Backoff> {
         self.backoff.as_ref()

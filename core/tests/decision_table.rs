@@ -7,8 +7,9 @@
 use std::time::{Duration, Instant};
 
 use ruststream_core::{
-    AckError, AckReply, Action, Delivery, Disposition, Event, Log, MAX_NAK_DELAY, MountDeclaration,
-    MountPolicy, Outcome, RetryCount, RetryCountReading, Settlement, Subject, plan,
+    AckError, AckReply, Action, DeadLetterReason, Delivery, Disposition, Event, Log, MAX_NAK_DELAY,
+    MountDeclaration, MountPolicy, Outcome, RetryCount, RetryCountReading, Settlement, Subject,
+    plan,
 };
 
 const DLQ: &str = "dlq.orders";
@@ -172,7 +173,10 @@ fn row_05_jetstream_retry_at_limit_with_dead_letter() {
             assert_eq!(
                 pl.actions(),
                 [
-                    Action::PublishDeadLetter { subject: &dlq },
+                    Action::PublishDeadLetter {
+                        subject: &dlq,
+                        reason: DeadLetterReason::Limit,
+                    },
                     Action::Settle(Settlement::Term)
                 ]
             );
@@ -204,7 +208,10 @@ fn row_07_jetstream_arrives_past_limit_handler_not_run() {
     assert_eq!(
         pl.actions(),
         [
-            Action::PublishDeadLetter { subject: &dlq },
+            Action::PublishDeadLetter {
+                subject: &dlq,
+                reason: DeadLetterReason::Limit,
+            },
             Action::Settle(Settlement::Term)
         ]
     );
@@ -400,7 +407,13 @@ fn row_15_core_retry_at_limit_with_dead_letter() {
                 Outcome::RetryAfter(Duration::from_millis(5)),
             ] {
                 let pl = plan(&core(a), outcome.into(), &p, now());
-                assert_eq!(pl.actions(), [Action::PublishDeadLetter { subject: &dlq }]);
+                assert_eq!(
+                    pl.actions(),
+                    [Action::PublishDeadLetter {
+                        subject: &dlq,
+                        reason: DeadLetterReason::Limit,
+                    }]
+                );
                 assert_eq!(pl.disposition(), Disposition::DeadLettered);
             }
         }
@@ -429,7 +442,13 @@ fn row_17_core_arrives_past_limit_handler_not_run() {
     let p = core_subject(Some(3), true);
     let pl = plan(&core(4), Event::Arrived, &p, now());
     assert!(!pl.runs_handler());
-    assert_eq!(pl.actions(), [Action::PublishDeadLetter { subject: &dlq }]);
+    assert_eq!(
+        pl.actions(),
+        [Action::PublishDeadLetter {
+            subject: &dlq,
+            reason: DeadLetterReason::Limit,
+        }]
+    );
 
     let p = core_wildcard(Some(3), false);
     let pl = plan(&core(4), Event::Arrived, &p, now());
@@ -468,7 +487,10 @@ fn row_jetstream_reject_with_dead_letter() {
         assert_eq!(
             pl.actions(),
             [
-                Action::PublishDeadLetter { subject: &dlq },
+                Action::PublishDeadLetter {
+                    subject: &dlq,
+                    reason: DeadLetterReason::Rejected,
+                },
                 Action::Settle(Settlement::Term)
             ],
             "limit {limit:?}, attempt {a}"
@@ -499,7 +521,10 @@ fn row_core_reject_with_dead_letter() {
             let pl = plan(&core(a), Outcome::Reject.into(), &p, now());
             assert_eq!(
                 pl.actions(),
-                [Action::PublishDeadLetter { subject: &dlq }],
+                [Action::PublishDeadLetter {
+                    subject: &dlq,
+                    reason: DeadLetterReason::Rejected,
+                }],
                 "limit {limit:?}, attempt {a}"
             );
             assert_eq!(pl.disposition(), Disposition::DeadLettered);
@@ -532,7 +557,10 @@ fn undecodable_payload_takes_the_at_limit_path() {
     assert_eq!(
         pl.actions(),
         [
-            Action::PublishDeadLetter { subject: &dlq },
+            Action::PublishDeadLetter {
+                subject: &dlq,
+                reason: DeadLetterReason::Undecodable,
+            },
             Action::Settle(Settlement::Term)
         ]
     );
@@ -541,7 +569,13 @@ fn undecodable_payload_takes_the_at_limit_path() {
     assert_eq!(pl.actions(), [Action::Settle(Settlement::Term)]);
     let p = core_subject(Some(5), true);
     let pl = plan(&core(1), Event::Undecodable, &p, now());
-    assert_eq!(pl.actions(), [Action::PublishDeadLetter { subject: &dlq }]);
+    assert_eq!(
+        pl.actions(),
+        [Action::PublishDeadLetter {
+            subject: &dlq,
+            reason: DeadLetterReason::Undecodable,
+        }]
+    );
     let p = core_subject(None, false);
     let pl = plan(&core(1), Event::Undecodable, &p, now());
     assert_eq!(pl.actions(), [Action::Log(Log::LetGo)]);
@@ -553,7 +587,13 @@ fn rule_21_core_copy_too_large_takes_the_at_limit_path() {
     // Below the limit: the copy would have gone out; its dead letter goes instead.
     let p = core_wildcard(Some(5), true);
     let pl = plan(&core(1), Event::CopyTooLarge, &p, now());
-    assert_eq!(pl.actions(), [Action::PublishDeadLetter { subject: &dlq }]);
+    assert_eq!(
+        pl.actions(),
+        [Action::PublishDeadLetter {
+            subject: &dlq,
+            reason: DeadLetterReason::CopyTooLarge,
+        }]
+    );
     assert_eq!(pl.disposition(), Disposition::DeadLettered);
     // Without a dead-letter subject: let go, with the at-limit warning.
     let p = core_wildcard(Some(5), false);

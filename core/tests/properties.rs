@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use proptest::prelude::*;
 use ruststream_core::{
-    AckReply, Action, DROPPED_DIRECTIVE_PREFIXES, DROPPED_DIRECTIVES, DelayQueue, Delivery,
-    Disposition, Event, Headers, Message, MountDeclaration, MountPolicy, Outcome,
-    RETRY_COUNT_HEADER, RetryCount, RetryCountReading, Settlement, Subject, plan, plan_with_clock,
+    AckReply, Action, DROPPED_DIRECTIVE_PREFIXES, DROPPED_DIRECTIVES, DeadLetterReason, DelayQueue,
+    Delivery, Disposition, Event, Headers, Message, MountDeclaration, MountPolicy, Outcome,
+    Provenance, RETRY_COUNT_HEADER, RetryCount, RetryCountReading, Settlement, Subject, plan,
+    plan_with_clock,
 };
 
 fn base() -> Instant {
@@ -227,7 +228,7 @@ proptest! {
                         prop_assert_eq!(at, exact);
                     }
                 }
-                Action::PublishDeadLetter { subject } => prop_assert_eq!(Some(subject), p.dead_letter()),
+                Action::PublishDeadLetter { subject, .. } => prop_assert_eq!(Some(subject), p.dead_letter()),
                 Action::Settle(Settlement::NakWithDelay(delay)) => {
                     prop_assert!(!delay.is_zero() && delay <= ruststream_core::MAX_NAK_DELAY);
                 }
@@ -315,6 +316,7 @@ proptest! {
         payload in proptest::collection::vec(any::<u8>(), 0..64),
         jetstream in any::<bool>(),
         stream_sequence in 1u64..1_000_000,
+        provenance in any::<bool>(),
     ) {
         let payload = Bytes::from(payload);
         let message = Message { reply: Some(Bytes::from_static(b"_INBOX.x")), headers: to_headers(&pairs), payload: payload.clone() };
@@ -324,10 +326,18 @@ proptest! {
             true => Delivery::jetstream("orders.new", AckReply::parse(reply.as_bytes()).expect("valid")),
             false => Delivery::core("orders.new", RetryCountReading::default()),
         };
-        let dead = message.dead_letter(&dlq, &delivery);
+        let origin = Provenance::new("orders", DeadLetterReason::Limit, None);
+        let dead = message.dead_letter(&dlq, &delivery, provenance.then_some(&origin));
         prop_assert_eq!(&dead.payload, &payload);
         prop_assert_eq!(dead.payload.as_ptr(), payload.as_ptr(), "payload was copied");
         let mut want: Vec<(Vec<u8>, Vec<u8>)> = pairs.iter().filter(|(n, _)| !is_directive(n)).cloned().collect();
+        // Rule 19: provenance is appended after the delivery's own headers, which stay as
+        // they were, whatever they hold (even `Ruststream-` names of an earlier dead letter).
+        if provenance {
+            let mut added = Headers::new();
+            origin.append_to(&mut added, &delivery);
+            want.extend(added.iter().map(|(n, v)| (n.to_vec(), v.to_vec())));
+        }
         if jetstream {
             want.push((b"Nats-Msg-Id".to_vec(), format!("ruststream.dead-letter.ORDERS.worker.{stream_sequence}.1700000000000000000").into_bytes()));
         }

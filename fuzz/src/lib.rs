@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 
 use arbitrary::{Arbitrary, Unstructured};
 use ruststream_core::{
-    AckError, AckReply, Action, Delivery, Disposition, Event, Log, MAX_NAK_DELAY, Model,
-    MountDeclaration, MountPolicy, Outcome, RETRY_COUNT_HEADER, RetryCount, RetryCountReading,
-    Settlement, plan,
+    AckError, AckReply, Action, DeadLetterReason, Delivery, Disposition, Event, Log, MAX_NAK_DELAY,
+    Model, MountDeclaration, MountPolicy, Outcome, RETRY_COUNT_HEADER, RetryCount,
+    RetryCountReading, Settlement, plan,
 };
 
 /// The names of the fuzz targets, which are also the corpus folder names.
@@ -212,7 +212,7 @@ enum Expected {
     Settle(Settlement),
     CopyNow(RetryCount),
     CopyAfter(RetryCount, Duration),
-    DeadLetter,
+    DeadLetter(DeadLetterReason),
     Unsupported,
     RetryCountIgnored(u32),
     LetGo,
@@ -232,13 +232,13 @@ fn part_c(
     let at_limit = limit.is_some_and(|l| a >= l);
     let past_limit = limit.is_some_and(|l| a > l);
     let js = matches!(delivery.model, Model::JetStream(_));
-    let at_limit_plan = || match (js, dlq) {
+    let at_limit_plan = |reason: DeadLetterReason| match (js, dlq) {
         (true, true) => (
-            vec![E::DeadLetter, E::Settle(Settlement::Term)],
+            vec![E::DeadLetter(reason), E::Settle(Settlement::Term)],
             Disposition::DeadLettered,
         ),
         (true, false) => (vec![E::Settle(Settlement::Term)], Disposition::Terminated),
-        (false, true) => (vec![E::DeadLetter], Disposition::DeadLettered),
+        (false, true) => (vec![E::DeadLetter(reason)], Disposition::DeadLettered),
         (false, false) => (vec![E::LetGo], Disposition::LetGo),
     };
     let count = RetryCount(a);
@@ -251,14 +251,15 @@ fn part_c(
                 logs.push(E::RetryCountIgnored(r.ignored));
             }
             if past_limit {
-                let (actions, d) = at_limit_plan();
+                let (actions, d) = at_limit_plan(DeadLetterReason::Limit);
                 logs.extend(actions);
                 (logs, d)
             } else {
                 (logs, Disposition::RunHandler)
             }
         }
-        Event::Undecodable | Event::CopyTooLarge => at_limit_plan(),
+        Event::Undecodable => at_limit_plan(DeadLetterReason::Undecodable),
+        Event::CopyTooLarge => at_limit_plan(DeadLetterReason::CopyTooLarge),
         Event::PublishFailed if js => (
             vec![E::Settle(Settlement::nak(policy.dead_letter_retry_delay()))],
             Disposition::DeadLetterRetry,
@@ -269,8 +270,10 @@ fn part_c(
             Outcome::Drop => (vec![E::Settle(Settlement::Term)], Disposition::Dropped),
             Outcome::None => (vec![], Disposition::NoOutcome),
             // Part C: reject (or undecodable), any limit state, on both models.
-            Outcome::Reject => at_limit_plan(),
-            Outcome::Retry | Outcome::RetryAfter(_) if at_limit => at_limit_plan(),
+            Outcome::Reject => at_limit_plan(DeadLetterReason::Rejected),
+            Outcome::Retry | Outcome::RetryAfter(_) if at_limit => {
+                at_limit_plan(DeadLetterReason::Limit)
+            }
             Outcome::Retry => (vec![E::Settle(Settlement::Nak)], Disposition::Retried),
             Outcome::RetryAfter(d) if d.is_zero() => {
                 (vec![E::Settle(Settlement::Nak)], Disposition::Retried)
@@ -287,12 +290,12 @@ fn part_c(
                 Outcome::Ack => (vec![E::Unsupported], Disposition::Acked),
                 Outcome::Drop => (vec![E::Unsupported], Disposition::Dropped),
                 Outcome::None => (vec![], Disposition::NoOutcome),
-                Outcome::Reject => at_limit_plan(),
+                Outcome::Reject => at_limit_plan(DeadLetterReason::Rejected),
                 Outcome::Retry if limit.is_none() => {
                     (vec![E::Unsupported], Disposition::Unsupported)
                 }
                 Outcome::Retry | Outcome::RetryAfter(_) if at_limit || !has_copy_subject => {
-                    at_limit_plan()
+                    at_limit_plan(DeadLetterReason::Limit)
                 }
                 Outcome::Retry => (
                     vec![E::Unsupported, E::CopyNow(count)],
@@ -407,9 +410,9 @@ pub fn check_plan(data: &[u8]) {
                     other => panic!("copy armed for {other:?}"),
                 }
             }
-            Action::PublishDeadLetter { subject } => {
+            Action::PublishDeadLetter { subject, reason } => {
                 assert_eq!(Some(subject), policy.dead_letter());
-                Expected::DeadLetter
+                Expected::DeadLetter(reason)
             }
             Action::Log(Log::Unsupported(AckError::Unsupported)) => Expected::Unsupported,
             Action::Log(Log::RetryCountIgnored { values }) => Expected::RetryCountIgnored(values),

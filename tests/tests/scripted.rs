@@ -504,3 +504,57 @@ fn scripted_error_payload_follows_the_on_error_flag() {
         );
     });
 }
+
+/// `--provenance` with a dead-letter subject: the `"error"` payload's dead letter names the
+/// mount, the reason `handler-error` and the error's text.
+#[test]
+fn scripted_provenance_flag_adds_provenance_to_dead_letters() {
+    run(async {
+        let server = NatsServer::start();
+        let url = server.url();
+        let tc = TestClient::connect(&server).await;
+        let dead = ruststream_tests::Wire::watch(&tc.client, "scripted.dlq").await;
+        let args = [
+            "--url",
+            &url,
+            "--name",
+            "prov",
+            "--subject",
+            "scripted.prov",
+            "--max-attempts",
+            "1",
+            "--dead-letter",
+            "scripted.dlq",
+            "--provenance",
+        ];
+        let mut service = Scripted::spawn(&args, &[]);
+        service.wait_for("ruststream started").await;
+        tc.client
+            .publish("scripted.prov", r#"{"outcome":"error"}"#.into())
+            .await
+            .unwrap();
+        tc.client.flush().await.unwrap();
+        let seen = dead.at_least(1).await;
+        for pair in [
+            ("Ruststream-Mount", "prov"),
+            ("Ruststream-Subject", "scripted.prov"),
+            ("Ruststream-Attempt", "1"),
+            ("Ruststream-Reason", "handler-error"),
+            ("Ruststream-Error", "the payload asked for an error"),
+        ] {
+            let pair = (pair.0.to_owned(), pair.1.to_owned());
+            assert!(
+                seen[0].headers.contains(&pair),
+                "{pair:?} in {:?}",
+                seen[0].headers
+            );
+        }
+        service.terminate();
+        assert_eq!(
+            service.exit_code(PATIENCE).await,
+            0,
+            "{}",
+            service.printed()
+        );
+    });
+}
