@@ -52,6 +52,16 @@ pub enum StartError {
         /// What is wrong.
         reason: String,
     },
+    /// A stream the app declares ([`App::stream`]) cannot be used: its declaration is bad, the
+    /// stream there does not fit it (subjects, retention), or it could not be created. The
+    /// message names the stream and what is wrong.
+    #[error("stream `{stream}`: {reason}")]
+    Stream {
+        /// The stream's name.
+        stream: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// The server refused or lacks what a mount needs (its stream, its consumer, a
     /// subscription).
     #[error("mount `{mount}`: {reason}")]
@@ -85,6 +95,7 @@ pub(crate) enum Connect {
 pub struct App<R> {
     connect: Connect,
     mounts: Vec<(Mount, Arc<dyn Handler>)>,
+    streams: Vec<async_nats::jetstream::stream::Config>,
     grace: Duration,
     observer: Option<Observer>,
     consumer_reread: Duration,
@@ -114,6 +125,7 @@ impl<R: Runtime> App<R> {
         Self {
             connect,
             mounts: Vec::new(),
+            streams: Vec::new(),
             grace: DEFAULT_GRACE_PERIOD,
             observer: None,
             consumer_reread: CONSUMER_REREAD,
@@ -152,6 +164,25 @@ impl<R: Runtime> App<R> {
     /// application owns it.
     pub fn with_client(client: Client) -> Self {
         Self::with_connect(Connect::Client(client))
+    }
+
+    /// Declares a stream the app needs (its mounts' streams, its dead-letter streams, the
+    /// streams its handlers publish to), in async-nats' [`stream::Config`]: at start-up,
+    /// before any mount is checked, it is created when the server has none of that name, and
+    /// otherwise checked: it must store every declared subject (a wildcard of its own may
+    /// cover them) and have the declared retention. A stream that is there is never changed;
+    /// its limits, storage and replicas are the operator's and are not compared. Streams are
+    /// declared in the order given; one the app creates stays when start-up is refused later.
+    ///
+    /// A declaration that cannot work (a bad name, no subjects, a bad subject), a stream that
+    /// does not fit, or one that cannot be created (its subjects overlap another stream's)
+    /// stops start-up with [`StartError::Stream`], naming the stream.
+    ///
+    /// [`stream::Config`]: async_nats::jetstream::stream::Config
+    #[must_use]
+    pub fn stream(mut self, config: async_nats::jetstream::stream::Config) -> Self {
+        self.streams.push(config);
+        self
     }
 
     /// Mounts `handler` on `mount`: an async function of the delivery (`|d: Delivery|`), or of
@@ -267,7 +298,23 @@ impl<R: Runtime> App<R> {
             Connect::Url { url, options } => Some((url.clone(), (**options).clone())),
             Connect::Client(_) => None,
         };
+        let mut names = HashSet::new();
+        for stream in &self.streams {
+            crate::streams::check_declared(stream)?;
+            if !names.insert(stream.name.as_str()) {
+                return Err(StartError::Stream {
+                    stream: stream.name.clone(),
+                    reason: "declared twice".to_owned(),
+                });
+            }
+        }
         let (client, owns_client) = connect(self.connect).await?;
+        if !self.streams.is_empty() {
+            let js = async_nats::jetstream::new(client.clone());
+            for stream in &self.streams {
+                crate::streams::declare(&js, stream).await?;
+            }
+        }
         let checked = check_mounts::<R>(&client, declared.clone()).await?;
 
         let (shutdown_tx, shutdown_rx) = watch::channel(false);

@@ -36,6 +36,7 @@ mod runtime;
 mod servers;
 mod shutdown;
 mod startup;
+mod streams;
 mod supervisor;
 
 pub use app::{App, RunError, StartError};

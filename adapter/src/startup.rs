@@ -149,7 +149,7 @@ pub(crate) async fn check_mounts<R: Runtime>(
 /// An error of the server's JetStream API, said plainly when nothing answered it: a server
 /// without JetStream enabled has no responder for `$JS.API` (async-nats then says "requested
 /// JetStream resource does not exist", which reads as a missing stream).
-fn jetstream_error(e: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn jetstream_error(e: &(dyn std::error::Error + 'static)) -> String {
     use async_nats::jetstream::context::{RequestError, RequestErrorKind};
     let no_responders = std::iter::successors(Some(e), |e| e.source())
         .filter_map(|e| e.downcast_ref::<RequestError>())

@@ -150,6 +150,26 @@ impl Wildcard {
     }
 }
 
+impl Wildcard {
+    /// Whether every subject `other` matches is matched by this wildcard too: what a stream
+    /// whose subjects include this one needs, to store everything published to `other`. A
+    /// `>` covers one or more trailing tokens of any kind, `*` one token that is `*` or
+    /// literal, a literal token only itself.
+    pub fn covers(&self, other: &Wildcard) -> bool {
+        let mut pattern = self.0.split('.');
+        let mut tokens = other.0.split('.');
+        loop {
+            match (pattern.next(), tokens.next()) {
+                (Some(">"), Some(_)) => return true,
+                (Some("*"), Some(t)) if t != ">" => {}
+                (Some(p), Some(t)) if p == t && p != "*" && p != ">" => {}
+                (None, None) => return true,
+                _ => return false,
+            }
+        }
+    }
+}
+
 impl fmt::Debug for Wildcard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(&*self.0, f)
@@ -168,6 +188,32 @@ mod tests {
 
     fn s(x: &str) -> Subject {
         Subject::new(x).expect("valid subject")
+    }
+
+    #[test]
+    fn covers_by_token() {
+        let w = |x: &str| Wildcard::new(x).expect("valid wildcard");
+        for (pattern, other, covered) in [
+            (">", "orders.>", true),
+            (">", "a", true),
+            ("orders.>", "orders.>", true),
+            ("orders.>", "orders.*.new", true),
+            ("orders.>", "orders", false),
+            ("orders.*", "orders.new", true),
+            ("orders.*", "orders.*", true),
+            ("orders.*", "orders.>", false),
+            ("orders.*", "orders.a.b", false),
+            ("orders.new", "orders.new", true),
+            ("orders.new", "orders.*", false),
+            ("orders.new", "orders.new.x", false),
+            ("orders.new.x", "orders.new", false),
+        ] {
+            assert_eq!(
+                w(pattern).covers(&w(other)),
+                covered,
+                "{pattern} covers {other}"
+            );
+        }
     }
 
     #[test]

@@ -18,3 +18,4 @@ mod rules;
 mod servers;
 mod shutdown;
 mod startup;
+mod streams;
