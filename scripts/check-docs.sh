@@ -19,3 +19,13 @@ if grep -rnoE '\[<code>[^<]*</code>\]' "$doc"/ruststream_*/ >/tmp/unlinked.$$; t
 fi
 rm -f /tmp/unlinked.$$
 echo "docs: every intra-doc link resolves"
+
+# The README's orders service is adapter-tokio/examples/orders.rs, which the demo runs: the two
+# must not drift apart.
+readme_orders=$(awk '/^<!-- adapter-tokio\/examples\/orders.rs -->$/ {found=1; getline; next}
+  found && /^```$/ {exit} found' README.md)
+if ! diff -u adapter-tokio/examples/orders.rs <(printf '%s\n' "$readme_orders"); then
+  echo "docs: the README's orders service differs from adapter-tokio/examples/orders.rs" >&2
+  exit 1
+fi
+echo "docs: the README's orders service is examples/orders.rs"

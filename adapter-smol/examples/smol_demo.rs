@@ -1,4 +1,4 @@
-//! The ruststream demo on smol (the same trace and summary as on tokio): three mounts, a scripted batch of orders, one line per delivery, and a
+//! The ruststream demo on smol: three mounts, a scripted batch of orders, one line per delivery, and a
 //! summary checked against what the server reports.
 //!
 //! ```sh
@@ -31,9 +31,12 @@ mod server;
 #[path = "../../adapter-tokio/examples/common/demo.rs"]
 mod demo;
 
+#[path = "../../adapter-tokio/examples/common/logging.rs"]
+mod logging;
+
 fn main() -> std::process::ExitCode {
-    demo::init_logging();
+    logging::init();
     // The demo's own client (async-nats) needs a Tokio context: async-compat gives it one,
     // as the app does for its own tasks.
-    demo::exit_code(smol::block_on(async_compat::Compat::new(demo::demo())))
+    logging::exit_code(smol::block_on(async_compat::Compat::new(demo::demo())))
 }

@@ -1,41 +1,287 @@
-//! The ruststream demo: three mounts, a scripted batch of orders, one line per delivery, and a
-//! summary checked against what the server reports.
+//! The ruststream demo: the orders service of the README (`examples/orders.rs`) against a
+//! real nats-server, a scripted batch of orders, one line per delivery, and a summary checked
+//! against what the server reports.
 //!
 //! ```sh
 //! cargo run -p ruststream-tokio --example demo
 //! ```
 //!
-//! Uses `NATS_URL` if set (the server needs JetStream); otherwise starts a private nats-server
-//! (from `NATS_SERVER_BIN` or `PATH`) on a free port with a temporary store, and stops it at
-//! the end. Exits 0 when the summary agrees with the server, 1 otherwise.
+//! Uses `NATS_URL` if set (the server needs JetStream, and must not have streams named
+//! `ORDERS`, `EVENTS` or `DLQ`: the demo refuses to touch them, and deletes the ones it
+//! creates at the end); otherwise starts a private nats-server (from `NATS_SERVER_BIN` or
+//! `PATH`) on a free port with a temporary store, and stops it at the end. Exits 0 when the
+//! summary agrees with the server, 1 when it does not, 2 when the demo could not run.
 //!
-//! Mounts:
-//! - `orders-core`: the Core subject `demo.core.orders`, `max_attempts` 3;
-//! - `orders-region`: the Core wildcard `demo.region.*`, copies to `demo.region.retry`,
-//!   `max_attempts` 3;
-//! - `orders-js`: the JetStream consumer `demo-worker` on stream `DEMO_ORDERS`,
-//!   `max_attempts` 3, dead letters to `demo.dlq.orders`, stored by stream `DEMO_DLQ`.
+//! The batch, published to `orders.new` and stored by `ORDERS`:
+//! - `apple`, `pear`: accepted at once (an `order.accepted` event each);
+//! - `flaky-plum`: the inventory times out twice; retried after the backoff's delays, then
+//!   accepted on attempt 3;
+//! - `kiwi` with quantity 0: rejected, dead-lettered at once (`Ruststream-Reason: rejected`);
+//! - `stuck-fig`: the inventory always times out; dead-lettered at attempt 4
+//!   (`handler-error`, with the error's text);
+//! - `not an order`: does not decode; dead-lettered at once (`undecodable`).
 //!
-//! Each order's `kind` decides its handler's outcome: `ok` acks; `flaky` retries once, then
-//! acks; `poison` always retries; `drop` drops; `slow` asks `retry_after(200 ms)` once, then
-//! acks.
+//! Then a Core request to `orders.count` is answered with the number of accepted orders.
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, missing_docs)]
 
-use ruststream_tokio as adapter;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ruststream_tokio::async_nats::{self, jetstream};
+use ruststream_tokio::{App, Disposition, Settled};
 
 #[path = "../../tests/src/server.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod server;
 
-#[path = "common/demo.rs"]
-mod demo;
+#[path = "orders.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod orders;
+
+#[path = "common/logging.rs"]
+mod logging;
+
+/// The batch: (payload, what becomes of it).
+const BATCH: &[(&str, &str)] = &[
+    (r#"{"id":1,"sku":"apple","quantity":2}"#, "accepted"),
+    (r#"{"id":2,"sku":"pear","quantity":1}"#, "accepted"),
+    (r#"{"id":3,"sku":"flaky-plum","quantity":3}"#, "accepted"),
+    (r#"{"id":4,"sku":"kiwi","quantity":0}"#, "rejected"),
+    (
+        r#"{"id":5,"sku":"stuck-fig","quantity":1}"#,
+        "handler-error",
+    ),
+    ("not an order", "undecodable"),
+];
+
+/// Handler runs (settlements) the batch makes: `flaky-plum` 3, `stuck-fig` 4, the others 1;
+/// and the `orders.count` request, 1.
+const SETTLEMENTS: usize = 1 + 1 + 3 + 1 + 4 + 1 + 1;
+
+const STREAMS: [&str; 3] = ["ORDERS", "EVENTS", "DLQ"];
 
 fn main() -> std::process::ExitCode {
-    demo::init_logging();
+    logging::init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
-    demo::exit_code(runtime.block_on(demo::demo()))
+    logging::exit_code(runtime.block_on(demo()))
+}
+
+async fn demo() -> Result<bool, Box<dyn std::error::Error>> {
+    let (_server, url) = match std::env::var("NATS_URL") {
+        Ok(url) => {
+            println!("using NATS_URL");
+            (None, url)
+        }
+        Err(_) => {
+            let server = server::NatsServer::try_start()?;
+            let url = server.url();
+            println!("started a private nats-server at {url}");
+            (Some(server), url)
+        }
+    };
+    let client = ruststream_tokio::connect_url(&url, async_nats::ConnectOptions::new()).await?;
+    let js = jetstream::new(client.clone());
+    for name in STREAMS {
+        if js.get_stream(name).await.is_ok() {
+            return Err(format!("the server already has a stream `{name}`: the demo leaves it alone; use a server without ORDERS, EVENTS and DLQ, or unset NATS_URL").into());
+        }
+    }
+    let result = run(&url, &client, &js).await;
+    for name in STREAMS {
+        let _ = js.delete_stream(name).await;
+    }
+    result
+}
+
+async fn run(
+    url: &str,
+    client: &async_nats::Client,
+    js: &jetstream::Context,
+) -> Result<bool, Box<dyn std::error::Error>> {
+    let settled: Arc<Mutex<Vec<(Settled, Instant)>>> = Arc::default();
+    let sink = settled.clone();
+    let app = App::new(url)
+        .grace_period(Duration::from_secs(2))
+        .on_settled(move |s| {
+            let outcome = match (s.outcome, s.undecodable) {
+                (Some(o), _) => format!("{o:?}"),
+                (None, true) => "(undecodable)".to_owned(),
+                (None, false) => "(handler not run)".to_owned(),
+            };
+            println!(
+                "{:<13} {:<13} seq {:<5} attempt {}  outcome {:<9} wire: {}",
+                s.mount,
+                s.subject.as_str(),
+                s.stream_sequence.map_or("-".to_owned(), |q| q.to_string()),
+                s.attempt,
+                outcome,
+                s.wire
+            );
+            sink.lock().unwrap().push((s.clone(), Instant::now()));
+        });
+    let running = orders::orders_service(app).start().await?;
+
+    for (payload, _) in BATCH {
+        js.publish("orders.new", (*payload).into()).await?.await?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let js_runs = SETTLEMENTS - 1;
+    while settled.lock().unwrap().len() < js_runs && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let reply = client.request("orders.count", "".into()).await?;
+    let count: serde_json::Value = serde_json::from_slice(&reply.payload)?;
+    println!("orders.count answered: {count}");
+    while settled.lock().unwrap().len() < SETTLEMENTS && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let report = running.shutdown().await;
+    let settled = settled.lock().unwrap().clone();
+
+    let mut summary: BTreeMap<&str, usize> = BTreeMap::new();
+    for name in ["acked", "delayed", "dead-lettered"] {
+        summary.insert(name, 0);
+    }
+    for (s, _) in &settled {
+        *summary.entry(s.disposition.as_str()).or_default() += 1;
+    }
+    println!();
+    println!(
+        "summary: {}",
+        summary
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+
+    // What the server says.
+    let info = js
+        .get_stream("ORDERS")
+        .await?
+        .consumer_info("worker")
+        .await?;
+    let events = stream_len(js, "EVENTS").await?;
+    let mut dead_letters = dead_letter_reasons(js).await?;
+    dead_letters.sort();
+    let mut want_reasons: Vec<String> = BATCH
+        .iter()
+        .filter(|(_, fate)| *fate != "accepted")
+        .map(|(_, fate)| match *fate {
+            "handler-error" => "handler-error: inventory timed out reserving stuck-fig".to_owned(),
+            fate => fate.to_owned(),
+        })
+        .collect();
+    want_reasons.sort();
+    let accepted = BATCH.iter().filter(|(_, fate)| *fate == "accepted").count();
+    let js_settled = settled.iter().filter(|(s, _)| s.mount == "orders").count() as u64;
+    let acked_js = settled
+        .iter()
+        .filter(|(s, _)| s.mount == "orders" && s.disposition == Disposition::Acked)
+        .count();
+    // The backoff: `flaky-plum`'s attempts at least the base delay (less its jitter) apart,
+    // then at least twice that.
+    let plum: Vec<Instant> = settled
+        .iter()
+        .filter(|(s, _)| s.mount == "orders" && s.stream_sequence == Some(3))
+        .map(|(_, at)| *at)
+        .collect();
+    let gaps: Vec<Duration> = plum.windows(2).map(|w| w[1] - w[0]).collect();
+    let checks = [
+        (
+            "every delivery settled",
+            settled.len() == SETTLEMENTS,
+            format!("{} of {SETTLEMENTS}", settled.len()),
+        ),
+        (
+            "JetStream deliveries = the consumer's delivered sequence",
+            info.delivered.consumer_sequence == js_settled,
+            format!(
+                "server {}, runtime {js_settled}",
+                info.delivered.consumer_sequence
+            ),
+        ),
+        (
+            "nothing pending or unacknowledged",
+            info.num_pending == 0 && info.num_ack_pending == 0,
+            format!(
+                "pending {}, ack pending {}",
+                info.num_pending, info.num_ack_pending
+            ),
+        ),
+        (
+            "events stored by EVENTS = orders acked = orders.count's answer",
+            events == accepted as u64 && acked_js == accepted && count["accepted"] == accepted,
+            format!("stream {events}, acked {acked_js}, answer {count}, batch {accepted}"),
+        ),
+        (
+            "dead letters stored by DLQ, with their provenance reasons",
+            dead_letters == want_reasons && summary["dead-lettered"] == want_reasons.len(),
+            format!(
+                "stream {dead_letters:?}, summary {}",
+                summary["dead-lettered"]
+            ),
+        ),
+        (
+            "flaky-plum retried after the backoff's delays",
+            gaps.len() == 2
+                && gaps[0] >= Duration::from_millis(80)
+                && gaps[1] >= Duration::from_millis(160),
+            format!("{gaps:?}"),
+        ),
+        (
+            "nothing abandoned at shutdown",
+            report.abandoned.is_empty() && report.lost_copies.is_empty(),
+            format!("{report:?}"),
+        ),
+    ];
+    let mut ok = true;
+    for (what, passed, detail) in &checks {
+        println!(
+            "server check: {what}: {} ({detail})",
+            if *passed { "agrees" } else { "DISAGREES" }
+        );
+        ok &= passed;
+    }
+    println!(
+        "{}",
+        if ok {
+            "the summary agrees with the server"
+        } else {
+            "the summary does NOT agree with the server"
+        }
+    );
+    Ok(ok)
+}
+
+async fn stream_len(
+    js: &jetstream::Context,
+    name: &str,
+) -> Result<u64, Box<dyn std::error::Error>> {
+    Ok(js.get_stream(name).await?.info().await?.state.messages)
+}
+
+/// Each stored dead letter's `Ruststream-Reason` (and `: Ruststream-Error`, if it has one), in
+/// stream order.
+async fn dead_letter_reasons(
+    js: &jetstream::Context,
+) -> Result<Vec<String>, Box<dyn std::error::Error>> {
+    let dlq = js.get_stream("DLQ").await?;
+    let stored = stream_len(js, "DLQ").await?;
+    let mut reasons = Vec::new();
+    for sequence in 1..=stored {
+        let message = dlq.get_raw_message(sequence).await?;
+        let header = |name: &str| message.headers.get(name).map(|v| v.to_string());
+        let reason = header("Ruststream-Reason").unwrap_or_else(|| "(none)".to_owned());
+        reasons.push(match header("Ruststream-Error") {
+            Some(error) => format!("{reason}: {error}"),
+            None => reason,
+        });
+    }
+    Ok(reasons)
 }

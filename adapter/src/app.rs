@@ -197,7 +197,7 @@ impl<R: Runtime> App<R> {
 
     /// Mounts a typed handler: the payload is decoded as JSON into `T`. A payload that does
     /// not decode goes straight to the at-limit path (dead-lettered if the mount has a
-    /// dead-letter subject, otherwise `+TERM` on JetStream and let go on Core); see [`Json`].
+    /// dead-letter subject, otherwise `+TERM` on JetStream and let go on Core); see [`Json`](crate::Json).
     ///
     /// `handler` is `|value: T, d: Delivery|` or `|value: T, d: Delivery, cx: Context|` (see
     /// [`IntoJsonHandler`](crate::IntoJsonHandler)).

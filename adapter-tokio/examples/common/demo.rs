@@ -1,6 +1,9 @@
-//! The demo's body, shared by `ruststream-tokio`'s and `ruststream-smol`'s `demo` examples:
-//! each includes this file with `crate::adapter` naming its crate, and drives [`demo`] on its
-//! own runtime. See `adapter-tokio/examples/demo.rs` for what it does.
+//! The smol demo's body (`adapter-smol/examples/smol_demo.rs`), written against `crate::adapter`:
+//! three mounts (a Core subject, a Core wildcard with its copy subject, a JetStream consumer with
+//! a dead-letter subject), a scripted batch of orders, one line per delivery, and a summary
+//! checked against what the server reports (consumer info, the dead-letter stream, a wire tap
+//! on the Core subjects, which counts the copies). The tokio demo is the orders service
+//! (`adapter-tokio/examples/demo.rs`).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -291,29 +294,4 @@ async fn drain_count(tap: &mut async_nats::Subscriber) -> usize {
         seen += 1;
     }
     seen
-}
-
-/// Sets up logging to stderr (plain when stderr is not a terminal), at `RUST_LOG` or `warn`.
-pub(crate) fn init_logging() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-}
-
-/// The process exit code for the demo's result: 0 agrees, 1 disagrees, 2 failed.
-pub(crate) fn exit_code(
-    result: Result<bool, Box<dyn std::error::Error>>,
-) -> std::process::ExitCode {
-    match result {
-        Ok(true) => std::process::ExitCode::SUCCESS,
-        Ok(false) => std::process::ExitCode::from(1),
-        Err(e) => {
-            eprintln!("demo failed: {e}");
-            std::process::ExitCode::from(2)
-        }
-    }
 }

@@ -1,0 +1,118 @@
+//! The orders service: JSON orders from a stream, validated, a transient failure retried with
+//! backoff, an `order.accepted` event published with the stream's confirmation, a Core request
+//! `orders.count` answered, and dead letters with provenance.
+//!
+//! `NATS_URL=nats://127.0.0.1:4222 cargo run -p ruststream-tokio --example orders`
+
+use std::error::Error;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use ruststream_tokio::async_nats::jetstream::stream;
+use ruststream_tokio::{App, Backoff, Context, Delivery, Mount, Outcome, Reply};
+use serde::{Deserialize, Serialize};
+
+/// An order, as clients publish it to `orders.new`.
+#[derive(Deserialize)]
+pub struct Order {
+    /// The order's id.
+    pub id: u64,
+    /// What is ordered.
+    pub sku: String,
+    /// How many.
+    pub quantity: u32,
+}
+
+/// The event published for each accepted order.
+#[derive(Serialize)]
+struct Accepted<'a> {
+    id: u64,
+    sku: &'a str,
+    quantity: u32,
+}
+
+/// A stream that stores `subjects`.
+fn stream(name: &str, subjects: &[&str]) -> stream::Config {
+    stream::Config {
+        name: name.to_owned(),
+        subjects: subjects.iter().map(|s| (*s).to_owned()).collect(),
+        ..Default::default()
+    }
+}
+
+/// Stands in for a call to the inventory service: it times out twice for a `flaky-` SKU, and
+/// always for a `stuck-` one.
+async fn reserve(order: &Order, attempt: u64) -> Result<(), String> {
+    let times_out =
+        order.sku.starts_with("stuck-") || (order.sku.starts_with("flaky-") && attempt < 3);
+    match times_out {
+        true => Err(format!("inventory timed out reserving {}", order.sku)),
+        false => Ok(()),
+    }
+}
+
+/// The service's streams and mounts, on `app`.
+pub fn orders_service(app: App) -> App {
+    let accepted = Arc::new(AtomicU64::new(0));
+    let counted = accepted.clone();
+    app
+        // Created when missing, checked when present, never changed.
+        .stream(stream("ORDERS", &["orders.new"]))
+        .stream(stream("EVENTS", &["order.>"]))
+        .stream(stream("DLQ", &["dlq.orders"]))
+        .mount_json(
+            Mount::jetstream("orders", "ORDERS", "worker")
+                .max_attempts(4)
+                .backoff(Backoff::exponential(
+                    Duration::from_millis(100),
+                    Duration::from_secs(2),
+                ))
+                .dead_letter("dlq.orders")
+                .provenance(), // Ruststream-Reason, -Attempt, -Error… on each dead letter
+            move |order: Order, d: Delivery, cx: Context| {
+                let accepted = accepted.clone();
+                async move {
+                    if order.quantity == 0 {
+                        return Ok(Outcome::Reject); // poison: the dead-letter subject now
+                    }
+                    // An `Err` is a `retry`: -NAK {"delay": ~100 ms, ~200 ms, ~400 ms}, then
+                    // the dead letter, with the error's text in Ruststream-Error.
+                    reserve(&order, d.attempt.get()).await?;
+                    let event = Accepted {
+                        id: order.id,
+                        sku: &order.sku,
+                        quantity: order.quantity,
+                    };
+                    cx.jetstream_publish_json("order.accepted", &event).await?; // stored, or Err
+                    accepted.fetch_add(1, Ordering::Relaxed);
+                    Ok::<_, Box<dyn Error + Send + Sync>>(Outcome::Ack)
+                }
+            },
+        )
+        // A Core request: the returned value is the reply, as JSON.
+        .mount(
+            Mount::core_subject("orders-count", "orders.count"),
+            move |_d: Delivery| {
+                let accepted = counted.load(Ordering::Relaxed);
+                async move { Reply(serde_json::json!({ "accepted": accepted })) }
+            },
+        )
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt::init();
+    let url = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".to_owned());
+    match orders_service(App::new(&url)).run().await {
+        Ok(report) => {
+            eprintln!("stopped: {report}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
