@@ -10,8 +10,12 @@
 //! 1. Declare mounts: [`Mount::core_subject`], [`Mount::core_wildcard`] (with the subject its
 //!    copies go to) or [`Mount::jetstream`] (a durable pull consumer), with
 //!    [`Mount::max_attempts`] and [`Mount::dead_letter`].
-//! 2. Put a handler on each: an `async fn(Delivery) -> Outcome` with [`App::mount`], or a
-//!    typed one with [`App::mount_json`].
+//! 2. Put a handler on each: an async function of the [`Delivery`] (and, if it publishes,
+//!    replies or makes requests, of its [`Context`]) with [`App::mount`], or a typed one
+//!    with [`App::mount_json`]. It returns an [`Outcome`], a [`Reply`] to a Core request, or a
+//!    `Result` of either (an `Err` is settled by the mount's [`ErrorPolicy`]).
+//!    [`Mount::backoff`] paces retries, [`Mount::provenance`] marks dead letters with where
+//!    they came from and why, and [`App::stream`] declares the streams the app needs.
 //! 3. [`App::start`] validates everything (errors name the mount) and starts consuming;
 //!    [`App::run`] also waits for SIGINT/SIGTERM and shuts down gracefully.
 //!
