@@ -12,7 +12,8 @@ use tracing::Instrument;
 use crate::delivery::{Stage, Waiting, begin, finish, read_core, spawn_holding, waiting};
 use crate::exec::start_copy;
 use crate::incoming::Incoming;
-use crate::mount_context::{Losses, MountContext};
+use crate::metrics::Loss;
+use crate::mount_context::MountContext;
 use crate::report::report;
 use crate::runtime::Runtime;
 
@@ -97,7 +98,7 @@ where
                     Poll::Ready(Some(msg)) if self.held.len() < self.capacity => {
                         self.held.push_back(Incoming::from(msg));
                     }
-                    Poll::Ready(Some(_dropped)) => Losses::add(&ctx.losses.slow_consumer, 1),
+                    Poll::Ready(Some(_dropped)) => ctx.losses.add(Loss::SlowConsumer, 1),
                     Poll::Ready(None) => self.ended = true,
                     Poll::Pending => return Poll::Pending,
                 }
@@ -299,7 +300,7 @@ where
     S: futures_util::Stream<Item = async_nats::Message> + Unpin,
 {
     let unhandled = count_buffered(messages).await;
-    Losses::add(&ctx.losses.unhandled_at_shutdown, unhandled as u64);
+    ctx.losses.add(Loss::UnhandledAtShutdown, unhandled as u64);
     if unhandled > 0 {
         tracing::warn!(mount = %ctx.name, messages = unhandled,
             "Core messages received but not handled when shutdown began: lost (Core NATS cannot redeliver them)");

@@ -6,6 +6,7 @@ use ruststream_core::{PendingCopy, Subject};
 use tokio::sync::{mpsc, watch};
 
 use crate::exec::{Unpublished, publish_plain};
+use crate::metrics::{Loss, Wire};
 use crate::mount_context::Losses;
 use crate::runtime::Runtime;
 
@@ -30,6 +31,7 @@ pub(crate) async fn delay_loop<R: Runtime>(
         let end = *finish.borrow();
         if let Some(end) = end {
             while let Ok((copy, at)) = incoming.try_recv() {
+                queued(&losses, &copy);
                 queue.handle_copy(copy, at);
             }
             // Nothing left to publish before the end: every mount has stopped (or its
@@ -44,7 +46,10 @@ pub(crate) async fn delay_loop<R: Runtime>(
             biased;
             changed = finish.changed() => if changed.is_err() { break },
             item = incoming.recv(), if open => match item {
-                Some((copy, at)) => queue.handle_copy(copy, at),
+                Some((copy, at)) => {
+                    queued(&losses, &copy);
+                    queue.handle_copy(copy, at);
+                }
                 None => open = false,
             },
             _ = R::sleep_until(next.unwrap_or_else(R::now)), if next.is_some() => {
@@ -53,17 +58,28 @@ pub(crate) async fn delay_loop<R: Runtime>(
                 let client = clients.borrow().clone();
                 for copy in due {
                     let mount = copy.mount();
+                    let metrics = losses.get(mount).map(|l| l.metrics());
+                    if let Some(metrics) = metrics {
+                        metrics.delayed(-1.0);
+                    }
                     let Some(subject) = copy_subjects.get(mount).cloned().flatten() else {
                         // Only Core mounts, which all have a copy subject, schedule copies.
                         tracing::error!(mount, "delayed Core copy of a mount without a copy subject: lost");
                         continue;
                     };
                     let publication = copy.into_publication(&subject);
-                    if let Err(e) = publish_plain(&client, publication, Unpublished::Copy).await {
-                        if let Some(losses) = losses.get(mount) {
-                            Losses::add(&losses.copies, 1);
+                    match publish_plain(&client, publication, Unpublished::Copy).await {
+                        Ok(()) => {
+                            if let Some(metrics) = metrics {
+                                metrics.wire(Wire::Copy);
+                            }
                         }
-                        tracing::error!(%subject, error = %e.reason, "delayed Core copy lost: its publish failed");
+                        Err(e) => {
+                            if let Some(losses) = losses.get(mount) {
+                                losses.add(Loss::Copy, 1);
+                            }
+                            tracing::error!(%subject, error = %e.reason, "delayed Core copy lost: its publish failed");
+                        }
                     }
                 }
             }
@@ -71,6 +87,7 @@ pub(crate) async fn delay_loop<R: Runtime>(
         }
     }
     while let Ok((copy, at)) = incoming.try_recv() {
+        queued(&losses, &copy);
         queue.handle_copy(copy, at);
     }
     let mut lost = vec![0; losses.len()];
@@ -79,5 +96,18 @@ pub(crate) async fn delay_loop<R: Runtime>(
             *n += 1;
         }
     }
+    for (mount, &n) in lost.iter().enumerate() {
+        if let Some(losses) = losses.get(mount).filter(|_| n > 0) {
+            losses.metrics().delayed(-(n as f64));
+            losses.add(Loss::CopyAtShutdown, n as u64);
+        }
+    }
     lost
+}
+
+/// Counts a copy into its mount's `ruststream_delayed_copies`.
+fn queued(losses: &[Arc<Losses>], copy: &PendingCopy) {
+    if let Some(losses) = losses.get(copy.mount()) {
+        losses.metrics().delayed(1.0);
+    }
 }

@@ -25,7 +25,8 @@ use crate::exec::{
 use crate::handler_run::{HandlerRun, handled, start_handler};
 use crate::incoming::Incoming;
 use crate::leases::run_leased;
-use crate::mount_context::{Losses, MountContext};
+use crate::metrics::Loss;
+use crate::mount_context::MountContext;
 use crate::report::report;
 use crate::runtime::Runtime;
 
@@ -36,7 +37,7 @@ pub(crate) type Waiting = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 /// Where a waiting delivery stands.
 pub(crate) enum Stage {
     /// Its handler is running.
-    Handling(HandlerRun),
+    Handling(HandlerRun, std::time::Instant),
     /// Its event is known (`None`: the handler did not run): its plan is made again (the same
     /// for the same event) and executed, unless it already was, with this result (`Some`):
     /// then only the recovery from a failed publish and the report are left.
@@ -191,6 +192,7 @@ pub(crate) fn begin<'m, R: Runtime>(
     // Borrowed where it was built: the delivery is large, and moving it costs.
     let read = read(ctx, msg);
     let delivery = read.as_ref()?;
+    ctx.metrics.consumed();
     let span = delivery_span(ctx, msg, delivery);
     let entered = span.enter();
     match decide::<R>(ctx, msg, delivery, cx) {
@@ -215,15 +217,18 @@ fn decide<'m, R: Runtime>(
     let event = if arrival.runs_handler() {
         // An arrival plan that runs the handler holds only logs.
         execute_logs(ctx, msg, delivery, &arrival);
+        let started = R::now();
         Some(match start_handler(ctx, msg, delivery) {
             Err(event) => event,
             Ok(mut run) => match Pin::new(&mut run).poll(cx) {
                 Poll::Ready(result) => {
+                    ctx.metrics
+                        .handled_in(R::now().saturating_duration_since(started).as_secs_f64());
                     let (event, failed) = handled(ctx, msg, delivery, result);
                     error = failed;
                     event
                 }
-                Poll::Pending => return Some(Rest::Waits(Stage::Handling(run))),
+                Poll::Pending => return Some(Rest::Waits(Stage::Handling(run, started))),
             },
         })
     } else {
@@ -328,9 +333,10 @@ pub(crate) async fn finish<R: Runtime>(
         return;
     };
     let (event, executed, error) = match stage {
-        Stage::Handling(run) => {
-            let leased = run_leased::<R>(&ctx, &msg, &delivery, run).await;
+        Stage::Handling(run, started) => {
+            let leased = run_leased::<R>(&ctx, &msg, &delivery, run, started).await;
             if let LeaseEnd::Late { by } = leased.end {
+                ctx.metrics.late();
                 // Rule 16: the server may have redelivered it already, and would take a late
                 // `+ACK` over the newer attempt's answer. Nothing is sent or published.
                 let outcome = match leased.event {
@@ -421,18 +427,18 @@ async fn recover<'p, R: Runtime>(
         if event == Event::CopyTooLarge && recovery.disposition() == Disposition::LetGo {
             // No dead-letter subject to take it: lost, and said so in this case's words (the
             // plan's own warning speaks of a limit reached).
-            Losses::add(&ctx.losses.copies, 1);
+            ctx.losses.add(Loss::Copy, 1);
             tracing::error!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
                 size = msg.payload.len(),
                 "Core delivery lost: its copy would be larger than the server's max_payload and the mount has no dead-letter subject");
             return recovery;
         }
         if recovery.disposition() == Disposition::Lost {
-            let counter = match failed.what {
-                Unpublished::DeadLetter => &ctx.losses.dead_letters,
-                Unpublished::Copy | Unpublished::CopyTooLarge => &ctx.losses.copies,
+            let loss = match failed.what {
+                Unpublished::DeadLetter => Loss::DeadLetter,
+                Unpublished::Copy | Unpublished::CopyTooLarge => Loss::Copy,
             };
-            Losses::add(counter, 1);
+            ctx.losses.add(loss, 1);
         }
         match execute(ctx, msg, delivery, &recovery, None).await {
             Ok(()) => {

@@ -91,7 +91,10 @@ pub(crate) fn handled(
             // functions send their replies before they finish.
             error_outcome(ctx, msg, delivery, "the handler gave the runtime a reply to send; a `Handler` sends its replies itself through its context".to_owned())
         }
-        Ok(Handled::Error(error)) => error_outcome(ctx, msg, delivery, error),
+        Ok(Handled::Error(error)) => {
+            ctx.metrics.handler_error();
+            error_outcome(ctx, msg, delivery, error)
+        }
         Err(panic) => panicked(ctx, msg, delivery, &*panic),
     };
     (event, error)

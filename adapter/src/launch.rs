@@ -13,6 +13,7 @@ use tokio::sync::{Semaphore, mpsc, watch};
 use crate::context::ContextShared;
 use crate::core_loop::{core_loop, spawned_slots};
 use crate::leases::{LeaseRoom, LeaseSettings};
+use crate::metrics::MountMetrics;
 use crate::mount_context::{Careful, InFlight, Losses, MountContext, Received, intern};
 use crate::pull_loop::pull_loop;
 use crate::report::Observer;
@@ -35,15 +36,19 @@ pub(crate) struct MountRecord {
     pub(crate) careful: Arc<Careful>,
     /// Whether it warned of a Core `retry` that does nothing (rule 22: once per mount).
     pub(crate) warned_retry: Arc<AtomicBool>,
+    /// Its metrics, registered when the app starts.
+    pub(crate) metrics: Arc<MountMetrics>,
 }
 
 impl MountRecord {
     /// A record for the mount `checked`, with its lease settings from its consumer.
     pub(crate) fn new(checked: &CheckedMount) -> Self {
+        let name = intern(checked.mount.name());
+        let metrics = Arc::new(MountMetrics::register(name));
         Self {
-            name: intern(checked.mount.name()),
-            in_flight: Arc::default(),
-            losses: Arc::default(),
+            name,
+            in_flight: Arc::new(InFlight::new(metrics.clone())),
+            losses: Arc::new(Losses::new(metrics.clone())),
             lease_settings: Arc::new(Mutex::new(lease_settings(checked))),
             received: Arc::new(Received::new(matches!(
                 checked.source,
@@ -51,6 +56,7 @@ impl MountRecord {
             ))),
             careful: Arc::default(),
             warned_retry: Arc::default(),
+            metrics,
         }
     }
 }
@@ -140,6 +146,7 @@ impl<R: Runtime> Launcher<R> {
             received: record.received.clone(),
             careful: record.careful.clone(),
             warned_retry: record.warned_retry.clone(),
+            metrics: record.metrics.clone(),
             on_error: mount.on_error.clone(),
         });
         let shutdown = self.shutdown.clone();

@@ -25,6 +25,8 @@ pub(crate) struct LeaseIo {
     reply: Option<Subject>,
     /// Fired at the time limit.
     cancel: Option<oneshot::Sender<()>>,
+    /// Its mount's metrics, which count its renewals.
+    metrics: Arc<crate::metrics::MountMetrics>,
 }
 
 /// The leases of an app's running handlers, shared by its deliveries and its lease loop.
@@ -90,12 +92,13 @@ pub(crate) async fn run_leased<R: Runtime>(
     msg: &Incoming,
     delivery: &CoreDelivery<'_>,
     run: HandlerRun,
+    started: Instant,
 ) -> Leased {
     let (cancel, cancelled) = oneshot::channel();
-    let started = R::now();
     let io = LeaseIo {
         reply: msg.reply.clone(),
         cancel: Some(cancel),
+        metrics: ctx.metrics.clone(),
     };
     let key = ctx
         .leases
@@ -107,6 +110,8 @@ pub(crate) async fn run_leased<R: Runtime>(
         Ok(()) = cancelled => None,
     };
     let now = R::now();
+    ctx.metrics
+        .handled_in(now.saturating_duration_since(started).as_secs_f64());
     let (end, _) = ctx.leases.lock().handle_end(key, now);
     let (event, error) = match result {
         Some(result) => handled(ctx, msg, delivery, result),
@@ -164,10 +169,11 @@ pub(crate) async fn lease_loop<R: Runtime>(
                 for due in due {
                     match due {
                         LeaseDue::Renew(key) => {
-                            let reply = room.lock().get(key).and_then(|io| io.reply.clone());
-                            let Some(reply) = reply else { continue };
+                            let io = room.lock().get(key).and_then(|io| Some((io.reply.clone()?, io.metrics.clone())));
+                            let Some((reply, metrics)) = io else { continue };
                             // Handed to the client: the lease is renewed from now.
                             if renew(&clients, reply) {
+                                metrics.wire(crate::metrics::Wire::Wpi);
                                 room.lock().handle_renewed(key, R::now());
                             }
                         }
@@ -237,6 +243,7 @@ impl WaitLease {
         let io = LeaseIo {
             reply: Some(reply),
             cancel: None,
+            metrics: ctx.metrics.clone(),
         };
         let key = ctx.leases.lock().handle_start(terms, io, since);
         ctx.leases.started.notify_one();
@@ -263,8 +270,9 @@ impl WaitLease {
         }
         if now.saturating_duration_since(self.since) >= self.span / 4
             && let Some(reply) = msg.reply.clone()
+            && renew(&ctx.clients, reply)
         {
-            renew(&ctx.clients, reply);
+            ctx.metrics.wire(crate::metrics::Wire::Wpi);
         }
         WaitEnd::OnTime
     }

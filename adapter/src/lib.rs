@@ -27,6 +27,7 @@ mod handler_run;
 mod incoming;
 mod launch;
 mod leases;
+mod metrics;
 mod mount;
 mod mount_context;
 mod pull_loop;

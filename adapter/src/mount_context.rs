@@ -56,6 +56,8 @@ pub(crate) struct MountContext {
     pub(crate) handler_context: Arc<crate::context::ContextShared>,
     /// What a handler's `Err` stands for.
     pub(crate) on_error: crate::ErrorPolicy,
+    /// Its metrics.
+    pub(crate) metrics: Arc<crate::metrics::MountMetrics>,
 }
 
 /// Until when a JetStream mount pulls one message at a time: set by the supervisor while a
@@ -127,8 +129,8 @@ impl Received {
     }
 }
 
-/// A Core mount's losses (rule 21), counted as they happen and read into the shutdown report.
-#[derive(Debug, Default)]
+/// A Core mount's losses (rule 21), counted as they happen and read into the shutdown report
+/// (and counted in its metrics).
 pub(crate) struct Losses {
     /// Messages dropped because the mount's subscription buffer was full.
     pub(crate) slow_consumer: AtomicU64,
@@ -138,12 +140,53 @@ pub(crate) struct Losses {
     pub(crate) dead_letters: AtomicU64,
     /// Messages received and not handed to a handler when shutdown began.
     pub(crate) unhandled_at_shutdown: AtomicU64,
+    metrics: Arc<crate::metrics::MountMetrics>,
 }
 
 impl Losses {
-    /// Adds `n` to `counter`.
-    pub(crate) fn add(counter: &AtomicU64, n: u64) {
+    /// No losses yet; they will be counted in `metrics` too.
+    pub(crate) fn new(metrics: Arc<crate::metrics::MountMetrics>) -> Self {
+        Self {
+            slow_consumer: AtomicU64::new(0),
+            copies: AtomicU64::new(0),
+            dead_letters: AtomicU64::new(0),
+            unhandled_at_shutdown: AtomicU64::new(0),
+            metrics,
+        }
+    }
+
+    /// The mount's metrics.
+    pub(crate) fn metrics(&self) -> &crate::metrics::MountMetrics {
+        &self.metrics
+    }
+
+    /// Counts `n` messages lost for `loss`.
+    pub(crate) fn add(&self, loss: crate::metrics::Loss, n: u64) {
+        use crate::metrics::Loss;
+        let counter = match loss {
+            Loss::SlowConsumer => &self.slow_consumer,
+            Loss::Copy => &self.copies,
+            Loss::DeadLetter => &self.dead_letters,
+            Loss::UnhandledAtShutdown => &self.unhandled_at_shutdown,
+            // Counted by the delay loop, which reports them itself.
+            Loss::CopyAtShutdown => {
+                self.metrics.lost(loss, n);
+                return;
+            }
+        };
         counter.fetch_add(n, Ordering::Relaxed);
+        self.metrics.lost(loss, n);
+    }
+}
+
+impl std::fmt::Debug for Losses {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Losses")
+            .field("slow_consumer", &self.slow_consumer)
+            .field("copies", &self.copies)
+            .field("dead_letters", &self.dead_letters)
+            .field("unhandled_at_shutdown", &self.unhandled_at_shutdown)
+            .finish_non_exhaustive()
     }
 }
 
@@ -151,20 +194,32 @@ impl Losses {
 /// poll, a dead letter waiting for its confirmation) and have not finished: what a shutdown
 /// waits for, and reports as abandoned when its grace period ends. A delivery that finishes
 /// at once never counts.
-#[derive(Default)]
 pub(crate) struct InFlight {
     count: std::sync::atomic::AtomicUsize,
     /// Woken when the count falls to zero.
     idle: tokio::sync::Notify,
+    /// Its gauge, `ruststream_handlers_waiting`.
+    metrics: Arc<crate::metrics::MountMetrics>,
 }
 
 /// One delivery counted in [`InFlight`] until it is dropped.
 pub(crate) struct InFlightGuard(Arc<InFlight>);
 
 impl InFlight {
-    /// Counts one more delivery in flight, until the guard is dropped: one atomic add.
+    /// None in flight, counted in `metrics` too.
+    pub(crate) fn new(metrics: Arc<crate::metrics::MountMetrics>) -> Self {
+        Self {
+            count: std::sync::atomic::AtomicUsize::new(0),
+            idle: tokio::sync::Notify::new(),
+            metrics,
+        }
+    }
+
+    /// Counts one more delivery in flight, until the guard is dropped: one atomic add (and the
+    /// gauge's).
     pub(crate) fn enter(self: &Arc<Self>) -> InFlightGuard {
         self.count.fetch_add(1, Ordering::AcqRel);
+        self.metrics.waiting(1.0);
         InFlightGuard(self.clone())
     }
 
@@ -190,6 +245,7 @@ impl InFlight {
 
 impl Drop for InFlightGuard {
     fn drop(&mut self) {
+        self.0.metrics.waiting(-1.0);
         if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.0.idle.notify_waiters();
         }

@@ -52,6 +52,7 @@ pub(crate) fn report(
         Some(Event::Handled(o)) => Some(o),
         _ => None,
     };
+    ctx.metrics.settled(event, decided);
     let disposition = decided.disposition();
     if outcome == Some(Outcome::Retry)
         && disposition == Disposition::Unsupported

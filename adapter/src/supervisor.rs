@@ -360,6 +360,7 @@ impl<R: Runtime> Supervisor<R> {
                 record.careful.until(R::now() + careful_span(record));
             }
             let task = self.launcher.launch(index, checked, &client, record);
+            record.metrics.recovered();
             // The old loop has ended: its handle goes.
             self.tasks.lock().unwrap_or_else(PoisonError::into_inner)[index] = Some(task);
         }

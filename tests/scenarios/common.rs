@@ -59,6 +59,8 @@ pub(crate) async fn start_at(
     build: impl FnOnce(App) -> App,
 ) -> Running {
     capture_logs();
+    // Before the app starts: its mounts register their metrics as they start.
+    ruststream_tests::metrics::install_recorder();
     let sink = events.clone();
     let app = App::new(url)
         .grace_period(Duration::from_secs(2))

@@ -58,6 +58,13 @@ fn rule_20_a_poison_header_on_core_brings_the_client_down_and_the_mount_back() {
         assert_eq!(got[1..], later[..]);
         let report = app.shutdown().await;
         assert_eq!(report.recoveries.len(), 1, "{report:?}");
+        assert_eq!(
+            ruststream_tests::metrics::counter(
+                "ruststream_recoveries_total",
+                &[("mount", "core-poison-20")]
+            ),
+            1
+        );
         assert!(report.failure.is_none(), "{report:?}");
         assert!(
             report.to_string().contains("recoveries=1 failure=none"),

@@ -116,6 +116,13 @@ fn rule_16_a_late_result_is_not_sent() {
             "only the newer attempt's answer"
         );
         assert_eq!(attempts(&r), [1, 2]);
+        assert_eq!(
+            ruststream_tests::metrics::counter(
+                "ruststream_late_results_total",
+                &[("mount", "late")]
+            ),
+            1
+        );
         app.shutdown().await;
     });
 }

@@ -7,6 +7,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::common::*;
 
 /// The mount's line of the report, or all zeros when it lost nothing.
+/// `ruststream_core_losses_total` of `mount` for `cause`.
+pub(crate) fn core_losses_metric(mount: &str, cause: &str) -> u64 {
+    ruststream_tests::metrics::counter(
+        "ruststream_core_losses_total",
+        &[("mount", mount), ("cause", cause)],
+    )
+}
+
 fn losses_of(report: &adapter::ShutdownReport, mount: &str) -> adapter::CoreLosses {
     report
         .core_losses
@@ -77,6 +85,13 @@ fn rule_21_slow_core_consumer_drops_are_counted_per_mount() {
             SENT,
             "every message sent is handled or counted lost: handled {handled}, {report:?}"
         );
+        // The same losses in the metrics, by cause.
+        for (cause, n) in [
+            ("slow_consumer", losses.slow_consumer),
+            ("unhandled_at_shutdown", losses.unhandled_at_shutdown),
+        ] {
+            assert_eq!(core_losses_metric("core-slow-21", cause), n, "{cause}");
+        }
         assert_eq!(
             losses.unpublished_copies + losses.unpublished_dead_letters,
             0
@@ -185,6 +200,7 @@ fn rule_21_core_dead_letter_that_cannot_be_stored_is_counted() {
         let losses = losses_of(&report, "core-dlq-21");
         assert_eq!(losses.unpublished_dead_letters, 1, "{report:?}");
         assert_eq!(losses.total(), 1, "{report:?}");
+        assert_eq!(core_losses_metric("core-dlq-21", "dead_letter"), 1);
         assert_eq!(tc.stream_len("DLQ21").await, 1);
     });
 }
@@ -223,5 +239,6 @@ fn rule_21_core_copy_over_max_payload_without_a_dead_letter_subject_is_counted_l
         let losses = losses_of(&report, "core-big-lost-21");
         assert_eq!(losses.unpublished_copies, 1, "{report:?}");
         assert_eq!(losses.total(), 1, "{report:?}");
+        assert_eq!(core_losses_metric("core-big-lost-21", "copy"), 1);
     });
 }

@@ -13,6 +13,7 @@ mod core_nats;
 mod jetstream;
 mod leases;
 mod losses;
+mod metrics;
 mod provenance;
 mod rules;
 mod servers;

@@ -58,6 +58,18 @@ fn rule_14_delayed_core_copies_left_at_shutdown_are_reported_lost_without_waitin
         let report = app.shutdown().await;
         let took = asked.elapsed();
         assert_eq!(report.lost_copies, [("core-lost-14".to_owned(), 1)]);
+        assert_eq!(
+            super::losses::core_losses_metric("core-lost-14", "copy_at_shutdown"),
+            1
+        );
+        assert_eq!(
+            ruststream_tests::metrics::gauge(
+                "ruststream_delayed_copies",
+                &[("mount", "core-lost-14")]
+            ),
+            Some(0.0),
+            "the lost copy left the queue"
+        );
         logged(&["WARN", "mount=core-lost-14", "lost at shutdown"]).await;
         assert!(
             took < Duration::from_secs(5),
@@ -299,6 +311,10 @@ fn rule_14_core_messages_queued_behind_a_stuck_handler_are_reported_lost() {
         let report = app.shutdown().await;
         assert_eq!(report.abandoned, [("core-stuck-14".to_owned(), 2)]);
         logged(&["WARN", "mount=core-stuck-14", "messages=3", "not handled"]).await;
+        assert_eq!(
+            super::losses::core_losses_metric("core-stuck-14", "unhandled_at_shutdown"),
+            3
+        );
     });
 }
 

@@ -18,6 +18,7 @@ use futures_util::StreamExt;
 pub const PATIENCE: Duration = Duration::from_secs(10);
 
 pub mod cluster;
+pub mod metrics;
 pub mod paired;
 pub mod process;
 pub mod raw;
