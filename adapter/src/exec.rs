@@ -250,8 +250,9 @@ pub(crate) async fn publish_plain(
 
 /// The dead letter of `msg` to `subject`: the delivery as it arrived (rule 9), with the
 /// provenance headers when the mount asks for them (rule 19), unless they would make it
-/// larger than the server's `max_payload`: it then goes without them, as it arrived (which
-/// fits, since it was delivered), and a warning says so.
+/// larger than the server's `max_payload`: it then goes without them, and, for a JetStream
+/// delivery that close to the limit, without the runtime's own `Nats-Msg-Id` too, as the
+/// delivery arrived, which fits since it was delivered. A warning says what was left out.
 fn dead_letter(
     ctx: &MountContext,
     msg: &Incoming,
@@ -261,19 +262,25 @@ fn dead_letter(
     error: Option<&str>,
 ) -> Publication {
     let message = core_message(msg);
-    if !ctx.policy.provenance() {
-        return message.dead_letter(subject, delivery, None);
-    }
-    let provenance = ruststream_core::Provenance::new(ctx.name, reason, error);
-    let letter = message.dead_letter(subject, delivery, Some(&provenance));
     let max = ctx.client.max_payload();
+    if ctx.policy.provenance() {
+        let provenance = ruststream_core::Provenance::new(ctx.name, reason, error);
+        let letter = message.dead_letter(subject, delivery, Some(&provenance));
+        if letter.wire_len() <= max {
+            return letter;
+        }
+        tracing::warn!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
+            size = letter.wire_len(), max_payload = max,
+            "dead letter sent without its provenance headers: with them it would be larger than the server's max_payload");
+    }
+    let letter = message.dead_letter(subject, delivery, None);
     if letter.wire_len() <= max {
         return letter;
     }
     tracing::warn!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
         size = letter.wire_len(), max_payload = max,
-        "dead letter sent without its provenance headers: with them it would be larger than the server's max_payload");
-    message.dead_letter(subject, delivery, None)
+        "dead letter sent without the runtime's Nats-Msg-Id: with it, it would be larger than the server's max_payload (a publish tried again after a failure may store it twice)");
+    letter.without_runtime_msg_id()
 }
 
 /// Publishes a dead letter and waits for it to be confirmed (rule 8).

@@ -187,6 +187,11 @@ impl Headers {
         self.0.iter().map(|(n, v)| (&n[..], &v[..]))
     }
 
+    /// Removes every pair named exactly `name` (byte for byte), keeping the others in order.
+    pub fn remove(&mut self, name: &[u8]) {
+        self.0.retain(|(n, _)| &n[..] != name);
+    }
+
     /// How many pairs there are.
     pub fn len(&self) -> usize {
         self.0.len()

@@ -36,6 +36,17 @@ pub struct Publication {
 }
 
 impl Publication {
+    /// This dead letter without the runtime's own `Nats-Msg-Id` (rule 9; the delivery's own
+    /// was dropped as a directive): for a JetStream delivery so close to the server's
+    /// `max_payload` that the id would push its dead letter over it. It then fits, since the
+    /// delivery did; the price is that a publish tried again after a failure may store it
+    /// twice.
+    #[must_use]
+    pub fn without_runtime_msg_id(mut self) -> Self {
+        self.headers.remove(MSG_ID_HEADER.as_bytes());
+        self
+    }
+
     /// Its size as the server counts it against `max_payload`: the payload, plus, when there
     /// are headers, the header block of an `HPUB` (`NATS/1.0\r\n`, a `name: value\r\n` line
     /// per pair, and a closing `\r\n`). Subjects and the reply subject do not count.

@@ -242,3 +242,46 @@ fn rule_21_core_copy_over_max_payload_without_a_dead_letter_subject_is_counted_l
         assert_eq!(core_losses_metric("core-big-lost-21", "copy"), 1);
     });
 }
+
+/// A JetStream delivery so close to the server's `max_payload` that the runtime's own
+/// `Nats-Msg-Id` (rule 9) would push its dead letter over it is still dead-lettered: without
+/// that id (a warning says so), as it arrived, which fits. Before, its dead-letter publish
+/// failed every time, and it went round with `-NAK {"delay": 5 s}` for ever.
+#[test]
+fn rule_21_a_jetstream_delivery_near_max_payload_is_still_dead_lettered() {
+    run(async {
+        let (server, tc, acks, r, ev) = js_case().await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                js_mount("js-big-21")
+                    .max_attempts(5)
+                    .dead_letter("dlq.orders"),
+                scripted(&r, |_, _| Outcome::Reject),
+            )
+        })
+        .await;
+        let max = tc.client.server_info().max_payload;
+        let payload = bytes::Bytes::from(vec![b'x'; max - 10]);
+        tc.js
+            .publish("orders.new", payload.clone())
+            .await
+            .expect("publish")
+            .await
+            .expect("stored");
+        assert_acks(&acks, &["+TERM"]).await;
+        let stored = tc.stored("DLQ").await;
+        assert_eq!(stored.len(), 1);
+        assert_eq!(
+            stored[0].2, payload,
+            "the dead letter is the delivery as it arrived"
+        );
+        assert!(
+            !stored[0].1.iter().any(|(n, _)| n == "Nats-Msg-Id"),
+            "{:?}",
+            stored[0].1
+        );
+        assert_eq!(dispositions(&ev), [Disposition::DeadLettered]);
+        logged(&["mount=js-big-21", "without the runtime's Nats-Msg-Id"]).await;
+        app.shutdown().await;
+    });
+}
