@@ -59,7 +59,9 @@
 //!   lasts 0.1 to 0.3 s and moves by up to ±25 % on this shared 2-core machine, and 9 rounds
 //!   left medians a few percent apart from run to run);
 //! - `BENCH_SCENARIOS`: a comma-separated subset of the scenario names above;
-//! - `BENCH_SIDES`: a comma-separated subset of `raw,tokio,smol,ruststream`;
+//! - `BENCH_SIDES`: a comma-separated subset of `raw,tokio,smol,ruststream,metrics` (default
+//!   the first four; `metrics` is ruststream-tokio with a Prometheus recorder receiving its
+//!   metrics, in the same process: `BENCH_SIDES=tokio,metrics` is issue 15's cost check);
 //! - `BENCH_SCALE`: divides every message count, at least 1 (a quick check: `BENCH_SCALE=100`;
 //!   its ratios are dominated by start-up and cannot be compared with `BENCHMARKS.md`);
 //! - `BENCH_VERBOSE=1` prints every round (`0` or empty: off);
@@ -287,10 +289,22 @@ enum Side {
     Tokio,
     Smol,
     RustStream,
+    /// ruststream-tokio with a Prometheus recorder receiving its metrics (issue 15's cost
+    /// check); only when `BENCH_SIDES` names it.
+    Metrics,
 }
 
 impl Side {
+    /// The sides a run has unless `BENCH_SIDES` says otherwise.
     const ALL: [Side; 4] = [Side::Raw, Side::Tokio, Side::Smol, Side::RustStream];
+    /// Every side `BENCH_SIDES` may name.
+    const NAMED: [Side; 5] = [
+        Side::Raw,
+        Side::Tokio,
+        Side::Smol,
+        Side::RustStream,
+        Side::Metrics,
+    ];
 
     fn name(self) -> &'static str {
         match self {
@@ -298,6 +312,7 @@ impl Side {
             Side::Tokio => "tokio",
             Side::Smol => "smol",
             Side::RustStream => "ruststream",
+            Side::Metrics => "metrics",
         }
     }
 
@@ -307,6 +322,7 @@ impl Side {
             Side::Tokio => "ruststream-tokio",
             Side::Smol => "ruststream-smol",
             Side::RustStream => "RustStream 0.7",
+            Side::Metrics => "tokio + recorder",
         }
     }
 
@@ -587,6 +603,72 @@ async fn raw_consumer(url: &str, scenario: Scenario) -> Consumer {
     Consumer::Raw(task)
 }
 
+/// The metrics recorder of the `metrics` side: a Prometheus recorder (what a service exports
+/// with), behind a gate that is open only while that side's app starts, so that its mounts
+/// register live handles and every other side's register no-ops, in the same process.
+mod recorder {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use metrics::{
+        Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+    };
+    use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
+
+    static OPEN: AtomicBool = AtomicBool::new(false);
+
+    struct Gated(PrometheusRecorder);
+
+    impl Recorder for Gated {
+        fn describe_counter(&self, key: KeyName, unit: Option<Unit>, text: SharedString) {
+            self.0.describe_counter(key, unit, text);
+        }
+        fn describe_gauge(&self, key: KeyName, unit: Option<Unit>, text: SharedString) {
+            self.0.describe_gauge(key, unit, text);
+        }
+        fn describe_histogram(&self, key: KeyName, unit: Option<Unit>, text: SharedString) {
+            self.0.describe_histogram(key, unit, text);
+        }
+        fn register_counter(&self, key: &Key, meta: &Metadata<'_>) -> Counter {
+            match OPEN.load(Ordering::Acquire) {
+                true => self.0.register_counter(key, meta),
+                false => Counter::noop(),
+            }
+        }
+        fn register_gauge(&self, key: &Key, meta: &Metadata<'_>) -> Gauge {
+            match OPEN.load(Ordering::Acquire) {
+                true => self.0.register_gauge(key, meta),
+                false => Gauge::noop(),
+            }
+        }
+        fn register_histogram(&self, key: &Key, meta: &Metadata<'_>) -> Histogram {
+            match OPEN.load(Ordering::Acquire) {
+                true => self.0.register_histogram(key, meta),
+                false => Histogram::noop(),
+            }
+        }
+    }
+
+    /// Installs the gated recorder, and renders what it holds once a second on a thread of
+    /// its own, as a scraped exporter does (more often than Prometheus scrapes).
+    pub(crate) fn install() {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle: PrometheusHandle = recorder.handle();
+        metrics::set_global_recorder(Gated(recorder)).expect("no other recorder");
+        std::thread::spawn(move || {
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+                handle.run_upkeep();
+                std::hint::black_box(handle.render());
+            }
+        });
+    }
+
+    /// Opens or closes the gate.
+    pub(crate) fn open(open: bool) {
+        OPEN.store(open, Ordering::Release);
+    }
+}
+
 /// Starts `side`'s consumer of `scenario` and returns once it consumes.
 async fn start(side: Side, url: &str, scenario: Scenario) -> Consumer {
     match side {
@@ -608,6 +690,14 @@ async fn start(side: Side, url: &str, scenario: Scenario) -> Consumer {
             Consumer::Smol { stop, thread }
         }
         Side::RustStream => Consumer::RustStream(on_ruststream::start(url, scenario).await),
+        Side::Metrics => {
+            // The mounts register their metrics as the app starts: with the recorder's gate
+            // open, into the Prometheus recorder; every other side's into nothing.
+            recorder::open(true);
+            let running = on_tokio::app(url, scenario, side).start().await.unwrap();
+            recorder::open(false);
+            Consumer::Tokio(running)
+        }
     }
 }
 
@@ -886,7 +976,7 @@ async fn round(side: Side, url: &str, scenario: Scenario, payloads: &[Bytes]) ->
 /// One scenario's rates, per side, per round.
 struct Results {
     scenario: Scenario,
-    rates: [Vec<f64>; 4],
+    rates: [Vec<f64>; 5],
 }
 
 impl Results {
@@ -900,7 +990,7 @@ impl Results {
         println!(
             "{name} ({n} messages): median msg/s and, in brackets, the median of paired rounds against raw"
         );
-        for side in Side::ALL {
+        for side in Side::NAMED {
             let rates = self.of(side);
             if rates.is_empty() {
                 continue;
@@ -924,6 +1014,7 @@ impl Results {
         for (what, a, b) in [
             ("smol / tokio", Side::Smol, Side::Tokio),
             ("tokio / RustStream", Side::Tokio, Side::RustStream),
+            ("tokio + recorder / tokio", Side::Metrics, Side::Tokio),
         ] {
             let ratio = paired(self.of(a), self.of(b));
             if !ratio.is_nan() {
@@ -988,11 +1079,16 @@ fn scale() -> usize {
     number("BENCH_SCALE", 1, 1)
 }
 
-/// The items of `all` that the comma-separated list in `var` names (all when unset). Stops the
-/// bench on a name that is not one of them, listing those that are.
-fn chosen<T: Copy>(var: &str, all: &[T], name: impl Fn(T) -> &'static str) -> Vec<T> {
+/// The items of `all` that the comma-separated list in `var` names (`default` when unset).
+/// Stops the bench on a name that is not one of them, listing those that are.
+fn chosen<T: Copy>(
+    var: &str,
+    all: &[T],
+    default: &[T],
+    name: impl Fn(T) -> &'static str,
+) -> Vec<T> {
     let Ok(list) = std::env::var(var) else {
-        return all.to_vec();
+        return default.to_vec();
     };
     let names: Vec<&str> = all.iter().map(|t| name(*t)).collect();
     let wanted: Vec<&str> = list
@@ -1048,10 +1144,18 @@ fn main() {
     let verbose = flag("BENCH_VERBOSE");
     // Read before the server starts, so that a bad value stops the bench at once.
     let (sides, scenarios) = (
-        chosen("BENCH_SIDES", &Side::ALL, Side::name),
-        chosen("BENCH_SCENARIOS", &Scenario::ALL, Scenario::name),
+        chosen("BENCH_SIDES", &Side::NAMED, &Side::ALL, Side::name),
+        chosen(
+            "BENCH_SCENARIOS",
+            &Scenario::ALL,
+            &Scenario::ALL,
+            Scenario::name,
+        ),
     );
     let _ = (scale(), concurrency());
+    if sides.contains(&Side::Metrics) {
+        recorder::install();
+    }
     let server = server::NatsServer::try_start().unwrap_or_else(|e| panic!("{e}"));
     let url = server.url();
     let rt = tokio::runtime::Builder::new_multi_thread()
