@@ -43,8 +43,9 @@ pub enum StartError {
     /// reactor thread).
     #[error("cannot start the runtime: {0}")]
     Runtime(String),
-    /// A mount's runtime setting is out of range (its concurrency above
-    /// [`MAX_CONCURRENCY`](crate::MAX_CONCURRENCY)).
+    /// A mount's runtime setting cannot be used: its concurrency above
+    /// [`MAX_CONCURRENCY`](crate::MAX_CONCURRENCY), or a handler that returns a
+    /// [`Reply`](crate::Reply) on a JetStream mount.
     #[error("mount `{mount}`: {reason}")]
     Setting {
         /// The mount's name.

@@ -122,7 +122,7 @@ impl Mount {
 
     /// Adds provenance headers to this mount's dead letters (rule 19): `Ruststream-Subject`,
     /// `-Mount`, `-Stream`, `-Consumer`, `-Stream-Sequence` (JetStream), `-Attempt`, and
-    /// `-Reason` (`limit`, `rejected`, `undecodable`, `handler-error`, `copy-too-large`), with
+    /// `-Reason` (`limit`, `rejected`, `undecodable`, `handler-error`), with
     /// the handler's error text in `Ruststream-Error` when an `Err` dead-lettered it. Appended
     /// after the delivery's own headers, which are kept as they arrived; a dead letter that
     /// would then be larger than the server's `max_payload` goes without them (logged), as

@@ -104,6 +104,10 @@ pub(crate) async fn check_mounts<R: Runtime>(
                         "{what} is for Core mounts: a JetStream mount has no use for it, and it is ignored");
                 }
             }
+            if policy.provenance() && policy.dead_letter().is_none() {
+                tracing::warn!(mount = %mount.name(),
+                    "provenance headers go on dead letters, and the mount declares no dead-letter subject: they are never sent");
+            }
             if consumer.is_none() && policy.backoff().is_some() && policy.max_attempts().is_none() {
                 tracing::warn!(mount = %mount.name(),
                     "a Core mount with a backoff and no max_attempts copies a retried message after each delay without end (rule 18): set max_attempts to bound it");
