@@ -27,7 +27,7 @@ use crate::incoming::Incoming;
 use crate::leases::run_leased;
 use crate::metrics::Loss;
 use crate::mount_context::MountContext;
-use crate::report::report;
+use crate::report::{report, report_sent};
 use crate::runtime::Runtime;
 
 /// The rest of a delivery that has to wait for its handler or for a dead letter's
@@ -387,31 +387,34 @@ async fn settle<R: Runtime>(
         Some(result) => result,
         None => execute(ctx, msg, delivery, &decided, error).await,
     };
-    let decided = match executed {
-        Ok(()) => decided,
+    let (decided, sent) = match executed {
+        Ok(()) => (decided, true),
+        // Nothing can be sent: the server redelivers. Reported as not sent.
+        Err(e) if e.what == Unpublished::Settlement => (decided, false),
         Err(e) => recover::<R>(ctx, msg, delivery, &decided, e).await,
     };
-    report(ctx, msg, delivery, event, &decided);
+    report_sent(ctx, msg, delivery, event, &decided, sent);
 }
 
 /// Plans and executes the recovery from a publish of `failed_plan` that failed (`failed`): the
 /// at-limit path for a Core copy over `max_payload` (rule 21), otherwise the core's plan for a
 /// failed publish (a `-NAK` on JetStream; on Core the delivery is lost, and counted for the
 /// mount). A recovery whose own publish fails is recovered once more the same way, at most
-/// twice in all. Returns the plan that was executed last.
+/// twice in all. Returns the plan that was executed last, and whether its settlement (if it
+/// has one) was sent.
 async fn recover<'p, R: Runtime>(
     ctx: &'p MountContext,
     msg: &Incoming,
     delivery: &CoreDelivery<'_>,
     failed_plan: &Plan<'p>,
     mut failed: PublishFailed,
-) -> Plan<'p> {
+) -> (Plan<'p>, bool) {
     match failed.what {
         Unpublished::CopyTooLarge => {
             tracing::warn!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
                 reason = %failed.reason, "Core copy not published: it would be larger than the server's max_payload; the delivery takes the at-limit path (rule 21)")
         }
-        Unpublished::Copy | Unpublished::DeadLetter => {
+        Unpublished::Copy | Unpublished::DeadLetter | Unpublished::Settlement => {
             tracing::error!(mount = %ctx.name, subject = %msg.subject, error = %failed.reason, plan = %failed_plan,
                 "publish failed: the plan stopped before its settlement; planning the recovery")
         }
@@ -421,7 +424,9 @@ async fn recover<'p, R: Runtime>(
         tries += 1;
         let event = match failed.what {
             Unpublished::CopyTooLarge => Event::CopyTooLarge,
-            Unpublished::Copy | Unpublished::DeadLetter => Event::PublishFailed,
+            Unpublished::Copy | Unpublished::DeadLetter | Unpublished::Settlement => {
+                Event::PublishFailed
+            }
         };
         let recovery = plan_with_clock(delivery, event, &ctx.policy, R::now);
         if event == Event::CopyTooLarge && recovery.disposition() == Disposition::LetGo {
@@ -431,27 +436,31 @@ async fn recover<'p, R: Runtime>(
             tracing::error!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
                 size = msg.payload.len(),
                 "Core delivery lost: its copy would be larger than the server's max_payload and the mount has no dead-letter subject");
-            return recovery;
+            return (recovery, true);
         }
         if recovery.disposition() == Disposition::Lost {
             let loss = match failed.what {
                 Unpublished::DeadLetter => Loss::DeadLetter,
-                Unpublished::Copy | Unpublished::CopyTooLarge => Loss::Copy,
+                Unpublished::Copy | Unpublished::CopyTooLarge | Unpublished::Settlement => {
+                    Loss::Copy
+                }
             };
             ctx.losses.add(loss, 1);
         }
         match execute(ctx, msg, delivery, &recovery, None).await {
             Ok(()) => {
                 tracing::warn!(mount = %ctx.name, plan = %recovery, "recovery sent");
-                return recovery;
+                return (recovery, true);
             }
+            // Nothing more can be sent on this delivery: the server redelivers it.
+            Err(again) if again.what == Unpublished::Settlement => return (recovery, false),
             Err(again) if tries < 2 => {
                 tracing::error!(mount = %ctx.name, error = %again.reason, plan = %recovery, "recovery plan failed too; planning its recovery");
                 failed = again;
             }
             Err(again) => {
                 tracing::error!(mount = %ctx.name, error = %again.reason, plan = %recovery, "recovery plan failed too");
-                return recovery;
+                return (recovery, true);
             }
         }
     }

@@ -36,6 +36,9 @@ pub(crate) enum Unpublished {
     CopyTooLarge,
     /// A dead letter.
     DeadLetter,
+    /// A JetStream settlement (`+ACK`, `-NAK`, `+TERM`): the mount's client refused it and no
+    /// new client took it in time. Nothing is planned after it: the server redelivers.
+    Settlement,
 }
 
 impl PublishFailed {
@@ -384,14 +387,14 @@ const NEW_CLIENT_PATIENCE: std::time::Duration = std::time::Duration::from_secs(
 /// through the client the supervisor connects in its place: an ack reply subject is good on
 /// any connection, so the delivery is settled once, not redelivered and run again. Waits for
 /// that client at most [`NEW_CLIENT_PATIENCE`] or half `ack_wait`; logs the settlement as not
-/// sent when none comes, or when it fails too.
+/// sent when none comes, or when it fails too. Whether it was sent.
 async fn settle_through_new_client(
     ctx: &MountContext,
     msg: &Incoming,
     reply: async_nats::Subject,
     payload: Bytes,
-    error: async_nats::PublishError,
-) {
+    error: &async_nats::PublishError,
+) -> bool {
     let patience = ctx
         .lease_settings()
         .ack_wait
@@ -414,9 +417,12 @@ async fn settle_through_new_client(
         Ok(Some(())) => {
             tracing::info!(mount = %ctx.name, subject = %msg.subject, first_error = %error,
                 "settlement sent through the new client");
+            true
         }
         Ok(None) | Err(_) => {
-            tracing::error!(mount = %ctx.name, subject = %msg.subject, error = %error, "settlement not sent");
+            tracing::error!(mount = %ctx.name, subject = %msg.subject, error = %error,
+                "settlement not sent: the server delivers the message again after ack_wait");
+            false
         }
     }
 }
@@ -557,8 +563,10 @@ pub(crate) async fn execute(
                     continue;
                 };
                 let payload = settlement.payload().to_bytes();
-                if let Err(e) = ctx.client.publish(reply.clone(), payload.clone()).await {
-                    Box::pin(settle_through_new_client(ctx, msg, reply, payload, e)).await;
+                if let Err(e) = ctx.client.publish(reply.clone(), payload.clone()).await
+                    && !Box::pin(settle_through_new_client(ctx, msg, reply, payload, &e)).await
+                {
+                    return Err(PublishFailed::new(Unpublished::Settlement, e));
                 }
             }
             Action::PublishCopy {

@@ -192,9 +192,10 @@ impl MountMetrics {
     }
 
     /// A delivery was settled with `event` (its handler's, or `None` when it did not run) and
-    /// the executed plan `plan`: its outcome, and what the plan put on the wire.
+    /// the executed plan `plan`: its outcome, and what the plan put on the wire (its
+    /// settlement only if `sent`).
     #[inline]
-    pub(crate) fn settled(&self, event: Option<Event>, plan: &Plan<'_>) {
+    pub(crate) fn settled(&self, event: Option<Event>, plan: &Plan<'_>, sent: bool) {
         let outcome = match event {
             Some(Event::Handled(Outcome::Ack)) => 0,
             Some(Event::Handled(Outcome::Retry)) => 1,
@@ -207,6 +208,9 @@ impl MountMetrics {
         };
         self.outcomes[outcome].increment(1);
         for action in plan {
+            if !sent && matches!(action, Action::Settle(_)) {
+                continue;
+            }
             match action {
                 Action::Settle(Settlement::Ack) => self.wire(Wire::Ack),
                 Action::Settle(Settlement::Nak) => self.wire(Wire::Nak),

@@ -292,7 +292,7 @@ pub(crate) async fn pull_loop<R: Runtime>(
             }
         };
         let Some(mut msg) = next else {
-            tracing::error!(mount = %ctx.name, "the pull inbox closed; the mount stops");
+            inbox_closed(&ctx, &shutdown);
             break;
         };
         // This message, then those already buffered, without a `select!` and a timer each,
@@ -351,7 +351,7 @@ pub(crate) async fn pull_loop<R: Runtime>(
             match replies.next().now_or_never() {
                 Some(Some(next)) => msg = next,
                 Some(None) => {
-                    tracing::error!(mount = %ctx.name, "the pull inbox closed; the mount stops");
+                    inbox_closed(&ctx, &shutdown);
                     break 'pull;
                 }
                 None => break,
@@ -366,5 +366,15 @@ pub(crate) async fn pull_loop<R: Runtime>(
             break;
         };
         start_waiting::<R>(&ctx, &mut pulls, &busy, next, permit).await;
+    }
+}
+
+/// Logs that the mount's pull inbox closed: an error while the app runs (the supervisor
+/// subscribes it again, rule 20), expected once a shutdown has drained the connection.
+fn inbox_closed(ctx: &MountContext, shutdown: &watch::Receiver<bool>) {
+    if *shutdown.borrow() {
+        tracing::debug!(mount = %ctx.name, "the pull inbox closed at shutdown; the mount stops");
+    } else {
+        tracing::error!(mount = %ctx.name, "the pull inbox closed; the mount stops");
     }
 }

@@ -33,8 +33,15 @@ pub struct Settled {
     pub undecodable: bool,
     /// What the plan amounted to.
     pub disposition: Disposition,
-    /// What went on the wire, as [`Plan`]'s `Display` gives it.
+    /// What went on the wire, as [`Plan`]'s `Display` gives it; followed by
+    /// `(settlement not sent)` when its settlement could not be sent (see
+    /// [`settlement_sent`](Self::settlement_sent)).
     pub wire: String,
+    /// Whether the plan's JetStream settlement (`+ACK`, `-NAK`, `+TERM`), if it has one, was
+    /// handed to a client: `false` when the app's client refused it and no new client took
+    /// it in time (a handler that finished after its app's shutdown); the server then
+    /// delivers the message again after `ack_wait`. Always `true` on Core.
+    pub settlement_sent: bool,
 }
 
 /// A callback told of every settlement.
@@ -48,11 +55,24 @@ pub(crate) fn report(
     event: Option<Event>,
     decided: &Plan<'_>,
 ) {
+    report_sent(ctx, msg, delivery, event, decided, true);
+}
+
+/// [`report`], saying whether the plan's settlement was sent (`sent`: `false` when the client
+/// refused it and no new client took it).
+pub(crate) fn report_sent(
+    ctx: &MountContext,
+    msg: &Incoming,
+    delivery: &CoreDelivery<'_>,
+    event: Option<Event>,
+    decided: &Plan<'_>,
+    sent: bool,
+) {
     let outcome = match event {
         Some(Event::Handled(o)) => Some(o),
         _ => None,
     };
-    ctx.metrics.settled(event, decided);
+    ctx.metrics.settled(event, decided, sent);
     let disposition = decided.disposition();
     if outcome == Some(Outcome::Retry)
         && disposition == Disposition::Unsupported
@@ -80,7 +100,11 @@ pub(crate) fn report(
             handler_ran: outcome.is_some(),
             undecodable: matches!(event, Some(Event::Undecodable)),
             disposition,
-            wire: decided.to_string(),
+            wire: match sent {
+                true => decided.to_string(),
+                false => format!("{decided} (settlement not sent)"),
+            },
+            settlement_sent: sent,
         };
         // It runs on the mount's task: a panic must not end the mount.
         if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(|| observer(&settled))) {

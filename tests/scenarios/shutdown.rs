@@ -341,3 +341,54 @@ fn rule_14_slots_held_for_pull_requests_are_not_reported_as_abandoned_handlers()
         assert_eq!(report.abandoned, [("js-stuck-14".to_owned(), 1)]);
     });
 }
+
+/// A JetStream handler abandoned at the end of the grace period that finishes afterwards
+/// cannot send its `+ACK` (the app's client is gone): what observers see says so, instead of
+/// reporting an `+ACK` that never went on the wire. The server redelivers the message.
+#[test]
+fn rule_14_a_settlement_that_could_not_be_sent_is_not_reported_as_sent() {
+    run(async {
+        let (server, tc, acks, r, ev) = js_case().await;
+        let app = start(&server, &ev, |a| {
+            a.grace_period(Duration::from_millis(300)).mount(
+                js_mount("js-unsent-14").ack_wait(Duration::from_secs(30)),
+                slow(&r, |_| Duration::from_millis(1500), |_| Outcome::Ack),
+            )
+        })
+        .await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"slow").await;
+        eventually("the handler to start", || {
+            (attempts(&r).len() == 1).then_some(())
+        })
+        .await;
+        let report = app.shutdown().await;
+        assert_eq!(
+            report.abandoned,
+            [("js-unsent-14".to_owned(), 1)],
+            "{report:?}"
+        );
+        let all = settled(&ev, 1).await;
+        let s = &all[0];
+        // On tokio the handler finishes and its `+ACK` cannot be sent; on smol the app's
+        // Tokio reactor has stopped, so its sleep panics (no outcome, nothing to send).
+        // Either way nothing claims an `+ACK` that never went out.
+        assert!(
+            !(s.settlement_sent && s.wire.contains("+ACK")),
+            "reported as sent: {s:?}"
+        );
+        if s.outcome == Some(Outcome::Ack) {
+            assert!(
+                !s.settlement_sent && s.wire.contains("(settlement not sent)"),
+                "{s:?}"
+            );
+        }
+        assert!(acks.payloads().is_empty(), "{:?}", acks.payloads());
+        assert_eq!(
+            ruststream_tests::metrics::counter(
+                "ruststream_wire_actions_total",
+                &[("mount", "js-unsent-14"), ("action", "ack")]
+            ),
+            0
+        );
+    });
+}
