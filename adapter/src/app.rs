@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::delay_loop::delay_loop;
 use crate::handler::{Handler, IntoHandler, IntoJsonHandler};
+use crate::health::{HealthBoard, HealthWatch, MountState};
 use crate::launch::{Launcher, MountRecord};
 use crate::leases::{LeaseRoom, lease_loop};
 use crate::mount::Mount;
@@ -101,6 +102,7 @@ pub struct App<R> {
     observer: Option<Observer>,
     consumer_reread: Duration,
     disconnected_limit: Duration,
+    health: HealthBoard,
     runtime: PhantomData<fn() -> R>,
 }
 
@@ -131,6 +133,7 @@ impl<R: Runtime> App<R> {
             observer: None,
             consumer_reread: CONSUMER_REREAD,
             disconnected_limit: DEFAULT_DISCONNECTED_LIMIT,
+            health: HealthBoard::new(),
             runtime: PhantomData,
         }
     }
@@ -259,12 +262,35 @@ impl<R: Runtime> App<R> {
     /// [`StartError::ServerUrl`] for a URL that does not parse, [`StartError::Connect`], and [`StartError::Server`] when the server lacks or refuses
     /// what a mount needs.
     pub async fn start(self) -> Result<Running<R>, StartError> {
-        let reactor = R::Reactor::start().map_err(StartError::Runtime)?;
-        let started = reactor.enter(self.start_here(reactor.clone())).await;
-        if started.is_err() {
-            reactor.stop();
+        let health = self.health.clone();
+        health.starting(self.mounts.iter().map(|(m, _)| m.name().to_owned()));
+        let started = match R::Reactor::start().map_err(StartError::Runtime) {
+            Ok(reactor) => {
+                let started = reactor.enter(self.start_here(reactor.clone())).await;
+                if started.is_err() {
+                    reactor.stop();
+                }
+                started
+            }
+            Err(e) => Err(e),
+        };
+        match &started {
+            Ok(_) => {
+                health.connection(true);
+                health.mounts(None, MountState::Consuming);
+            }
+            Err(e) => health.stopped(Some(e.to_string())),
         }
         started
+    }
+
+    /// A watch on the app's [`Health`](crate::Health), from now on: while it starts (every
+    /// mount [`MountState::Starting`], not ready), once it consumes (ready), through
+    /// recoveries (rule 20: the mounts concerned reconnecting, not ready), and after it stops
+    /// or fails. For readiness and liveness probes: see [`Health::ready`](crate::Health::ready)
+    /// and [`Health::live`](crate::Health::live).
+    pub fn health(&self) -> HealthWatch {
+        self.health.watch()
     }
 
     async fn start_here(self, reactor: R::Reactor) -> Result<Running<R>, StartError> {
@@ -376,6 +402,7 @@ impl<R: Runtime> App<R> {
             consumer_reread: self.consumer_reread,
             reconnected: reconnected_tx,
             disconnected_limit: self.disconnected_limit,
+            health: self.health.clone(),
         };
         let supervisor = R::spawn_next_to(&reactor, supervisor.run());
         tracing::info!(mounts = records.len(), "ruststream started");
@@ -395,6 +422,7 @@ impl<R: Runtime> App<R> {
             lease_task,
             lost: lost_rx,
             grace: self.grace,
+            health: self.health.clone(),
         })
     }
 

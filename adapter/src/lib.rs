@@ -24,6 +24,7 @@ mod delivery;
 mod exec;
 mod handler;
 mod handler_run;
+mod health;
 mod incoming;
 mod launch;
 mod leases;
@@ -45,6 +46,9 @@ pub use context::{Context, ContextError, ContextSource};
 pub use handler::{
     ContextFn, DecodeError, Delivery, DeliveryFn, ErrorPolicy, Handled, HandledFuture, Handler,
     IntoHandled, IntoHandler, IntoJsonHandler, JetStreamInfo, Json, OutcomeFuture, Reply,
+};
+pub use health::{
+    ConnectionState, Health, HealthClosed, HealthWatch, LIVENESS_LIMIT, MountHealth, MountState,
 };
 pub use mount::{
     DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY, DEFAULT_HANDLER_TIME_LIMIT, DEFAULT_SUBSCRIPTION_BUFFER,
@@ -75,16 +79,17 @@ pub use async_nats;
 macro_rules! reexport_api {
     () => {
         pub use $crate::{
-            AppFailed, Attempt, Backoff, BackoffError, CONSUMER_REREAD, Context, ContextError,
-            ContextFn, ContextSource, CoreLosses, DEFAULT_ACK_WAIT, DEFAULT_BACKOFF_FACTOR,
-            DEFAULT_BACKOFF_JITTER, DEFAULT_CONCURRENCY, DEFAULT_DISCONNECTED_LIMIT,
-            DEFAULT_GRACE_PERIOD, DEFAULT_HANDLER_TIME_LIMIT, DEFAULT_SUBSCRIPTION_BUFFER,
-            DeclarationError, DeclarationErrorKind, DecodeError, Delivery, DeliveryFn, Descriptor,
-            Disposition, ErrorPolicy, Handled, HandledFuture, Handler, IntoHandled, IntoHandler,
-            IntoJsonHandler, JetStreamInfo, Json, MAX_CONCURRENCY, MAX_RECOVERIES, Mount,
-            MountPolicy, Outcome, OutcomeFuture, RECOVERIES_KEPT, RECOVERY_LIMIT, RECOVERY_WINDOW,
-            Recovery, Reply, RunError, SAME_SUSPECT_LIMIT, Settled, ShutdownHandle, ShutdownReport,
-            StartError, async_nats, connect_url,
+            AppFailed, Attempt, Backoff, BackoffError, CONSUMER_REREAD, ConnectionState, Context,
+            ContextError, ContextFn, ContextSource, CoreLosses, DEFAULT_ACK_WAIT,
+            DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_JITTER, DEFAULT_CONCURRENCY,
+            DEFAULT_DISCONNECTED_LIMIT, DEFAULT_GRACE_PERIOD, DEFAULT_HANDLER_TIME_LIMIT,
+            DEFAULT_SUBSCRIPTION_BUFFER, DeclarationError, DeclarationErrorKind, DecodeError,
+            Delivery, DeliveryFn, Descriptor, Disposition, ErrorPolicy, Handled, HandledFuture,
+            Handler, Health, HealthClosed, HealthWatch, IntoHandled, IntoHandler, IntoJsonHandler,
+            JetStreamInfo, Json, LIVENESS_LIMIT, MAX_CONCURRENCY, MAX_RECOVERIES, Mount,
+            MountHealth, MountPolicy, MountState, Outcome, OutcomeFuture, RECOVERIES_KEPT,
+            RECOVERY_LIMIT, RECOVERY_WINDOW, Recovery, Reply, RunError, SAME_SUSPECT_LIMIT,
+            Settled, ShutdownHandle, ShutdownReport, StartError, async_nats, connect_url,
         };
     };
 }

@@ -43,6 +43,8 @@ pub struct Running<R: Runtime> {
     pub(crate) lease_task: R::Task,
     pub(crate) lost: oneshot::Receiver<Vec<usize>>,
     pub(crate) grace: Duration,
+    /// Where the app's health is told.
+    pub(crate) health: crate::health::HealthBoard,
 }
 
 /// A running app that stopped on its own because it could not go on: the runtime its NATS
@@ -85,6 +87,12 @@ impl<R: Runtime> Running<R> {
     /// replaced a dead client (rule 20), this is the new one.
     pub fn client(&self) -> Client {
         self.clients.borrow().clone()
+    }
+
+    /// A watch on the app's [`Health`](crate::Health) (as [`App::health`](crate::App::health)
+    /// gives before the start).
+    pub fn health(&self) -> crate::HealthWatch {
+        self.health.watch()
     }
 
     /// The Core losses of every mount so far (rule 21), for the mounts that lost any: what

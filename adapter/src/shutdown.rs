@@ -176,6 +176,8 @@ impl<R: Runtime> Running<R> {
             cut: std::pin::pin!(cut.fuse()),
         };
         self.shutdown.send_replace(true);
+        let health = self.health.clone();
+        health.mounts(None, crate::MountState::Stopping);
         // Once shutdown has begun the supervisor starts nothing new; what it was starting is
         // in `tasks` when it ends.
         let _ = grace_period.within::<R, _>(R::join(self.supervisor)).await;
@@ -276,6 +278,7 @@ impl<R: Runtime> Running<R> {
             }
         }
         self.reactor.stop();
+        health.stopped(report.failure.clone());
         tracing::info!("ruststream stopped");
         report
     }

@@ -32,6 +32,7 @@ use ruststream_core::{Descriptor, MountPolicy};
 use tokio::sync::{mpsc, watch};
 
 use crate::handler::Handler;
+use crate::health::MountState;
 use crate::launch::{Ended, Launcher, MountRecord, lease_settings, update_lease_settings};
 use crate::leases::LeaseSettings;
 use crate::mount::Mount;
@@ -154,6 +155,8 @@ pub(crate) struct Supervisor<R: Runtime> {
     pub(crate) reconnected: watch::Sender<u64>,
     /// How long the connection may stay down before the app ends.
     pub(crate) disconnected_limit: Duration,
+    /// Where the mounts' and the connection's states are told.
+    pub(crate) health: crate::health::HealthBoard,
 }
 
 /// Why a try at subscribing again failed.
@@ -250,6 +253,7 @@ impl<R: Runtime> Supervisor<R> {
                 None => return,
                 Some(Err(reason)) => {
                     tracing::error!(reason = %reason, "the app cannot go on; stopping");
+                    self.health.stopped(Some(reason.clone()));
                     self.failed.send_replace(Some(reason));
                     return;
                 }
@@ -272,11 +276,15 @@ impl<R: Runtime> Supervisor<R> {
     /// and those that end with it).
     async fn recover(&mut self, first: Ended, watch: &mut Watch) -> Result<(), String> {
         let mut ended = vec![first];
+        self.health
+            .mounts(Some(&[first.index]), MountState::Reconnecting);
         R::sleep_until(R::now() + GATHER).await;
         while let Ok(more) = self.ended.try_recv() {
             ended.push(more);
         }
         let indices: BTreeSet<usize> = ended.iter().map(|e| e.index).collect();
+        let listed: Vec<usize> = indices.iter().copied().collect();
+        self.health.mounts(Some(&listed), MountState::Reconnecting);
         let names = self.names(&indices);
         tracing::error!(mounts = ?names,
             "the subscriptions of these mounts ended while the app runs: reconnecting and subscribing them again");
@@ -319,6 +327,7 @@ impl<R: Runtime> Supervisor<R> {
         };
         tracing::warn!(mounts = ?names, took = ?R::now().saturating_duration_since(started), reason,
             "mounts subscribed again");
+        self.health.mounts(Some(&listed), MountState::Consuming);
         self.record(reason, names);
         if client_died {
             watch.connects = self.client().statistics().connects.load(ORDER);
@@ -473,7 +482,9 @@ impl<R: Runtime> Supervisor<R> {
     fn watch_down(&self, watch: &mut Watch, client: &Client) -> Result<(), String> {
         use async_nats::connection::State;
         let now = R::now();
-        if client.connection_state() == State::Connected {
+        let up = client.connection_state() == State::Connected;
+        self.health.connection(up);
+        if up {
             if let Some(since) = watch.down_since.take() {
                 tracing::info!(down_for = ?now.saturating_duration_since(since), "the connection to NATS is back");
             }

@@ -10,6 +10,7 @@ mod common;
 mod connection;
 mod context;
 mod core_nats;
+mod health;
 mod jetstream;
 mod leases;
 mod losses;

@@ -1,0 +1,315 @@
+//! Health and readiness: what the app's connection and each of its mounts are doing, as a
+//! value and as a watchable stream, for probes (`/readyz`, `/healthz`) and dashboards.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+/// How long a mount may stay [`MountState::Reconnecting`], or the connection down, before the
+/// app is no longer [live](Health::live): 30 s. Recovery (rule 20) usually takes well under a
+/// second; past this bound a supervisor (Kubernetes, systemd) should restart the process
+/// rather than wait for the app's own limits (`App::disconnected_limit`, 2 minutes by
+/// default; [`RECOVERY_LIMIT`](crate::RECOVERY_LIMIT) per recovery).
+pub const LIVENESS_LIMIT: Duration = Duration::from_secs(30);
+
+/// What a mount is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MountState {
+    /// Its app is starting: checking its declaration, binding its consumer, subscribing.
+    Starting,
+    /// It consumes: its subscription (Core) or pull loop (JetStream) is running.
+    Consuming,
+    /// Its subscription or connection ended; it is being subscribed again (rule 20).
+    Reconnecting,
+    /// Its app is shutting down.
+    Stopping,
+    /// It cannot consume: its app failed to start, or gave up (rule 20); see
+    /// [`Health::failure`].
+    Failed,
+}
+
+impl MountState {
+    /// Its name in lower case: `starting`, `consuming`, `reconnecting`, `stopping`, `failed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Starting => "starting",
+            Self::Consuming => "consuming",
+            Self::Reconnecting => "reconnecting",
+            Self::Stopping => "stopping",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// One mount's state, and since when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountHealth {
+    /// The mount's name.
+    pub mount: String,
+    /// What it is doing.
+    pub state: MountState,
+    /// Since when.
+    pub since: Instant,
+}
+
+/// The app's connection to NATS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectionState {
+    /// Not connected yet (the app is starting).
+    Connecting,
+    /// Connected.
+    Connected,
+    /// Down since this instant: the client is reconnecting (or a new client is being made).
+    Down {
+        /// When it was first seen down (checked every 500 ms).
+        since: Instant,
+    },
+    /// Closed: the app stopped.
+    Closed,
+}
+
+/// The app's health: its connection, its mounts, and why it failed if it did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Health {
+    /// The connection to NATS.
+    pub connection: ConnectionState,
+    /// Each mount, in the order they were mounted.
+    pub mounts: Vec<MountHealth>,
+    /// Why the app failed (to start, or later: it cannot go on), if it did.
+    pub failure: Option<String>,
+}
+
+impl Health {
+    /// Ready to take work: connected, and every mount consuming. `false` while the app starts,
+    /// while a mount is being subscribed again or the connection is down, and once it stops.
+    pub fn ready(&self) -> bool {
+        self.connection == ConnectionState::Connected
+            && !self.mounts.is_empty()
+            && self.mounts.iter().all(|m| m.state == MountState::Consuming)
+    }
+
+    /// Alive: no failure, no mount failed, and neither a mount reconnecting nor the connection
+    /// down for [`LIVENESS_LIMIT`] or longer (at `now`). A process that is not live should be
+    /// restarted. Starting and stopping are live.
+    pub fn live_at(&self, now: Instant) -> bool {
+        let too_long = |since: Instant| now.saturating_duration_since(since) >= LIVENESS_LIMIT;
+        self.failure.is_none()
+            && self.mounts.iter().all(|m| match m.state {
+                MountState::Failed => false,
+                MountState::Reconnecting => !too_long(m.since),
+                MountState::Starting | MountState::Consuming | MountState::Stopping => true,
+            })
+            && match self.connection {
+                ConnectionState::Down { since } => !too_long(since),
+                ConnectionState::Connecting
+                | ConnectionState::Connected
+                | ConnectionState::Closed => true,
+            }
+    }
+
+    /// [`live_at`](Self::live_at) now.
+    pub fn live(&self) -> bool {
+        self.live_at(Instant::now())
+    }
+
+    /// The state of mount `mount`, if the app has it.
+    pub fn mount(&self, mount: &str) -> Option<MountState> {
+        self.mounts
+            .iter()
+            .find(|m| m.mount == mount)
+            .map(|m| m.state)
+    }
+}
+
+/// A watch on an app's [`Health`]: the value now ([`get`](Self::get)), or the next change
+/// ([`changed`](Self::changed)). Given by [`App::health`](crate::App::health) before the
+/// app starts and by [`Running::health`](crate::Running::health); cheap to clone, and it
+/// works on any runtime.
+#[derive(Debug, Clone)]
+pub struct HealthWatch(watch::Receiver<Health>);
+
+impl HealthWatch {
+    /// The health now.
+    pub fn get(&self) -> Health {
+        self.0.borrow().clone()
+    }
+
+    /// Waits until the health changes, and gives the new value.
+    ///
+    /// # Errors
+    /// [`HealthClosed`] when the app is gone (dropped), and nothing will change any more.
+    pub async fn changed(&mut self) -> Result<Health, HealthClosed> {
+        self.0.changed().await.map_err(|_| HealthClosed)?;
+        Ok(self.0.borrow_and_update().clone())
+    }
+
+    /// Waits until `check` holds for the health, and gives it.
+    ///
+    /// # Errors
+    /// [`HealthClosed`] when the app is gone before it does.
+    pub async fn wait_for(
+        &mut self,
+        mut check: impl FnMut(&Health) -> bool,
+    ) -> Result<Health, HealthClosed> {
+        self.0
+            .wait_for(|h| check(h))
+            .await
+            .map(|h| h.clone())
+            .map_err(|_| HealthClosed)
+    }
+}
+
+/// The app behind a [`HealthWatch`] is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the app is gone: its health no longer changes")]
+pub struct HealthClosed;
+
+/// The sending side, kept by the app, its supervisor and its running handle.
+#[derive(Clone)]
+pub(crate) struct HealthBoard(Arc<watch::Sender<Health>>);
+
+impl HealthBoard {
+    pub(crate) fn new() -> Self {
+        Self(Arc::new(watch::Sender::new(Health {
+            connection: ConnectionState::Connecting,
+            mounts: Vec::new(),
+            failure: None,
+        })))
+    }
+
+    pub(crate) fn watch(&self) -> HealthWatch {
+        HealthWatch(self.0.subscribe())
+    }
+
+    /// The app starts with these mounts.
+    pub(crate) fn starting(&self, mounts: impl IntoIterator<Item = String>) {
+        let now = Instant::now();
+        self.0.send_modify(|h| {
+            h.mounts = mounts
+                .into_iter()
+                .map(|mount| MountHealth {
+                    mount,
+                    state: MountState::Starting,
+                    since: now,
+                })
+                .collect();
+        });
+    }
+
+    /// Mounts `mounts` (by index; all when `None`) are now in `state`.
+    pub(crate) fn mounts(&self, mounts: Option<&[usize]>, state: MountState) {
+        let now = Instant::now();
+        self.0.send_if_modified(|h| {
+            let mut changed = false;
+            for (i, m) in h.mounts.iter_mut().enumerate() {
+                let chosen = mounts.is_none_or(|set| set.contains(&i));
+                if chosen && m.state != state {
+                    m.state = state;
+                    m.since = now;
+                    changed = true;
+                }
+            }
+            changed
+        });
+    }
+
+    /// The connection is connected (`true`) or down (`false`).
+    pub(crate) fn connection(&self, up: bool) {
+        self.0.send_if_modified(|h| {
+            let next = match (up, h.connection) {
+                (true, ConnectionState::Connected) => return false,
+                (true, _) => ConnectionState::Connected,
+                (false, ConnectionState::Down { .. }) => return false,
+                (false, _) => ConnectionState::Down {
+                    since: Instant::now(),
+                },
+            };
+            h.connection = next;
+            true
+        });
+    }
+
+    /// The app stopped (`failure`: because it could not go on, or could not start).
+    pub(crate) fn stopped(&self, failure: Option<String>) {
+        let now = Instant::now();
+        // One change, so that a watcher never sees the failure without the mounts' states.
+        self.0.send_modify(|h| {
+            h.connection = ConnectionState::Closed;
+            if let Some(failure) = failure {
+                h.failure = Some(failure);
+            }
+            let state = match h.failure {
+                Some(_) => MountState::Failed,
+                None => MountState::Stopping,
+            };
+            for m in h.mounts.iter_mut().filter(|m| m.state != state) {
+                m.state = state;
+                m.since = now;
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn health(states: &[MountState], connection: ConnectionState) -> Health {
+        let since = match connection {
+            ConnectionState::Down { since } => since,
+            _ => Instant::now(),
+        };
+        Health {
+            connection,
+            mounts: states
+                .iter()
+                .enumerate()
+                .map(|(i, &state)| MountHealth {
+                    mount: format!("m{i}"),
+                    state,
+                    since,
+                })
+                .collect(),
+            failure: None,
+        }
+    }
+
+    #[test]
+    fn ready_only_when_connected_and_every_mount_consumes() {
+        use MountState::*;
+        let up = ConnectionState::Connected;
+        assert!(health(&[Consuming, Consuming], up).ready());
+        assert!(!health(&[Consuming, Starting], up).ready());
+        assert!(!health(&[Consuming, Reconnecting], up).ready());
+        assert!(!health(&[], up).ready());
+        let down = ConnectionState::Down {
+            since: Instant::now(),
+        };
+        assert!(!health(&[Consuming], down).ready());
+    }
+
+    #[test]
+    fn not_live_when_failed_or_down_or_reconnecting_too_long() {
+        use MountState::*;
+        let now = Instant::now();
+        let up = ConnectionState::Connected;
+        let down = ConnectionState::Down { since: now };
+        assert!(health(&[Starting, Reconnecting], down).live_at(now));
+        assert!(!health(&[Failed], up).live_at(now));
+        let later = now + LIVENESS_LIMIT;
+        let reconnecting = health(&[Reconnecting], down);
+        assert!(
+            !Health {
+                connection: up,
+                ..reconnecting
+            }
+            .live_at(later)
+        );
+        assert!(health(&[Consuming], down).live_at(now));
+        assert!(!health(&[Consuming], down).live_at(later));
+        let mut failed = health(&[Consuming], up);
+        failed.failure = Some("gave up".to_owned());
+        assert!(!failed.live_at(now));
+    }
+}

@@ -1,0 +1,135 @@
+//! Health and readiness (issue 15, item 3): ready only once every mount consumes; not ready
+//! while a mount is subscribed again; not live once the app gives up.
+
+use super::common::*;
+use adapter::{ConnectionState, HealthWatch, MountState};
+use ruststream_tests::raw::{LONE_CR, raw_publish};
+
+/// Starts the app `build` makes, keeping a watch on its health taken before the start.
+async fn start_watched(
+    server: &NatsServer,
+    events: &Events,
+    build: impl FnOnce(App) -> App,
+) -> (Running, HealthWatch, HealthWatch) {
+    let before = Arc::new(Mutex::new(None));
+    let keep = before.clone();
+    let app = start(server, events, move |a| {
+        let a = build(a);
+        let watch = a.health();
+        // Before the start: no mount consumes yet.
+        assert!(!watch.get().ready(), "{:?}", watch.get());
+        assert!(watch.get().live());
+        assert_eq!(watch.get().connection, ConnectionState::Connecting);
+        *keep.lock().unwrap() = Some(watch);
+        a
+    })
+    .await;
+    let before = before.lock().unwrap().take().expect("the watch");
+    let running = app.health();
+    (app, before, running)
+}
+
+/// Ready once `start` returns (every mount subscribed: a message published then is handled),
+/// live throughout, and not ready once the shutdown begins.
+#[test]
+fn health_is_ready_once_every_mount_consumes() {
+    run(async {
+        let (server, tc, r, ev) = core_case().await;
+        tc.stream("ORDERS", &["orders.>"]).await;
+        let (app, before, running) = start_watched(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("health-core", "hc.in"),
+                scripted(&r, |_, _| Outcome::Ack),
+            )
+            .mount(js_mount("health-js"), scripted(&r, |_, _| Outcome::Ack))
+        })
+        .await;
+        for watch in [&before, &running] {
+            let h = watch.get();
+            assert!(h.ready() && h.live(), "{h:?}");
+            assert_eq!(h.connection, ConnectionState::Connected);
+            assert_eq!(h.mount("health-core"), Some(MountState::Consuming));
+            assert_eq!(h.mount("health-js"), Some(MountState::Consuming));
+        }
+        core_publish(&tc, "hc.in", HeaderMap::new(), b"x").await;
+        settled(&ev, 1).await;
+        app.shutdown().await;
+        let h = before.get();
+        assert!(!h.ready(), "{h:?}");
+        assert!(h.live(), "a clean stop is no failure: {h:?}");
+        assert_eq!(h.connection, ConnectionState::Closed);
+        assert_eq!(h.mount("health-core"), Some(MountState::Stopping));
+        assert_eq!(h.failure, None);
+    });
+}
+
+/// A start-up that is refused leaves the app failed: not live, the reason given.
+#[test]
+fn health_is_not_live_when_the_start_is_refused() {
+    run(async {
+        let server = NatsServer::start();
+        let app = App::new(&server.url()).mount(
+            Mount::jetstream("health-missing", "NO_SUCH_STREAM", "worker"),
+            |_d: Delivery| async { Outcome::Ack },
+        );
+        let watch = app.health();
+        app.start().await.expect_err("no such stream");
+        let h = watch.get();
+        assert!(!h.live() && !h.ready(), "{h:?}");
+        assert_eq!(h.mount("health-missing"), Some(MountState::Failed));
+        assert!(
+            h.failure
+                .as_deref()
+                .is_some_and(|f| f.contains("NO_SUCH_STREAM")),
+            "{h:?}"
+        );
+    });
+}
+
+/// A subscription that dies takes the mount to `reconnecting` (not ready, still live) until
+/// it is subscribed again (ready); when the subscriptions keep dying and the app gives up, it
+/// is no longer live, and says why.
+#[test]
+fn health_follows_a_dying_subscription_and_an_app_that_gives_up() {
+    run(async {
+        let (server, _tc, _r, ev) = core_case().await;
+        let (app, mut watch, _) = start_watched(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("health-again", "ha.in"),
+                |_d: Delivery| async { Outcome::Ack },
+            )
+        })
+        .await;
+        raw_publish(&server, "ha.in", LONE_CR, b"poison");
+        let h = tokio::time::timeout(
+            Duration::from_secs(10),
+            watch.wait_for(|h| h.mount("health-again") == Some(MountState::Reconnecting)),
+        )
+        .await
+        .expect("reconnecting in time")
+        .expect("the app is there");
+        assert!(!h.ready() && h.live(), "{h:?}");
+        let h = tokio::time::timeout(Duration::from_secs(10), watch.wait_for(|h| h.ready()))
+            .await
+            .expect("consuming again in time")
+            .expect("the app is there");
+        assert_eq!(h.mount("health-again"), Some(MountState::Consuming));
+        for round in 2..=adapter::MAX_RECOVERIES + 1 {
+            raw_publish(&server, "ha.in", LONE_CR, b"poison");
+            eventually("the mount to come back, or the app to give up", || {
+                (app.recoveries().len() >= round.min(adapter::MAX_RECOVERIES)).then_some(())
+            })
+            .await;
+        }
+        let h = tokio::time::timeout(
+            Duration::from_secs(20),
+            watch.wait_for(|h| h.failure.is_some()),
+        )
+        .await
+        .expect("the app gives up")
+        .expect("the app is there");
+        assert!(!h.live() && !h.ready(), "{h:?}");
+        assert_eq!(h.mount("health-again"), Some(MountState::Failed));
+        let _ = app.until_signal().await;
+    });
+}
