@@ -22,6 +22,20 @@
 //! - `not an order`: does not decode; dead-lettered at once (`undecodable`).
 //!
 //! Then a Core request to `orders.count` is answered with the number of accepted orders.
+//!
+//! **Operating it.** The demo installs a Prometheus recorder and serves `/metrics`, `/healthz`
+//! and `/readyz` over HTTP, on `--metrics-addr ADDR` (or `DEMO_METRICS_ADDR`), by default
+//! on a port of the system's choosing on 127.0.0.1. It reads them as a scraper and a probe
+//! would: `/readyz` answers 503 while the app starts and 200 once every mount consumes, and
+//! the scraped counters must agree with the summary and the server. Given an address, the
+//! service keeps running once the batch is handled, until Ctrl-C, for `curl` (the checks
+//! follow):
+//!
+//! ```sh
+//! cargo run -p ruststream-tokio --example demo -- --metrics-addr 127.0.0.1:9464
+//! curl -s 127.0.0.1:9464/metrics | grep ruststream_handler_outcomes_total
+//! curl -s 127.0.0.1:9464/readyz
+//! ```
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, missing_docs)]
 
@@ -42,6 +56,9 @@ mod orders;
 
 #[path = "common/logging.rs"]
 mod logging;
+
+#[path = "common/ops.rs"]
+mod ops;
 
 /// The batch: (payload, what becomes of it).
 const BATCH: &[(&str, &str)] = &[
@@ -71,7 +88,35 @@ fn main() -> std::process::ExitCode {
     logging::exit_code(runtime.block_on(demo()))
 }
 
+/// `--metrics-addr ADDR`, or `DEMO_METRICS_ADDR`: where to serve the operator's endpoints,
+/// and whether to keep serving after the checks (only when one is given).
+fn metrics_addr() -> Result<(String, bool), String> {
+    let mut args = std::env::args().skip(1);
+    let mut addr = std::env::var("DEMO_METRICS_ADDR").ok();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--metrics-addr" => {
+                addr = Some(
+                    args.next()
+                        .ok_or("--metrics-addr needs an address, such as 127.0.0.1:9464")?,
+                );
+            }
+            other => {
+                return Err(format!(
+                    "unknown argument {other}; the demo takes --metrics-addr ADDR"
+                ));
+            }
+        }
+    }
+    Ok(match addr {
+        Some(addr) => (addr, true),
+        None => ("127.0.0.1:0".to_owned(), false),
+    })
+}
+
 async fn demo() -> Result<bool, Box<dyn std::error::Error>> {
+    let (metrics_addr, hold) = metrics_addr()?;
+    let prometheus = ops::install_prometheus()?;
     let (_server, url) = match std::env::var("NATS_URL") {
         Ok(url) => {
             println!("using NATS_URL");
@@ -91,7 +136,7 @@ async fn demo() -> Result<bool, Box<dyn std::error::Error>> {
             return Err(format!("the server already has a stream `{name}`: the demo leaves it alone; use a server without ORDERS, EVENTS and DLQ, or unset NATS_URL").into());
         }
     }
-    let result = run(&url, &client, &js).await;
+    let result = run(&url, &client, &js, &metrics_addr, prometheus, hold).await;
     for name in STREAMS {
         let _ = js.delete_stream(name).await;
     }
@@ -102,6 +147,9 @@ async fn run(
     url: &str,
     client: &async_nats::Client,
     js: &jetstream::Context,
+    metrics_addr: &str,
+    prometheus: metrics_exporter_prometheus::PrometheusHandle,
+    hold: bool,
 ) -> Result<bool, Box<dyn std::error::Error>> {
     let settled: Arc<Mutex<Vec<(Settled, Instant)>>> = Arc::default();
     let sink = settled.clone();
@@ -124,7 +172,12 @@ async fn run(
             );
             sink.lock().unwrap().push((s.clone(), Instant::now()));
         });
-    let running = orders::orders_service(app).start().await?;
+    let app = orders::orders_service(app);
+    let ops_addr = ops::serve(metrics_addr, prometheus, app.health())?;
+    println!("serving /metrics, /healthz and /readyz on http://{ops_addr}");
+    let ready_before = ops::get(ops_addr, "/readyz")?.0;
+    let running = app.start().await?;
+    let ready_after = ops::get(ops_addr, "/readyz")?.0;
 
     for (payload, _) in BATCH {
         js.publish("orders.new", (*payload).into()).await?.await?;
@@ -140,7 +193,18 @@ async fn run(
     while settled.lock().unwrap().len() < SETTLEMENTS && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    if hold {
+        println!(
+            "the service runs: http://{ops_addr}/metrics, /healthz and /readyz; Ctrl-C to stop it and check the summary"
+        );
+        tokio::signal::ctrl_c().await?;
+    }
+    let (scrape_status, scrape) = ops::get(ops_addr, "/metrics")?;
     let report = running.shutdown().await;
+    let (ready_stopped, live_stopped) = (
+        ops::get(ops_addr, "/readyz")?.0,
+        ops::get(ops_addr, "/healthz")?.0,
+    );
     let settled = settled.lock().unwrap().clone();
 
     let mut summary: BTreeMap<&str, usize> = BTreeMap::new();
@@ -192,6 +256,12 @@ async fn run(
         .map(|(_, at)| *at)
         .collect();
     let gaps: Vec<Duration> = plum.windows(2).map(|w| w[1] - w[0]).collect();
+    // The `orders` mount's counters, as Prometheus scraped them.
+    let metric = |name: &str, label: Option<(&str, &str)>| {
+        let mut labels = vec![("mount", "orders")];
+        labels.extend(label);
+        ops::scraped(&scrape, name, &labels)
+    };
     let checks = [
         (
             "every delivery settled",
@@ -233,6 +303,47 @@ async fn run(
                 && gaps[0] >= Duration::from_millis(80)
                 && gaps[1] >= Duration::from_millis(160),
             format!("{gaps:?}"),
+        ),
+        (
+            "/readyz: 503 while starting, 200 once consuming, 503 stopped; /healthz 200",
+            (ready_before, ready_after, ready_stopped, live_stopped) == (503, 200, 503, 200),
+            format!("{ready_before}, {ready_after}, {ready_stopped}; {live_stopped}"),
+        ),
+        (
+            "scraped /metrics: consumed, outcomes, +ACKs and dead letters = the summary",
+            scrape_status == 200
+                && metric("messaging_client_consumed_messages", None) == js_settled
+                && metric(
+                    "ruststream_handler_outcomes_total",
+                    Some(("outcome", "ack")),
+                ) == acked_js as u64
+                && metric("ruststream_wire_actions_total", Some(("action", "ack")))
+                    == acked_js as u64
+                && metric(
+                    "ruststream_wire_actions_total",
+                    Some(("action", "nak_delay")),
+                ) == summary["delayed"] as u64
+                && metric(
+                    "ruststream_wire_actions_total",
+                    Some(("action", "dead_letter")),
+                ) == summary["dead-lettered"] as u64,
+            format!(
+                "consumed {}, ack outcomes {}, +ACK {}, delayed -NAK {}, dead letters {}",
+                metric("messaging_client_consumed_messages", None),
+                metric(
+                    "ruststream_handler_outcomes_total",
+                    Some(("outcome", "ack"))
+                ),
+                metric("ruststream_wire_actions_total", Some(("action", "ack"))),
+                metric(
+                    "ruststream_wire_actions_total",
+                    Some(("action", "nak_delay"))
+                ),
+                metric(
+                    "ruststream_wire_actions_total",
+                    Some(("action", "dead_letter"))
+                ),
+            ),
         ),
         (
             "nothing abandoned at shutdown",
