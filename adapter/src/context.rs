@@ -83,6 +83,9 @@ enum Reply {
 /// per delivery, and only for handlers that take it. It is `Clone` and `'static`, so a handler
 /// may move it into tasks of its own.
 ///
+/// With the cargo feature `otel`, everything it publishes or requests carries the current
+/// span's W3C trace context (`traceparent`, `tracestate`), added to the headers given.
+///
 /// Everything goes through the app's client: its connection, credentials and reconnects.
 /// After a client was lost and replaced (rule 20), the contexts of deliveries still running
 /// on the lost one fail with [`ContextError`]; new deliveries get the new client.
@@ -164,6 +167,14 @@ impl Context {
         subject: impl ToSubject,
         payload: impl Into<Bytes>,
     ) -> Result<(), ContextError> {
+        #[cfg(feature = "otel")]
+        if let Some(headers) = crate::trace::inject(None) {
+            return Ok(self
+                .shared
+                .client
+                .publish_with_headers(subject, headers, payload.into())
+                .await?);
+        }
         Ok(self.shared.client.publish(subject, payload.into()).await?)
     }
 
@@ -177,6 +188,8 @@ impl Context {
         headers: HeaderMap,
         payload: impl Into<Bytes>,
     ) -> Result<(), ContextError> {
+        #[cfg(feature = "otel")]
+        let headers = crate::trace::inject(Some(headers)).unwrap_or_default();
         Ok(self
             .shared
             .client
@@ -208,6 +221,12 @@ impl Context {
         subject: impl ToSubject,
         payload: impl Into<Bytes>,
     ) -> Result<async_nats::jetstream::publish::PublishAck, ContextError> {
+        #[cfg(feature = "otel")]
+        if let Some(headers) = crate::trace::inject(None) {
+            return self
+                .jetstream_publish_with_headers(subject, headers, payload)
+                .await;
+        }
         let ack: PublishAckFuture = self
             .shared
             .jetstream
@@ -227,6 +246,8 @@ impl Context {
         headers: HeaderMap,
         payload: impl Into<Bytes>,
     ) -> Result<async_nats::jetstream::publish::PublishAck, ContextError> {
+        #[cfg(feature = "otel")]
+        let headers = crate::trace::inject(Some(headers)).unwrap_or_default();
         let ack = self
             .shared
             .jetstream
@@ -259,6 +280,10 @@ impl Context {
         subject: impl ToSubject,
         payload: impl Into<Bytes>,
     ) -> Result<async_nats::Message, ContextError> {
+        #[cfg(feature = "otel")]
+        if let Some(headers) = crate::trace::inject(None) {
+            return self.request_with_headers(subject, headers, payload).await;
+        }
         Ok(self.shared.client.request(subject, payload.into()).await?)
     }
 
@@ -272,6 +297,8 @@ impl Context {
         headers: HeaderMap,
         payload: impl Into<Bytes>,
     ) -> Result<async_nats::Message, ContextError> {
+        #[cfg(feature = "otel")]
+        let headers = crate::trace::inject(Some(headers)).unwrap_or_default();
         Ok(self
             .shared
             .client

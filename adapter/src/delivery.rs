@@ -115,7 +115,10 @@ pub(crate) fn stream_sequence(delivery: &CoreDelivery<'_>) -> Option<u64> {
 fn delivery_span(ctx: &MountContext, msg: &Incoming, delivery: &CoreDelivery<'_>) -> tracing::Span {
     let stream_sequence = stream_sequence(delivery);
     let attempt = delivery.attempt().get();
-    tracing::info_span!("delivery", mount = %ctx.name, subject = %msg.subject, attempt, stream_sequence)
+    let span = tracing::info_span!("delivery", mount = %ctx.name, subject = %msg.subject, attempt, stream_sequence);
+    #[cfg(feature = "otel")]
+    crate::trace::set_parent(&span, msg.headers.as_deref());
+    span
 }
 
 /// What is left of a delivery after [`begin`].

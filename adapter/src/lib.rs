@@ -40,6 +40,8 @@ mod shutdown;
 mod startup;
 mod streams;
 mod supervisor;
+#[cfg(feature = "otel")]
+mod trace;
 
 pub use app::{App, RunError, StartError};
 pub use context::{Context, ContextError, ContextSource};

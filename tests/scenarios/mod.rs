@@ -21,3 +21,4 @@ mod servers;
 mod shutdown;
 mod startup;
 mod streams;
+mod trace;

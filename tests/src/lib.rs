@@ -31,17 +31,29 @@ pub use server::{NatsServer, ServerOptions, nats_server_bin, nats_server_version
 fn log_buffer() -> &'static Arc<Mutex<Vec<u8>>> {
     static BUFFER: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
     BUFFER.get_or_init(|| {
+        use opentelemetry::trace::TracerProvider as _;
+        use tracing_subscriber::Layer as _;
+        use tracing_subscriber::layer::SubscriberExt as _;
+        use tracing_subscriber::util::SubscriberInitExt as _;
         let buffer = Arc::new(Mutex::new(Vec::new()));
         let writer = buffer.clone();
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(
-                tracing_subscriber::EnvFilter::try_from_env("RUSTSTREAM_TEST_LOG").unwrap_or_else(
-                    // A target prefix: `ruststream::settlement` and every `ruststream_*` crate.
-                    |_| "ruststream=debug".into(),
-                ),
-            )
+        let filter = tracing_subscriber::EnvFilter::try_from_env("RUSTSTREAM_TEST_LOG")
+            .unwrap_or_else(
+                // A target prefix: `ruststream::settlement` and every `ruststream_*` crate.
+                |_| "ruststream=debug".into(),
+            );
+        let log = tracing_subscriber::fmt::layer()
             .with_ansi(false)
             .with_writer(move || Capture(writer.clone()))
+            .with_filter(filter);
+        // Every span also carries an OpenTelemetry context (sampled, exported nowhere), so
+        // that the `otel` feature's trace propagation can be seen from a handler.
+        let tracer = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+            .build()
+            .tracer("ruststream-tests");
+        let _ = tracing_subscriber::registry()
+            .with(log)
+            .with(tracing_opentelemetry::layer().with_tracer(tracer))
             .try_init();
         buffer
     })
@@ -62,6 +74,18 @@ impl Write for Capture {
 /// Starts capturing the log (idempotent). Call before starting an app.
 pub fn capture_logs() {
     log_buffer();
+}
+
+/// The trace id of the current span's OpenTelemetry context, in hex (all zeros without one).
+pub fn current_trace_id() -> String {
+    use opentelemetry::trace::TraceContextExt as _;
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    tracing::Span::current()
+        .context()
+        .span()
+        .span_context()
+        .trace_id()
+        .to_string()
 }
 
 /// The captured log lines that contain every one of `needles`.
