@@ -28,7 +28,7 @@ mod health;
 mod incoming;
 mod launch;
 mod leases;
-mod metrics;
+pub mod metrics;
 mod mount;
 mod mount_context;
 mod pull_loop;
