@@ -351,23 +351,7 @@ async fn run(
             format!("{report:?}"),
         ),
     ];
-    let mut ok = true;
-    for (what, passed, detail) in &checks {
-        println!(
-            "server check: {what}: {} ({detail})",
-            if *passed { "agrees" } else { "DISAGREES" }
-        );
-        ok &= passed;
-    }
-    println!(
-        "{}",
-        if ok {
-            "the summary agrees with the server"
-        } else {
-            "the summary does NOT agree with the server"
-        }
-    );
-    Ok(ok)
+    Ok(logging::print_checks(&checks))
 }
 
 async fn stream_len(

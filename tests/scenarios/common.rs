@@ -207,12 +207,20 @@ pub(crate) async fn assert_acks(wire: &Wire, expected: &[&str]) {
 }
 
 /// Asserts that `stream` stores exactly the dead letters `expected`: (subject, payload), in
-/// order; returns what is stored, headers included.
+/// order; returns what is stored, headers included. Waits (at most [`PATIENCE`]) until the
+/// stream holds as many: a dead letter is published after its delivery arrived, and may not
+/// be stored yet when the test asks.
+///
+/// [`PATIENCE`]: ruststream_tests::PATIENCE
 pub(crate) async fn assert_dead_letters(
     tc: &TestClient,
     stream: &str,
     expected: &[(&str, &[u8])],
 ) -> Vec<(String, Vec<(String, String)>, bytes::Bytes)> {
+    let deadline = Instant::now() + ruststream_tests::PATIENCE;
+    while tc.stream_len(stream).await < expected.len() as u64 && Instant::now() < deadline {
+        quiet(20).await;
+    }
     let stored = tc.stored(stream).await;
     let got: Vec<(&str, &[u8])> = stored
         .iter()

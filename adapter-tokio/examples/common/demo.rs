@@ -263,23 +263,7 @@ pub(crate) async fn demo() -> Result<bool, Box<dyn std::error::Error>> {
             format!("{report:?}"),
         ),
     ];
-    let mut ok = true;
-    for (what, passed, detail) in &checks {
-        println!(
-            "server check: {what}: {} ({detail})",
-            if *passed { "agrees" } else { "DISAGREES" }
-        );
-        ok &= passed;
-    }
-    println!(
-        "{}",
-        if ok {
-            "the summary agrees with the server"
-        } else {
-            "the summary does NOT agree with the server"
-        }
-    );
-    Ok(ok)
+    Ok(crate::logging::print_checks(&checks))
 }
 
 /// How many messages a wire tap holds: it reads until none comes for 100 ms.

@@ -1,4 +1,4 @@
-//! Logging and the exit code, shared by the demos.
+//! Logging, the checks' lines and the exit code, shared by the demos.
 
 /// Sets up logging to stderr (plain when stderr is not a terminal), at `RUST_LOG` or `warn`.
 pub(crate) fn init() {
@@ -23,4 +23,27 @@ pub(crate) fn exit_code(
             std::process::ExitCode::from(2)
         }
     }
+}
+
+/// Prints one line per check (what, whether it agrees, the figures), then the verdict:
+/// whether every check agrees.
+#[allow(clippy::print_stdout)]
+pub(crate) fn print_checks(checks: &[(&str, bool, String)]) -> bool {
+    let mut ok = true;
+    for (what, passed, detail) in checks {
+        println!(
+            "server check: {what}: {} ({detail})",
+            if *passed { "agrees" } else { "DISAGREES" }
+        );
+        ok &= passed;
+    }
+    println!(
+        "{}",
+        if ok {
+            "the summary agrees with the server"
+        } else {
+            "the summary does NOT agree with the server"
+        }
+    );
+    ok
 }
