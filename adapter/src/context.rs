@@ -16,15 +16,23 @@ pub(crate) struct ContextShared {
     pub(crate) policy: MountPolicy,
     pub(crate) client: Client,
     pub(crate) jetstream: async_nats::jetstream::Context,
+    /// Whether the app's shutdown has begun: what a failure then is said to be.
+    pub(crate) stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 impl ContextShared {
-    pub(crate) fn new(mount: &'static str, policy: MountPolicy, client: &Client) -> Arc<Self> {
+    pub(crate) fn new(
+        mount: &'static str,
+        policy: MountPolicy,
+        client: &Client,
+        stopping: tokio::sync::watch::Receiver<bool>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             mount,
             policy,
             client: client.clone(),
             jetstream: async_nats::jetstream::new(client.clone()),
+            stopping,
         })
     }
 }
@@ -110,6 +118,18 @@ pub enum ContextError {
     /// The client could not take a Core publish (it was closed).
     #[error("publish failed: {0}")]
     Publish(#[from] async_nats::PublishError),
+    /// The call failed after the app's shutdown began, which closes its connection once the
+    /// grace period is over: a handler still running then (abandoned) cannot publish any
+    /// more. `error` is async-nats' own.
+    #[error(
+        "mount `{mount}`: the app is shutting down and its connection is closed or closing ({error})"
+    )]
+    AppStopping {
+        /// The mount's name.
+        mount: &'static str,
+        /// What async-nats said.
+        error: String,
+    },
     /// A JetStream publish was refused, or its acknowledgement did not come (no stream stores
     /// the subject, a duplicate window refused it, or the request timed out).
     #[error("JetStream publish failed: {0}")]
@@ -140,6 +160,18 @@ pub enum ContextError {
 }
 
 impl Context {
+    /// `error`, or [`ContextError::AppStopping`] once the app's shutdown has begun.
+    fn failed(&self, error: impl Into<ContextError>) -> ContextError {
+        let error = error.into();
+        if *self.shared.stopping.borrow() {
+            return ContextError::AppStopping {
+                mount: self.shared.mount,
+                error: error.to_string(),
+            };
+        }
+        error
+    }
+
     /// The mount's name.
     pub fn mount(&self) -> &'static str {
         self.shared.mount
@@ -173,9 +205,15 @@ impl Context {
                 .shared
                 .client
                 .publish_with_headers(subject, headers, payload.into())
-                .await?);
+                .await
+                .map_err(|e| self.failed(e))?);
         }
-        Ok(self.shared.client.publish(subject, payload.into()).await?)
+        Ok(self
+            .shared
+            .client
+            .publish(subject, payload.into())
+            .await
+            .map_err(|e| self.failed(e))?)
     }
 
     /// [`publish`](Self::publish) with headers.
@@ -194,7 +232,8 @@ impl Context {
             .shared
             .client
             .publish_with_headers(subject, headers, payload.into())
-            .await?)
+            .await
+            .map_err(|e| self.failed(e))?)
     }
 
     /// [`publish`](Self::publish) of `value` as JSON.
@@ -231,8 +270,9 @@ impl Context {
             .shared
             .jetstream
             .publish(subject, payload.into())
-            .await?;
-        Ok(ack.await?)
+            .await
+            .map_err(|e| self.failed(e))?;
+        Ok(ack.await.map_err(|e| self.failed(e))?)
     }
 
     /// [`jetstream_publish`](Self::jetstream_publish) with headers (a `Nats-Msg-Id` among them
@@ -252,8 +292,9 @@ impl Context {
             .shared
             .jetstream
             .publish_with_headers(subject, headers, payload.into())
-            .await?;
-        Ok(ack.await?)
+            .await
+            .map_err(|e| self.failed(e))?;
+        Ok(ack.await.map_err(|e| self.failed(e))?)
     }
 
     /// [`jetstream_publish`](Self::jetstream_publish) of `value` as JSON.
@@ -284,7 +325,12 @@ impl Context {
         if let Some(headers) = crate::trace::inject(None) {
             return self.request_with_headers(subject, headers, payload).await;
         }
-        Ok(self.shared.client.request(subject, payload.into()).await?)
+        Ok(self
+            .shared
+            .client
+            .request(subject, payload.into())
+            .await
+            .map_err(|e| self.failed(e))?)
     }
 
     /// [`request`](Self::request) with headers.
@@ -303,7 +349,8 @@ impl Context {
             .shared
             .client
             .request_with_headers(subject, headers, payload.into())
-            .await?)
+            .await
+            .map_err(|e| self.failed(e))?)
     }
 
     /// Answers the delivery's Core request: publishes `payload` to its reply subject. The

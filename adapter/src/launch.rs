@@ -130,7 +130,12 @@ impl<R: Runtime> Launcher<R> {
             index,
             name: record.name,
             literal_subject: literal_subject(&policy),
-            handler_context: ContextShared::new(record.name, policy.clone(), client),
+            handler_context: ContextShared::new(
+                record.name,
+                policy.clone(),
+                client,
+                self.shutdown.clone(),
+            ),
             policy,
             handler,
             client: client.clone(),

@@ -222,3 +222,59 @@ fn reply_on_a_jetstream_mount_is_refused_at_start_up() {
         }
     });
 }
+
+/// A handler still running when its app's grace period ends (abandoned) cannot publish any
+/// more; its `Context` says the app is shutting down, instead of async-nats' bare "channel
+/// closed". (On smol the app's Tokio reactor stops with it, and such a handler does not get
+/// as far as its publish: nothing is recorded there.)
+#[test]
+fn context_says_when_the_app_is_shutting_down() {
+    run(async {
+        let (server, tc, _r, ev) = core_case().await;
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let seen = errors.clone();
+        let started = Arc::new(Mutex::new(false));
+        let flag = started.clone();
+        let app = start(&server, &ev, |a| {
+            a.grace_period(Duration::from_millis(200)).mount(
+                Mount::core_subject("core-stopping", "cstop.in"),
+                move |_d: Delivery, cx: Context| {
+                    let (seen, flag) = (seen.clone(), flag.clone());
+                    async move {
+                        *flag.lock().unwrap() = true;
+                        tokio::time::sleep(Duration::from_millis(1000)).await;
+                        let said = match cx.publish("cstop.after", "late").await {
+                            Ok(()) => "published".to_owned(),
+                            Err(e) => e.to_string(),
+                        };
+                        seen.lock().unwrap().push(said);
+                        Outcome::Ack
+                    }
+                },
+            )
+        })
+        .await;
+        core_publish(&tc, "cstop.in", HeaderMap::new(), b"x").await;
+        eventually("the handler to start", || {
+            (*started.lock().unwrap()).then_some(())
+        })
+        .await;
+        let report = app.shutdown().await;
+        assert_eq!(
+            report.abandoned,
+            [("core-stopping".to_owned(), 1)],
+            "{report:?}"
+        );
+        quiet(1500).await;
+        let errors = errors.lock().unwrap().clone();
+        if std::any::type_name::<App>().contains("ruststream_tokio") {
+            assert_eq!(errors.len(), 1, "the handler reached its publish on tokio");
+        }
+        for e in &errors {
+            assert!(
+                e.contains("mount `core-stopping`: the app is shutting down"),
+                "{e}"
+            );
+        }
+    });
+}
