@@ -201,19 +201,18 @@ impl Context {
     ) -> Result<(), ContextError> {
         #[cfg(feature = "otel")]
         if let Some(headers) = crate::trace::inject(None) {
-            return Ok(self
+            return self
                 .shared
                 .client
                 .publish_with_headers(subject, headers, payload.into())
                 .await
-                .map_err(|e| self.failed(e))?);
+                .map_err(|e| self.failed(e));
         }
-        Ok(self
-            .shared
+        self.shared
             .client
             .publish(subject, payload.into())
             .await
-            .map_err(|e| self.failed(e))?)
+            .map_err(|e| self.failed(e))
     }
 
     /// [`publish`](Self::publish) with headers.
@@ -228,12 +227,11 @@ impl Context {
     ) -> Result<(), ContextError> {
         #[cfg(feature = "otel")]
         let headers = crate::trace::inject(Some(headers)).unwrap_or_default();
-        Ok(self
-            .shared
+        self.shared
             .client
             .publish_with_headers(subject, headers, payload.into())
             .await
-            .map_err(|e| self.failed(e))?)
+            .map_err(|e| self.failed(e))
     }
 
     /// [`publish`](Self::publish) of `value` as JSON.
@@ -272,7 +270,7 @@ impl Context {
             .publish(subject, payload.into())
             .await
             .map_err(|e| self.failed(e))?;
-        Ok(ack.await.map_err(|e| self.failed(e))?)
+        ack.await.map_err(|e| self.failed(e))
     }
 
     /// [`jetstream_publish`](Self::jetstream_publish) with headers (a `Nats-Msg-Id` among them
@@ -294,7 +292,7 @@ impl Context {
             .publish_with_headers(subject, headers, payload.into())
             .await
             .map_err(|e| self.failed(e))?;
-        Ok(ack.await.map_err(|e| self.failed(e))?)
+        ack.await.map_err(|e| self.failed(e))
     }
 
     /// [`jetstream_publish`](Self::jetstream_publish) of `value` as JSON.
@@ -325,12 +323,11 @@ impl Context {
         if let Some(headers) = crate::trace::inject(None) {
             return self.request_with_headers(subject, headers, payload).await;
         }
-        Ok(self
-            .shared
+        self.shared
             .client
             .request(subject, payload.into())
             .await
-            .map_err(|e| self.failed(e))?)
+            .map_err(|e| self.failed(e))
     }
 
     /// [`request`](Self::request) with headers.
@@ -345,12 +342,11 @@ impl Context {
     ) -> Result<async_nats::Message, ContextError> {
         #[cfg(feature = "otel")]
         let headers = crate::trace::inject(Some(headers)).unwrap_or_default();
-        Ok(self
-            .shared
+        self.shared
             .client
             .request_with_headers(subject, headers, payload.into())
             .await
-            .map_err(|e| self.failed(e))?)
+            .map_err(|e| self.failed(e))
     }
 
     /// Answers the delivery's Core request: publishes `payload` to its reply subject. The
