@@ -220,18 +220,24 @@ fn decide<'m, R: Runtime>(
     let event = if arrival.runs_handler() {
         // An arrival plan that runs the handler holds only logs.
         execute_logs(ctx, msg, delivery, &arrival);
-        let started = R::now();
+        // Timed only with a recorder: an app without one reads no clock here.
+        let started = ctx.metrics.timed().then(R::now);
         Some(match start_handler(ctx, msg, delivery) {
             Err(event) => event,
             Ok(mut run) => match Pin::new(&mut run).poll(cx) {
                 Poll::Ready(result) => {
-                    ctx.metrics
-                        .handled_in(R::now().saturating_duration_since(started).as_secs_f64());
+                    if let Some(started) = started {
+                        ctx.metrics
+                            .handled_in(R::now().saturating_duration_since(started).as_secs_f64());
+                    }
                     let (event, failed) = handled(ctx, msg, delivery, result);
                     error = failed;
                     event
                 }
-                Poll::Pending => return Some(Rest::Waits(Stage::Handling(run, started))),
+                Poll::Pending => {
+                    let started = started.unwrap_or_else(R::now);
+                    return Some(Rest::Waits(Stage::Handling(run, started)));
+                }
             },
         })
     } else {

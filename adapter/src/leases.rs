@@ -110,8 +110,10 @@ pub(crate) async fn run_leased<R: Runtime>(
         Ok(()) = cancelled => None,
     };
     let now = R::now();
-    ctx.metrics
-        .handled_in(now.saturating_duration_since(started).as_secs_f64());
+    if ctx.metrics.timed() {
+        ctx.metrics
+            .handled_in(now.saturating_duration_since(started).as_secs_f64());
+    }
     let (end, _) = ctx.leases.lock().handle_end(key, now);
     let (event, error) = match result {
         Some(result) => handled(ctx, msg, delivery, result),

@@ -5,7 +5,7 @@
 //! **Install the recorder before [`App::start`](crate::App::start)**: each mount registers its
 //! metrics once, when it starts, and keeps the handles; a recorder installed later sees
 //! nothing of a mount already running. Without a recorder every update is a branch and
-//! nothing more.
+//! nothing more, and handlers are not timed (no clock is read for them).
 //!
 //! Every metric has the label `mount` (the mount's name: bounded, never a subject of a
 //! wildcard mount). Names follow the OpenTelemetry messaging semantic conventions (v1.27+)
@@ -116,6 +116,8 @@ pub(crate) struct MountMetrics {
     recoveries: Counter,
     waiting: Gauge,
     delayed: Gauge,
+    /// Whether handlers are timed (see [`timed`](Self::timed)).
+    timed: bool,
 }
 
 impl MountMetrics {
@@ -142,7 +144,15 @@ impl MountMetrics {
             recoveries: counter!("ruststream_recoveries_total", "mount" => mount),
             waiting: gauge!("ruststream_handlers_waiting", "mount" => mount),
             delayed: gauge!("ruststream_delayed_copies", "mount" => mount),
+            timed: recording(),
         }
+    }
+
+    /// Whether handlers are timed for `messaging.process.duration`: only when a recorder was
+    /// installed when the app started, so that an app without one reads no clock for it.
+    #[inline]
+    pub(crate) fn timed(&self) -> bool {
+        self.timed
     }
 
     /// A delivery was received.
@@ -228,6 +238,14 @@ impl MountMetrics {
             }
         }
     }
+}
+
+/// Whether a recorder is installed. The `metrics` facade does not say; its no-op recorder is
+/// the only one without state (a zero-sized type), while every exporter holds some (its
+/// registry, a connection). A stateless recorder of an application's own is taken for none:
+/// it gets every counter and gauge, but no handler durations.
+fn recording() -> bool {
+    metrics::with_recorder(|recorder| std::mem::size_of_val(recorder) != 0)
 }
 
 /// Describes every metric (units and help text) to the recorder installed now, once per
