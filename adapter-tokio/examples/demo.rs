@@ -117,18 +117,7 @@ fn metrics_addr() -> Result<(String, bool), String> {
 async fn demo() -> Result<bool, Box<dyn std::error::Error>> {
     let (metrics_addr, hold) = metrics_addr()?;
     let prometheus = ops::install_prometheus()?;
-    let (_server, url) = match std::env::var("NATS_URL") {
-        Ok(url) => {
-            println!("using NATS_URL");
-            (None, url)
-        }
-        Err(_) => {
-            let server = server::NatsServer::try_start()?;
-            let url = server.url();
-            println!("started a private nats-server at {url}");
-            (Some(server), url)
-        }
-    };
+    let (_server, url) = logging::nats_server()?;
     let client = ruststream_tokio::connect_url(&url, async_nats::ConnectOptions::new()).await?;
     let js = jetstream::new(client.clone());
     for name in STREAMS {
@@ -156,11 +145,7 @@ async fn run(
     let app = App::new(url)
         .grace_period(Duration::from_secs(2))
         .on_settled(move |s| {
-            let outcome = match (s.outcome, s.undecodable) {
-                (Some(o), _) => format!("{o:?}"),
-                (None, true) => "(undecodable)".to_owned(),
-                (None, false) => "(handler not run)".to_owned(),
-            };
+            let outcome = logging::outcome_text(s);
             println!(
                 "{:<13} {:<13} seq {:<5} attempt {}  outcome {:<9} wire: {}",
                 s.mount,

@@ -199,19 +199,8 @@ impl HealthBoard {
 
     /// Mounts `mounts` (by index; all when `None`) are now in `state`.
     pub(crate) fn mounts(&self, mounts: Option<&[usize]>, state: MountState) {
-        let now = Instant::now();
-        self.0.send_if_modified(|h| {
-            let mut changed = false;
-            for (i, m) in h.mounts.iter_mut().enumerate() {
-                let chosen = mounts.is_none_or(|set| set.contains(&i));
-                if chosen && m.state != state {
-                    m.state = state;
-                    m.since = now;
-                    changed = true;
-                }
-            }
-            changed
-        });
+        self.0
+            .send_if_modified(|h| set_states(h, mounts, state, Instant::now()));
     }
 
     /// The connection is connected (`true`) or down (`false`).
@@ -232,7 +221,6 @@ impl HealthBoard {
 
     /// The app stopped (`failure`: because it could not go on, or could not start).
     pub(crate) fn stopped(&self, failure: Option<String>) {
-        let now = Instant::now();
         // One change, so that a watcher never sees the failure without the mounts' states.
         self.0.send_modify(|h| {
             h.connection = ConnectionState::Closed;
@@ -243,12 +231,28 @@ impl HealthBoard {
                 Some(_) => MountState::Failed,
                 None => MountState::Stopping,
             };
-            for m in h.mounts.iter_mut().filter(|m| m.state != state) {
-                m.state = state;
-                m.since = now;
-            }
+            set_states(h, None, state, Instant::now());
         });
     }
+}
+
+/// Puts mounts `mounts` of `health` (by index; all when `None`) in `state` since `now`, those
+/// not in it already; whether any changed.
+fn set_states(
+    health: &mut Health,
+    mounts: Option<&[usize]>,
+    state: MountState,
+    now: Instant,
+) -> bool {
+    let mut changed = false;
+    for (i, m) in health.mounts.iter_mut().enumerate() {
+        if mounts.is_none_or(|set| set.contains(&i)) && m.state != state {
+            m.state = state;
+            m.since = now;
+            changed = true;
+        }
+    }
+    changed
 }
 
 #[cfg(test)]

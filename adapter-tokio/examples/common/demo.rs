@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use crate::adapter::async_nats::{self, jetstream};
 use crate::adapter::{App, Delivery, Disposition, Mount, Outcome, Settled};
-use crate::server;
 
 const ORDERS: &[(&str, &str)] = &[
     // (subject, kind)
@@ -68,18 +67,7 @@ fn expected_settlements() -> usize {
 
 /// Runs the demo; `Ok(true)` when the summary agrees with the server.
 pub(crate) async fn demo() -> Result<bool, Box<dyn std::error::Error>> {
-    let (_server, url) = match std::env::var("NATS_URL") {
-        Ok(url) => {
-            println!("using NATS_URL");
-            (None, url)
-        }
-        Err(_) => {
-            let server = server::NatsServer::try_start()?;
-            let url = server.url();
-            println!("started a private nats-server at {url}");
-            (Some(server), url)
-        }
-    };
+    let (_server, url) = crate::logging::nats_server()?;
 
     // The streams the JetStream mount needs; the demo owns them and starts clean.
     // Read as the app reads it: a list, credentials and all.
@@ -116,11 +104,7 @@ pub(crate) async fn demo() -> Result<bool, Box<dyn std::error::Error>> {
                 s.mount,
                 s.subject.as_str(),
                 s.attempt,
-                match (s.outcome, s.undecodable) {
-                    (Some(o), _) => format!("{o:?}"),
-                    (None, true) => "(undecodable)".to_owned(),
-                    (None, false) => "(handler not run)".to_owned(),
-                },
+                crate::logging::outcome_text(s),
                 s.wire
             );
             sink.lock().unwrap().push(s.clone());

@@ -1,4 +1,6 @@
-//! Logging, the checks' lines and the exit code, shared by the demos.
+//! What the demos share: logging, the server they use, a settlement's outcome as they print
+//! it, the checks' lines and the exit code. Each demo declares its `server` module beside
+//! this one.
 
 /// Sets up logging to stderr (plain when stderr is not a terminal), at `RUST_LOG` or `warn`.
 pub(crate) fn init() {
@@ -46,4 +48,35 @@ pub(crate) fn print_checks(checks: &[(&str, bool, String)]) -> bool {
         }
     );
     ok
+}
+
+/// The server the demo uses: `NATS_URL` if set, otherwise a private nats-server (kept
+/// running while the returned value lives), and its URL.
+///
+/// # Errors
+/// When no private nats-server can be started.
+#[allow(clippy::print_stdout)]
+pub(crate) fn nats_server()
+-> Result<(Option<crate::server::NatsServer>, String), Box<dyn std::error::Error>> {
+    Ok(match std::env::var("NATS_URL") {
+        Ok(url) => {
+            println!("using NATS_URL");
+            (None, url)
+        }
+        Err(_) => {
+            let server = crate::server::NatsServer::try_start()?;
+            let url = server.url();
+            println!("started a private nats-server at {url}");
+            (Some(server), url)
+        }
+    })
+}
+
+/// A settlement's outcome as the demos print it: the handler's, or why it did not run.
+pub(crate) fn outcome_text(s: &ruststream_adapter::Settled) -> String {
+    match (s.outcome, s.undecodable) {
+        (Some(o), _) => format!("{o:?}"),
+        (None, true) => "(undecodable)".to_owned(),
+        (None, false) => "(handler not run)".to_owned(),
+    }
 }
