@@ -1,0 +1,579 @@
+//! A modelled pull consumer with explicit acknowledgement: what it delivers, what it waits
+//! for, and what an acknowledgement does, after nats-server's `consumer.go`.
+//!
+//! - A delivery is pending until it is acknowledged (`+ACK`, `+TERM`) or its deadline
+//!   passes. The deadline is `ack_wait` after the delivery, or, with a `BackOff`, the step for
+//!   the message's redeliveries so far (the last step repeating); `+WPI` starts it again.
+//! - A pending message whose deadline passed is queued for redelivery, unless it has been
+//!   delivered `max_deliver` times: then it leaves the pending set and is not delivered again.
+//! - `-NAK` queues it for redelivery at once; `-NAK {"delay": ns}` sets its deadline to
+//!   `now - ack_wait + delay` (plus the `BackOff` step's excess over `ack_wait`), as the server
+//!   computes it.
+//! - Redeliveries go before new messages; new messages stop while `max_ack_pending`
+//!   deliveries are pending.
+//! - Pull requests wait in order; each delivery goes to the first and moves a request with
+//!   more to fill to the back. A request ends when its batch is filled (nothing is sent), or at
+//!   its expiry with `408 Request Timeout` and `Nats-Pending-Messages`; a `no_wait` request
+//!   that finds nothing gets `404 No Messages`. One that asks for more than `max_batch` or
+//!   expires later than `max_expires` gets `409`.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull::Config};
+use ruststream_core::Wildcard;
+
+use crate::SimError;
+use crate::ids::ConnectionId;
+use crate::stream::Stream;
+use crate::wire::{AckKind, PullRequest};
+
+/// nats-server's `ack_wait` when a consumer sets none.
+pub const DEFAULT_ACK_WAIT: Duration = Duration::from_secs(30);
+/// nats-server's `max_ack_pending` when a consumer sets none.
+pub const DEFAULT_MAX_ACK_PENDING: i64 = 1000;
+/// nats-server's `max_waiting` (pull requests waiting at once) when a consumer sets none.
+pub const DEFAULT_MAX_WAITING: i64 = 512;
+
+/// A pair of sequences, as consumer info gives them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Sequences {
+    /// The consumer's delivery sequence.
+    pub consumer_sequence: u64,
+    /// The stream's sequence.
+    pub stream_sequence: u64,
+}
+
+/// A consumer's state, as `CONSUMER.INFO` gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerState {
+    /// The stream.
+    pub stream: String,
+    /// The consumer's name.
+    pub name: String,
+    /// Its configuration, with nats-server's defaults filled in (`ack_wait` 30 s, or the
+    /// first `BackOff` step; `max_ack_pending` 1000; `max_deliver` -1 for no limit).
+    pub config: Config,
+    /// The last delivery: its consumer sequence, and the highest stream sequence delivered.
+    pub delivered: Sequences,
+    /// Everything at or below these sequences is acknowledged.
+    pub ack_floor: Sequences,
+    /// Deliveries waiting for an acknowledgement.
+    pub num_ack_pending: usize,
+    /// Pending messages delivered more than once.
+    pub num_redelivered: usize,
+    /// Pull requests waiting.
+    pub num_waiting: usize,
+    /// Stored messages on its filter not yet delivered.
+    pub num_pending: u64,
+}
+
+/// What a consumer sends: a message to a request's inbox, or a status ending a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Send {
+    Message {
+        connection: ConnectionId,
+        inbox: String,
+        sequence: u64,
+        delivered: u64,
+        consumer_sequence: u64,
+        pending: u64,
+    },
+    Status {
+        connection: ConnectionId,
+        inbox: String,
+        code: u16,
+        description: String,
+        pending_messages: Option<usize>,
+    },
+}
+
+#[derive(Debug, Clone)]
+struct Pending {
+    consumer_sequence: u64,
+    deadline: Instant,
+    /// Queued for redelivery (its deadline no longer counts).
+    queued: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Waiting {
+    connection: ConnectionId,
+    inbox: String,
+    remaining: usize,
+    expires_at: Option<Instant>,
+}
+
+/// One consumer of the model.
+pub(crate) struct Consumer {
+    pub(crate) config: Config,
+    pub(crate) name: String,
+    filters: Vec<Wildcard>,
+    /// The next stream sequence to look at for a first delivery.
+    next_sequence: u64,
+    last_consumer_sequence: u64,
+    last_delivered_sequence: u64,
+    pending: BTreeMap<u64, Pending>,
+    /// Redeliveries so far, by stream sequence (deliveries less one).
+    redelivered: BTreeMap<u64, u64>,
+    redeliver: BTreeSet<u64>,
+    ack_floor: Sequences,
+    waiting: VecDeque<Waiting>,
+}
+
+impl Consumer {
+    /// A consumer on `stream`, checked as nats-server checks it, its defaults filled in.
+    pub(crate) fn new(stream: &Stream, mut config: Config) -> Result<Self, SimError> {
+        let name = config
+            .durable_name
+            .clone()
+            .or_else(|| config.name.clone())
+            .unwrap_or_default();
+        let what = format!("consumer `{name}` on stream `{}`", stream.name());
+        let invalid = |problem: String| SimError::InvalidConfig {
+            what: what.clone(),
+            problem,
+        };
+        let not_modelled = |setting: String| SimError::NotModelled {
+            what: what.clone(),
+            setting,
+        };
+        if name.is_empty() {
+            return Err(invalid(
+                "the simulator needs a durable_name or name for every consumer".to_owned(),
+            ));
+        }
+        if config.ack_policy != AckPolicy::Explicit {
+            return Err(not_modelled(format!("ack_policy {:?}", config.ack_policy)));
+        }
+        let next_sequence = match config.deliver_policy {
+            DeliverPolicy::All => 1,
+            DeliverPolicy::New => stream.last_sequence() + 1,
+            DeliverPolicy::ByStartSequence { start_sequence } => start_sequence.max(1),
+            other => return Err(not_modelled(format!("deliver_policy {other:?}"))),
+        };
+        let mut filters = Vec::new();
+        for subject in filter_subjects(&config) {
+            let filter = Wildcard::new(&subject).map_err(|e| SimError::Subject {
+                subject: subject.clone(),
+                reason: e.to_string(),
+            })?;
+            if !stream
+                .subjects()
+                .iter()
+                .any(|s| crate::stream::overlap(s, &filter))
+            {
+                return Err(invalid(format!(
+                    "filter subject `{subject}` does not match any of the stream's subjects"
+                )));
+            }
+            filters.push(filter);
+        }
+        if config.max_deliver == 0 || config.max_deliver < -1 {
+            config.max_deliver = -1;
+        }
+        if config.ack_wait.is_zero() {
+            config.ack_wait = DEFAULT_ACK_WAIT;
+        }
+        if let Some(first) = config.backoff.first() {
+            if config.max_deliver != -1 && config.backoff.len() as i64 > config.max_deliver {
+                return Err(invalid(
+                    "max_deliver must be at least the length of backoff".to_owned(),
+                ));
+            }
+            config.ack_wait = *first;
+        }
+        if config.max_ack_pending == 0 {
+            config.max_ack_pending = DEFAULT_MAX_ACK_PENDING;
+        }
+        if config.max_waiting <= 0 {
+            config.max_waiting = DEFAULT_MAX_WAITING;
+        }
+        Ok(Self {
+            config,
+            name,
+            filters,
+            next_sequence,
+            last_consumer_sequence: 0,
+            last_delivered_sequence: next_sequence - 1,
+            pending: BTreeMap::new(),
+            redelivered: BTreeMap::new(),
+            redeliver: BTreeSet::new(),
+            ack_floor: Sequences {
+                consumer_sequence: 0,
+                stream_sequence: next_sequence - 1,
+            },
+            waiting: VecDeque::new(),
+        })
+    }
+
+    /// Whether an existing consumer's configuration is the one asked for again (what
+    /// nats-server calls an idempotent create).
+    pub(crate) fn same_config(&self, stream: &Stream, config: &Config) -> bool {
+        Self::new(stream, config.clone()).is_ok_and(|other| other.config == self.config)
+    }
+
+    fn deliveries(&self, sequence: u64) -> u64 {
+        self.redelivered.get(&sequence).copied().unwrap_or(0) + 1
+    }
+
+    fn max_deliver(&self) -> Option<u64> {
+        u64::try_from(self.config.max_deliver).ok()
+    }
+
+    /// How long a delivery with `redeliveries` before it may go unacknowledged.
+    fn wait(&self, redeliveries: u64) -> Duration {
+        match self.config.backoff.len() {
+            0 => self.config.ack_wait,
+            n => {
+                let step = usize::try_from(redeliveries)
+                    .unwrap_or(usize::MAX)
+                    .min(n - 1);
+                self.config.backoff[step]
+            }
+        }
+    }
+
+    /// Takes a pull request (`CONSUMER.MSG.NEXT`), or answers it at once.
+    pub(crate) fn handle_request(
+        &mut self,
+        stream: &Stream,
+        connection: ConnectionId,
+        inbox: String,
+        request: &PullRequest,
+        now: Instant,
+        out: &mut Vec<Send>,
+    ) {
+        let status = |code: u16, description: String| Send::Status {
+            connection,
+            inbox: inbox.clone(),
+            code,
+            description,
+            pending_messages: None,
+        };
+        let max_batch = self.config.max_batch;
+        if max_batch > 0 && request.batch as i64 > max_batch {
+            out.push(status(
+                409,
+                format!("Exceeded MaxRequestBatch of {max_batch}"),
+            ));
+            return;
+        }
+        if !self.config.max_expires.is_zero()
+            && request.expires.is_some_and(|e| e > self.config.max_expires)
+        {
+            out.push(status(
+                409,
+                format!(
+                    "Exceeded MaxRequestExpires of {:?}",
+                    self.config.max_expires
+                ),
+            ));
+            return;
+        }
+        if request.no_wait && !self.has_message(stream) {
+            out.push(status(404, "No Messages".to_owned()));
+            return;
+        }
+        if self.waiting.len() as i64 >= self.config.max_waiting {
+            out.push(status(409, "Exceeded MaxWaiting".to_owned()));
+            return;
+        }
+        self.waiting.push_back(Waiting {
+            connection,
+            inbox,
+            remaining: request.batch.max(1),
+            expires_at: request.expires.map(|e| now + e),
+        });
+        if request.no_wait {
+            // Filled with what is there now, then ended.
+            let before = self.waiting.len();
+            self.deliver(stream, now, &mut |_, _| true, out);
+            if self.waiting.len() == before
+                && let Some(last) = self.waiting.pop_back()
+            {
+                out.push(Send::Status {
+                    connection: last.connection,
+                    inbox: last.inbox,
+                    code: 404,
+                    description: "No Messages".to_owned(),
+                    pending_messages: Some(last.remaining),
+                });
+            }
+        }
+    }
+
+    fn has_message(&self, stream: &Stream) -> bool {
+        !self.redeliver.is_empty()
+            || ((self.pending.len() as i64) < self.config.max_ack_pending
+                && stream
+                    .next_matching(self.next_sequence, &self.filters)
+                    .is_some())
+    }
+
+    /// Delivers what it can to the waiting requests whose inbox `interested` says someone
+    /// listens to (the others are dropped, as the server drops a request without interest).
+    pub(crate) fn deliver(
+        &mut self,
+        stream: &Stream,
+        now: Instant,
+        interested: &mut dyn FnMut(ConnectionId, &str) -> bool,
+        out: &mut Vec<Send>,
+    ) {
+        loop {
+            let Some(request) = self.waiting.front() else {
+                return;
+            };
+            if !interested(request.connection, &request.inbox) {
+                self.waiting.pop_front();
+                continue;
+            }
+            let Some((sequence, delivered)) = self.next_message(stream) else {
+                return;
+            };
+            let Some(mut request) = self.waiting.pop_front() else {
+                return;
+            };
+            // Every delivery takes a new consumer sequence on the wire; a redelivery keeps
+            // that of its first delivery in the pending set, for the ack floor.
+            self.last_consumer_sequence += 1;
+            let consumer_sequence = self.last_consumer_sequence;
+            let deadline = now + self.wait(delivered - 1);
+            self.pending
+                .entry(sequence)
+                .and_modify(|p| {
+                    p.deadline = deadline;
+                    p.queued = false;
+                })
+                .or_insert(Pending {
+                    consumer_sequence,
+                    deadline,
+                    queued: false,
+                });
+            self.last_delivered_sequence = self.last_delivered_sequence.max(sequence);
+            let pending = stream.count_matching(self.next_sequence, &self.filters);
+            out.push(Send::Message {
+                connection: request.connection,
+                inbox: request.inbox.clone(),
+                sequence,
+                delivered,
+                consumer_sequence,
+                pending,
+            });
+            request.remaining -= 1;
+            if request.remaining > 0 {
+                self.waiting.push_back(request);
+            }
+        }
+    }
+
+    /// The next message to deliver and its delivery count: a redelivery first, then a new
+    /// message while fewer than `max_ack_pending` are pending.
+    fn next_message(&mut self, stream: &Stream) -> Option<(u64, u64)> {
+        while let Some(sequence) = self.redeliver.pop_first() {
+            if stream.get(sequence).is_none() {
+                // Gone from the stream meanwhile: no longer pending.
+                self.forget(sequence);
+                continue;
+            }
+            let delivered = self.deliveries(sequence) + 1;
+            if self.max_deliver().is_some_and(|max| delivered > max) {
+                self.forget(sequence);
+                continue;
+            }
+            self.redelivered.insert(sequence, delivered - 1);
+            return Some((sequence, delivered));
+        }
+        if self.pending.len() as i64 >= self.config.max_ack_pending
+            && self.config.max_ack_pending > 0
+        {
+            return None;
+        }
+        let sequence = stream
+            .next_matching(self.next_sequence, &self.filters)?
+            .sequence;
+        self.next_sequence = sequence + 1;
+        Some((sequence, 1))
+    }
+
+    /// An acknowledgement of the delivery of `sequence`. Whether it removes the message
+    /// from a work-queue stream (`+ACK`, `+TERM` of a pending delivery).
+    pub(crate) fn handle_ack(&mut self, sequence: u64, kind: AckKind, now: Instant) -> bool {
+        if sequence >= self.next_sequence || !self.pending.contains_key(&sequence) {
+            return false;
+        }
+        match kind {
+            AckKind::Ack | AckKind::Term | AckKind::Next => {
+                self.forget(sequence);
+                true
+            }
+            AckKind::Progress => {
+                let deadline = now + self.wait(self.deliveries(sequence) - 1);
+                if let Some(p) = self.pending.get_mut(&sequence)
+                    && !p.queued
+                {
+                    p.deadline = deadline;
+                }
+                false
+            }
+            AckKind::Nak(None) => {
+                if let Some(p) = self.pending.get_mut(&sequence) {
+                    p.queued = true;
+                }
+                self.redeliver.insert(sequence);
+                false
+            }
+            AckKind::Nak(Some(delay)) => {
+                self.redeliver.remove(&sequence);
+                let wait = self.wait(self.deliveries(sequence) - 1);
+                let ack_wait = self.config.ack_wait;
+                let base = now + delay;
+                let deadline = if wait >= ack_wait {
+                    base + (wait - ack_wait)
+                } else {
+                    base.checked_sub(ack_wait - wait).unwrap_or(now)
+                };
+                if let Some(p) = self.pending.get_mut(&sequence) {
+                    p.deadline = deadline;
+                    p.queued = false;
+                }
+                false
+            }
+            AckKind::Unknown => false,
+        }
+    }
+
+    /// The message is no longer pending (acknowledged, past `max_deliver`, or gone from the
+    /// stream): the ack floor moves as far as it can.
+    fn forget(&mut self, sequence: u64) {
+        self.pending.remove(&sequence);
+        self.redelivered.remove(&sequence);
+        self.redeliver.remove(&sequence);
+        self.ack_floor = match self.pending.first_key_value() {
+            None => Sequences {
+                consumer_sequence: self.last_consumer_sequence,
+                stream_sequence: self.next_sequence - 1,
+            },
+            Some((first, p)) => Sequences {
+                consumer_sequence: p.consumer_sequence - 1,
+                stream_sequence: first - 1,
+            }
+            .max_with(self.ack_floor),
+        };
+    }
+
+    /// Messages removed from the stream (limits, work-queue acks by another consumer).
+    pub(crate) fn handle_removed(&mut self, sequences: &[u64]) {
+        for sequence in sequences {
+            if self.pending.contains_key(sequence) {
+                self.forget(*sequence);
+            }
+        }
+    }
+
+    /// The consumer's next deadline: a pending delivery's, or a request's expiry.
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        let deliveries = self
+            .pending
+            .values()
+            .filter(|p| !p.queued)
+            .map(|p| p.deadline);
+        let requests = self.waiting.iter().filter_map(|w| w.expires_at);
+        deliveries.chain(requests).min()
+    }
+
+    /// What falls due at `now`: deliveries past their deadline are queued for redelivery (or
+    /// forgotten at `max_deliver`, reported in `exceeded`), requests past their expiry end
+    /// with `408`.
+    pub(crate) fn handle_timeout(
+        &mut self,
+        now: Instant,
+        out: &mut Vec<Send>,
+        exceeded: &mut Vec<(u64, u64)>,
+    ) {
+        let due: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| !p.queued && p.deadline <= now)
+            .map(|(seq, _)| *seq)
+            .collect();
+        for sequence in due {
+            let delivered = self.deliveries(sequence);
+            if self.max_deliver().is_some_and(|max| delivered >= max) {
+                exceeded.push((sequence, delivered));
+                self.forget(sequence);
+            } else {
+                if let Some(p) = self.pending.get_mut(&sequence) {
+                    p.queued = true;
+                }
+                self.redeliver.insert(sequence);
+            }
+        }
+        let mut kept = VecDeque::with_capacity(self.waiting.len());
+        for request in self.waiting.drain(..) {
+            if request.expires_at.is_some_and(|at| at <= now) {
+                out.push(Send::Status {
+                    connection: request.connection,
+                    inbox: request.inbox,
+                    code: 408,
+                    description: "Request Timeout".to_owned(),
+                    pending_messages: Some(request.remaining),
+                });
+            } else {
+                kept.push_back(request);
+            }
+        }
+        self.waiting = kept;
+    }
+
+    /// Forgets the pull requests of a connection that closed.
+    pub(crate) fn handle_disconnect(&mut self, connection: ConnectionId) {
+        self.waiting.retain(|w| w.connection != connection);
+    }
+
+    pub(crate) fn state(&self, stream: &Stream) -> ConsumerState {
+        ConsumerState {
+            stream: stream.name().to_owned(),
+            name: self.name.clone(),
+            config: self.config.clone(),
+            delivered: Sequences {
+                consumer_sequence: self.last_consumer_sequence,
+                stream_sequence: self.last_delivered_sequence,
+            },
+            ack_floor: self.ack_floor,
+            num_ack_pending: self.pending.len(),
+            num_redelivered: self
+                .pending
+                .keys()
+                .filter(|s| self.redelivered.contains_key(s))
+                .count(),
+            num_waiting: self.waiting.len(),
+            num_pending: stream.count_matching(self.next_sequence, &self.filters),
+        }
+    }
+}
+
+/// The consumer's filter subjects: `filter_subject`, and `filter_subjects` where async-nats
+/// has the field (its `server_2_10` feature, which this crate does not choose: read through
+/// the configuration's JSON form, which has it whenever the field exists).
+fn filter_subjects(config: &Config) -> Vec<String> {
+    let mut subjects: Vec<String> = std::iter::once(config.filter_subject.clone())
+        .filter(|s| !s.is_empty())
+        .collect();
+    if let Ok(json) = serde_json::to_value(config)
+        && let Some(more) = json.get("filter_subjects").and_then(|v| v.as_array())
+    {
+        subjects.extend(more.iter().filter_map(|v| v.as_str().map(str::to_owned)));
+    }
+    subjects
+}
+
+impl Sequences {
+    fn max_with(self, other: Self) -> Self {
+        if other.stream_sequence > self.stream_sequence {
+            other
+        } else {
+            self
+        }
+    }
+}

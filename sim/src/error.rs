@@ -1,0 +1,93 @@
+//! What the model refuses, and why.
+
+use crate::ids::{ConnectionId, SubscriptionId};
+
+/// Why the modelled server refused an operation. Every variant names what it refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SimError {
+    /// A subject or subscription subject that NATS would refuse.
+    #[error("subject `{subject}` is not valid: {reason}")]
+    Subject {
+        /// The subject as given.
+        subject: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The connection was never made, or it is closed.
+    #[error("connection {0} is closed or was never made")]
+    NoConnection(ConnectionId),
+    /// The subscription does not exist (or its connection closed).
+    #[error("subscription {0} does not exist")]
+    NoSubscription(SubscriptionId),
+    /// The message is larger than the server's `max_payload` (what async-nats refuses
+    /// before sending: `PublishErrorKind::MaxPayloadExceeded`).
+    #[error(
+        "a message of {size} bytes (payload and headers) exceeds the server's max_payload of {max_payload} bytes"
+    )]
+    MaxPayload {
+        /// The payload's and headers' size, in bytes.
+        size: usize,
+        /// The server's limit, in bytes.
+        max_payload: usize,
+    },
+    /// A publish failed on purpose, by [`Faults::fail_publishes`](crate::Faults::fail_publishes).
+    #[error("publish to `{subject}` failed (fault injected)")]
+    PublishFailed {
+        /// The subject of the publish.
+        subject: String,
+    },
+    /// No stream of that name.
+    #[error("stream `{0}` not found")]
+    StreamNotFound(String),
+    /// A stream of that name exists with another configuration.
+    #[error("stream `{0}` already exists with a different configuration")]
+    StreamExists(String),
+    /// A stream's subjects overlap another stream's (nats-server refuses such a stream).
+    #[error("stream `{stream}`: subject `{subject}` overlaps stream `{other}`")]
+    SubjectsOverlap {
+        /// The stream refused.
+        stream: String,
+        /// Its subject that overlaps.
+        subject: String,
+        /// The stream it overlaps.
+        other: String,
+    },
+    /// No consumer of that name on the stream.
+    #[error("consumer `{consumer}` not found on stream `{stream}`")]
+    ConsumerNotFound {
+        /// The stream.
+        stream: String,
+        /// The consumer.
+        consumer: String,
+    },
+    /// A consumer of that name exists with another configuration.
+    #[error(
+        "consumer `{consumer}` already exists on stream `{stream}` with a different configuration"
+    )]
+    ConsumerExists {
+        /// The stream.
+        stream: String,
+        /// The consumer.
+        consumer: String,
+    },
+    /// A setting the model does not implement: refused rather than silently ignored.
+    #[error("{what}: {setting} is not modelled by the simulator")]
+    NotModelled {
+        /// The stream or consumer.
+        what: String,
+        /// The setting and its value.
+        setting: String,
+    },
+    /// A setting nats-server would refuse.
+    #[error("{what}: {problem}")]
+    InvalidConfig {
+        /// The stream or consumer.
+        what: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A stream with `DiscardPolicy::New` is full: the publish is refused.
+    #[error("stream `{0}`: maximum messages exceeded")]
+    StreamFull(String),
+}

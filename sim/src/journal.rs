@@ -1,0 +1,144 @@
+//! What clients and the server exchange, and the journal of what the server did.
+
+use std::time::Instant;
+
+use async_nats::HeaderMap;
+use bytes::Bytes;
+
+use crate::ids::{ConnectionId, SubscriptionId};
+use crate::stream::PubAck;
+use crate::wire::AckKind;
+
+/// A message for the server: what a client publishes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Publish {
+    /// The subject: literal, as NATS requires of a publish.
+    pub subject: String,
+    /// The reply subject, if any (a request's inbox, or an ack reply subject).
+    pub reply: Option<String>,
+    /// The headers, if any.
+    pub headers: Option<HeaderMap>,
+    /// The payload.
+    pub payload: Bytes,
+}
+
+impl Publish {
+    /// A message of `payload` to `subject`, with no reply subject and no headers.
+    pub fn new(subject: impl Into<String>, payload: impl Into<Bytes>) -> Self {
+        Self {
+            subject: subject.into(),
+            reply: None,
+            headers: None,
+            payload: payload.into(),
+        }
+    }
+
+    /// With this reply subject.
+    #[must_use]
+    pub fn reply(mut self, reply: impl Into<String>) -> Self {
+        self.reply = Some(reply.into());
+        self
+    }
+
+    /// With these headers.
+    #[must_use]
+    pub fn headers(mut self, headers: HeaderMap) -> Self {
+        self.headers = Some(headers);
+        self
+    }
+}
+
+/// What became of a publish.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Published {
+    /// How many subscriptions received it.
+    pub receivers: usize,
+    /// The stream's answer, when a stream stores the subject.
+    pub stored: Option<PubAck>,
+}
+
+/// A message the server sends a subscription.
+#[derive(Debug, Clone)]
+pub struct Delivered {
+    /// The connection of the subscription.
+    pub connection: ConnectionId,
+    /// The subscription.
+    pub subscription: SubscriptionId,
+    /// The message, as async-nats gives it to a subscriber (a pull request's end is a
+    /// message with a `status`, as on the wire).
+    pub message: async_nats::Message,
+}
+
+/// One thing the server did, in the order it did them.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Record {
+    /// A client published (`stored`: what a stream answered; `failed`: a fault refused it).
+    Published {
+        /// When (virtual time).
+        at: Instant,
+        /// The publishing connection.
+        connection: ConnectionId,
+        /// Its subject.
+        subject: String,
+        /// Its headers.
+        headers: Option<HeaderMap>,
+        /// Its payload.
+        payload: Bytes,
+        /// What a stream answered.
+        stored: Option<PubAck>,
+        /// Whether a fault made it fail.
+        failed: bool,
+    },
+    /// A consumer delivered a message.
+    Delivered {
+        /// When.
+        at: Instant,
+        /// The stream.
+        stream: String,
+        /// The consumer.
+        consumer: String,
+        /// The message's stream sequence.
+        stream_sequence: u64,
+        /// Its delivery count, from 1.
+        delivered: u64,
+    },
+    /// An acknowledgement reached the server (or was lost on its way, `lost`).
+    Acknowledged {
+        /// When.
+        at: Instant,
+        /// The stream.
+        stream: String,
+        /// The consumer.
+        consumer: String,
+        /// The acknowledged message's stream sequence.
+        stream_sequence: u64,
+        /// The delivery count its ack reply subject carries.
+        delivered: u64,
+        /// What it says.
+        kind: AckKind,
+        /// Whether [`Faults::lose_acks`](crate::Faults::lose_acks) made it vanish.
+        lost: bool,
+    },
+    /// A message was delivered `max_deliver` times and its last deadline passed: it is not
+    /// delivered again.
+    MaxDeliveries {
+        /// When.
+        at: Instant,
+        /// The stream.
+        stream: String,
+        /// The consumer.
+        consumer: String,
+        /// The message's stream sequence.
+        stream_sequence: u64,
+        /// How many times it was delivered.
+        delivered: u64,
+    },
+    /// A connection closed.
+    Disconnected {
+        /// When.
+        at: Instant,
+        /// The connection.
+        connection: ConnectionId,
+    },
+}

@@ -1,0 +1,90 @@
+//! # ruststream-sim
+//!
+//! A deterministic, in-memory model of what the ruststream runtime relies on in NATS and
+//! JetStream, driven by virtual time: Core subjects with wildcards and queue groups, streams
+//! (their duplicate window and `Nats-Msg-Id`, `max_messages`, `max_age`, work-queue
+//! retention), and pull consumers with explicit acknowledgement (`ack_wait`, `BackOff`,
+//! `max_deliver`, `max_ack_pending`, `+ACK`, `-NAK`, `-NAK {"delay": ns}`, `+TERM`, `+WPI`,
+//! pull requests and their `404`/`408`/`409` ends).
+//!
+//! The model is sans-io in the way `ruststream-core` is: no async, no clock, no network.
+//! Every input takes the current instant, [`Server::poll_timeout`] says when something next
+//! falls due and [`Server::handle_timeout`] lets it happen, and what the server sends waits in
+//! an outbox ([`Server::poll_delivered`]), as async-nats messages. The same inputs give the
+//! same outputs and the same [`Server::journal`], every run.
+//!
+//! # How to drive it
+//! 1. [`Server::new`] with the instant its clock starts at; [`Server::connect`] for each
+//!    client; [`Server::create_stream`] and [`Server::create_consumer`] with async-nats'
+//!    configuration types, as a service declares them.
+//! 2. [`Server::subscribe`], [`Server::publish`] (a pull request is a publish to
+//!    `$JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>` with an inbox as its reply subject, an
+//!    acknowledgement a publish to the delivery's `$JS.ACK.` reply subject, as on the wire).
+//! 3. Take what it sends with [`Server::poll_delivered`]; advance time to
+//!    [`Server::poll_timeout`] and call [`Server::handle_timeout`].
+//! 4. Read what happened: [`Server::journal`], [`Server::consumer_state`],
+//!    [`Server::stream_messages`].
+//! 5. Make things go wrong with [`Server::faults`] (lose acknowledgements, fail publishes)
+//!    and [`Server::disconnect`].
+//!
+//! ```
+//! use std::time::{Duration, Instant};
+//! use async_nats::jetstream::{consumer::pull, stream};
+//! use ruststream_sim::{Publish, Server};
+//!
+//! let start = Instant::now();
+//! let mut server = Server::new(start);
+//! server.create_stream(stream::Config {
+//!     name: "ORDERS".into(),
+//!     subjects: vec!["orders.>".into()],
+//!     ..Default::default()
+//! })?;
+//! server.create_consumer("ORDERS", pull::Config {
+//!     durable_name: Some("worker".into()),
+//!     ack_wait: Duration::from_secs(2),
+//!     ..Default::default()
+//! })?;
+//! let app = server.connect();
+//! server.subscribe(app, "_INBOX.worker", None)?;
+//! server.publish(app, Publish::new("orders.new", "{}"), start)?;
+//! server.publish(
+//!     app,
+//!     Publish::new("$JS.API.CONSUMER.MSG.NEXT.ORDERS.worker", r#"{"batch":1}"#)
+//!         .reply("_INBOX.worker"),
+//!     start,
+//! )?;
+//! let delivered = server.poll_delivered().expect("the stored message");
+//! let reply = delivered.message.reply.expect("an ack reply subject");
+//! assert!(reply.starts_with("$JS.ACK.ORDERS.worker.1.1.1."));
+//!
+//! // Not acknowledged: due again 2 s later.
+//! assert_eq!(server.poll_timeout(), Some(start + Duration::from_secs(2)));
+//! # Ok::<(), ruststream_sim::SimError>(())
+//! ```
+//!
+//! # What it does not model
+//! Push consumers, other ack policies, interest retention, byte limits, mirrors and sources,
+//! clustering, flow control and heartbeats: a configuration that asks for one is refused
+//! with [`SimError::NotModelled`] naming the setting, never silently ignored.
+
+mod consumer;
+mod error;
+mod faults;
+mod ids;
+mod jetstream;
+mod journal;
+mod routing;
+mod server;
+mod stream;
+mod wire;
+
+pub use consumer::{
+    ConsumerState, DEFAULT_ACK_WAIT, DEFAULT_MAX_ACK_PENDING, DEFAULT_MAX_WAITING, Sequences,
+};
+pub use error::SimError;
+pub use faults::Faults;
+pub use ids::{ConnectionId, SubscriptionId};
+pub use journal::{Delivered, Publish, Published, Record};
+pub use server::{DEFAULT_MAX_PAYLOAD, EPOCH_NANOS, PULL_PREFIX, Server};
+pub use stream::{DEFAULT_DUPLICATE_WINDOW, PubAck, StoredMessage, StreamState};
+pub use wire::{AckKind, PullRequest};

@@ -1,0 +1,128 @@
+//! Core NATS routing: a message to every matching subscription and to one member of each
+//! queue group, and the status messages the server sends.
+
+use std::collections::BTreeMap;
+
+use async_nats::{HeaderMap, StatusCode};
+use bytes::Bytes;
+use ruststream_core::Subject;
+
+use crate::ids::SubscriptionId;
+use crate::journal::Delivered;
+use crate::server::{Server, Subscription};
+
+impl Server {
+    /// Sends a status message (a pull request's end, `503 No Responders`) to `inbox`.
+    pub(crate) fn send_status(
+        &mut self,
+        inbox: &str,
+        code: u16,
+        description: &str,
+        pending_messages: Option<usize>,
+    ) {
+        let headers = pending_messages.map(|n| {
+            let mut h = HeaderMap::new();
+            h.insert("Nats-Pending-Messages", n.to_string().as_str());
+            h.insert("Nats-Pending-Bytes", "0");
+            h
+        });
+        let status = StatusCode::from_u16(code).ok();
+        self.route_with(inbox, None, headers.as_ref(), &Bytes::new(), |m| {
+            m.status = status;
+            m.description = Some(description.to_owned());
+        });
+    }
+
+    /// Sends a message to every subscription on `subject`: each plain subscription, and one
+    /// member of each queue group, taken in turn. How many received it.
+    pub(crate) fn route(
+        &mut self,
+        subject: &str,
+        reply: Option<&str>,
+        headers: Option<&HeaderMap>,
+        payload: &Bytes,
+    ) -> usize {
+        self.route_with(subject, reply, headers, payload, |_| {})
+    }
+
+    pub(crate) fn route_with(
+        &mut self,
+        subject: &str,
+        reply: Option<&str>,
+        headers: Option<&HeaderMap>,
+        payload: &Bytes,
+        shape: impl Fn(&mut async_nats::Message),
+    ) -> usize {
+        let Ok(literal) = Subject::new(subject) else {
+            return 0;
+        };
+        let mut plain = Vec::new();
+        let mut groups: BTreeMap<&str, Vec<SubscriptionId>> = BTreeMap::new();
+        for (sid, sub) in &self.subscriptions {
+            if !sub.subject.matches(&literal) {
+                continue;
+            }
+            match &sub.queue {
+                None => plain.push(*sid),
+                Some(queue) => groups.entry(queue).or_default().push(*sid),
+            }
+        }
+        let mut chosen = plain;
+        for (queue, members) in groups {
+            let turn = self.queue_turns.entry(queue.to_owned()).or_insert(0);
+            let index = usize::try_from(*turn % members.len() as u64).unwrap_or(0);
+            *turn += 1;
+            chosen.push(members[index]);
+        }
+        chosen.sort();
+        let length = subject.len()
+            + reply.map_or(0, str::len)
+            + payload.len()
+            + headers.map_or(0, headers_len);
+        for sid in &chosen {
+            let Some(sub) = self.subscriptions.get(sid) else {
+                continue;
+            };
+            let mut message = async_nats::Message {
+                subject: subject.into(),
+                reply: reply.map(Into::into),
+                payload: payload.clone(),
+                headers: headers.cloned(),
+                status: None,
+                description: None,
+                length,
+            };
+            shape(&mut message);
+            self.outbox.push_back(Delivered {
+                connection: sub.connection,
+                subscription: *sid,
+                message,
+            });
+        }
+        chosen.len()
+    }
+}
+
+pub(crate) fn has_interest(
+    subscriptions: &BTreeMap<SubscriptionId, Subscription>,
+    inbox: &str,
+) -> bool {
+    let Ok(subject) = Subject::new(inbox) else {
+        return false;
+    };
+    subscriptions.values().any(|s| s.subject.matches(&subject))
+}
+
+/// The headers' size on the wire: `NATS/1.0\r\n`, each `name: value\r\n`, and `\r\n`.
+pub(crate) fn headers_len(headers: &HeaderMap) -> usize {
+    let pairs: usize = headers
+        .iter()
+        .map(|(name, values)| {
+            values
+                .iter()
+                .map(|v| AsRef::<str>::as_ref(name).len() + 2 + v.as_str().len() + 2)
+                .sum::<usize>()
+        })
+        .sum();
+    10 + pairs + 2
+}
