@@ -4,8 +4,9 @@
 //! - A delivery is pending until it is acknowledged (`+ACK`, `+TERM`) or its deadline
 //!   passes. The deadline is `ack_wait` after the delivery, or, with a `BackOff`, the step for
 //!   the message's redeliveries so far (the last step repeating); `+WPI` starts it again.
-//! - A pending message whose deadline passed is queued for redelivery, unless it has been
-//!   delivered `max_deliver` times: then it leaves the pending set and is not delivered again.
+//! - A pending message whose deadline passed is queued for redelivery. One that has been
+//!   delivered `max_deliver` times leaves the pending set when it comes up for redelivery (a
+//!   pull request waiting) and is not delivered again; the ack floor stays below it.
 //! - `-NAK` queues it for redelivery at once; `-NAK {"delay": ns}` sets its deadline to
 //!   `now - ack_wait + delay` (plus the `BackOff` step's excess over `ack_wait`), as the server
 //!   computes it.
@@ -60,7 +61,8 @@ pub struct ConsumerState {
     pub ack_floor: Sequences,
     /// Deliveries waiting for an acknowledgement.
     pub num_ack_pending: usize,
-    /// Pending messages delivered more than once.
+    /// Messages delivered more than once and not acknowledged (one past `max_deliver` counts
+    /// until it leaves the stream, as on nats-server).
     pub num_redelivered: usize,
     /// Pull requests waiting.
     pub num_waiting: usize,
@@ -119,6 +121,8 @@ pub(crate) struct Consumer {
     redeliver: BTreeSet<u64>,
     ack_floor: Sequences,
     waiting: VecDeque<Waiting>,
+    /// Messages past `max_deliver` not yet journalled.
+    exceeded: Vec<(u64, u64)>,
 }
 
 impl Consumer {
@@ -176,9 +180,12 @@ impl Consumer {
             config.ack_wait = DEFAULT_ACK_WAIT;
         }
         if let Some(first) = config.backoff.first() {
-            if config.max_deliver != -1 && config.backoff.len() as i64 > config.max_deliver {
+            // nats-server 2.9 wants `max_deliver` set and above the length (later versions
+            // also take no limit, or one equal to the length): the stricter rule, so that what
+            // the model takes every server takes.
+            if config.max_deliver == -1 || config.backoff.len() as i64 >= config.max_deliver {
                 return Err(invalid(
-                    "max_deliver must be at least the length of backoff".to_owned(),
+                    "max deliver is required to be > length of backoff values".to_owned(),
                 ));
             }
             config.ack_wait = *first;
@@ -204,6 +211,7 @@ impl Consumer {
                 stream_sequence: next_sequence - 1,
             },
             waiting: VecDeque::new(),
+            exceeded: Vec::new(),
         })
     }
 
@@ -378,7 +386,7 @@ impl Consumer {
             }
             let delivered = self.deliveries(sequence) + 1;
             if self.max_deliver().is_some_and(|max| delivered > max) {
-                self.forget(sequence);
+                self.exhaust(sequence, delivered - 1);
                 continue;
             }
             self.redelivered.insert(sequence, delivered - 1);
@@ -462,12 +470,29 @@ impl Consumer {
         };
     }
 
+    /// A message delivered `max_deliver` times that came up for redelivery: it leaves the
+    /// pending set and is never delivered again, but the ack floor does not move past it
+    /// (what nats-server 2.9.10 and 2.15.1 both report), and it still counts as redelivered
+    /// until it leaves the stream.
+    fn exhaust(&mut self, sequence: u64, delivered: u64) {
+        self.pending.remove(&sequence);
+        self.redeliver.remove(&sequence);
+        self.exceeded.push((sequence, delivered));
+    }
+
+    /// The messages [`exhaust`](Self::exhaust)ed since the last call, with their delivery
+    /// counts, for the journal.
+    pub(crate) fn take_exceeded(&mut self) -> Vec<(u64, u64)> {
+        std::mem::take(&mut self.exceeded)
+    }
+
     /// Messages removed from the stream (limits, work-queue acks by another consumer).
     pub(crate) fn handle_removed(&mut self, sequences: &[u64]) {
         for sequence in sequences {
             if self.pending.contains_key(sequence) {
                 self.forget(*sequence);
             }
+            self.redelivered.remove(sequence);
         }
     }
 
@@ -482,15 +507,11 @@ impl Consumer {
         deliveries.chain(requests).min()
     }
 
-    /// What falls due at `now`: deliveries past their deadline are queued for redelivery (or
-    /// forgotten at `max_deliver`, reported in `exceeded`), requests past their expiry end
-    /// with `408`.
-    pub(crate) fn handle_timeout(
-        &mut self,
-        now: Instant,
-        out: &mut Vec<Send>,
-        exceeded: &mut Vec<(u64, u64)>,
-    ) {
+    /// What falls due at `now`: deliveries past their deadline are queued for redelivery
+    /// (one that has had `max_deliver` deliveries leaves the pending set when it comes up,
+    /// as nats-server's `getNextMsg` does it: see [`exhaust`](Self::exhaust)), requests past
+    /// their expiry end with `408`.
+    pub(crate) fn handle_timeout(&mut self, now: Instant, out: &mut Vec<Send>) {
         let due: Vec<u64> = self
             .pending
             .iter()
@@ -498,16 +519,10 @@ impl Consumer {
             .map(|(seq, _)| *seq)
             .collect();
         for sequence in due {
-            let delivered = self.deliveries(sequence);
-            if self.max_deliver().is_some_and(|max| delivered >= max) {
-                exceeded.push((sequence, delivered));
-                self.forget(sequence);
-            } else {
-                if let Some(p) = self.pending.get_mut(&sequence) {
-                    p.queued = true;
-                }
-                self.redeliver.insert(sequence);
+            if let Some(p) = self.pending.get_mut(&sequence) {
+                p.queued = true;
             }
+            self.redeliver.insert(sequence);
         }
         let mut kept = VecDeque::with_capacity(self.waiting.len());
         for request in self.waiting.drain(..) {
@@ -542,11 +557,7 @@ impl Consumer {
             },
             ack_floor: self.ack_floor,
             num_ack_pending: self.pending.len(),
-            num_redelivered: self
-                .pending
-                .keys()
-                .filter(|s| self.redelivered.contains_key(s))
-                .count(),
+            num_redelivered: self.redelivered.len(),
             num_waiting: self.waiting.len(),
             num_pending: stream.count_matching(self.next_sequence, &self.filters),
         }

@@ -149,7 +149,24 @@ impl Server {
         }
     }
 
+    /// Sends what a consumer gave out, after journalling the messages it found past
+    /// `max_deliver` meanwhile.
     pub(crate) fn send(&mut self, stream: &str, consumer: &str, out: Vec<Send>, at: Instant) {
+        let exceeded = self
+            .streams
+            .get_mut(stream)
+            .and_then(|e| e.consumers.get_mut(consumer))
+            .map(Consumer::take_exceeded)
+            .unwrap_or_default();
+        for (stream_sequence, delivered) in exceeded {
+            self.journal.push(Record::MaxDeliveries {
+                at,
+                stream: stream.to_owned(),
+                consumer: consumer.to_owned(),
+                stream_sequence,
+                delivered,
+            });
+        }
         for send in out {
             match send {
                 Send::Message {

@@ -120,8 +120,9 @@ pub enum Record {
         /// Whether [`Faults::lose_acks`](crate::Faults::lose_acks) made it vanish.
         lost: bool,
     },
-    /// A message was delivered `max_deliver` times and its last deadline passed: it is not
-    /// delivered again.
+    /// A message delivered `max_deliver` times came up for redelivery (its last deadline
+    /// passed, or it was `-NAK`ed) while a pull request waited: it leaves the pending set and
+    /// is not delivered again; the ack floor does not move past it.
     MaxDeliveries {
         /// When.
         at: Instant,

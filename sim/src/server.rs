@@ -310,23 +310,11 @@ impl Server {
             };
             let removed = entry.stream.handle_timeout(at);
             let mut sends = Vec::new();
-            let mut exceeded = Vec::new();
             for (consumer_name, consumer) in &mut entry.consumers {
                 consumer.handle_removed(&removed);
                 let mut out = Vec::new();
-                let mut over = Vec::new();
-                consumer.handle_timeout(at, &mut out, &mut over);
+                consumer.handle_timeout(at, &mut out);
                 sends.push((consumer_name.clone(), out));
-                exceeded.extend(over.into_iter().map(|o| (consumer_name.clone(), o)));
-            }
-            for (consumer, (stream_sequence, delivered)) in exceeded {
-                self.journal.push(Record::MaxDeliveries {
-                    at,
-                    stream: name.clone(),
-                    consumer,
-                    stream_sequence,
-                    delivered,
-                });
             }
             for (consumer, out) in sends {
                 self.send(&name, &consumer, out, at);

@@ -243,7 +243,7 @@ fn bad_input_is_refused_naming_what_is_wrong() {
             },
         )
         .unwrap_err();
-    assert!(err.to_string().contains("max_deliver"), "{err}");
+    assert!(err.to_string().contains("max deliver"), "{err}");
 }
 
 #[test]
@@ -452,7 +452,11 @@ fn backoff_spaces_redeliveries_and_max_deliver_ends_them() {
         state.num_ack_pending, 0,
         "gone from the pending set after its last deadline"
     );
-    assert_eq!(state.ack_floor.stream_sequence, 1);
+    assert_eq!(
+        state.ack_floor.stream_sequence, 0,
+        "never acknowledged: the floor stays below it"
+    );
+    assert_eq!(state.num_redelivered, 1);
     let last = w.server.journal().iter().rev().find_map(|r| match r {
         Record::MaxDeliveries { delivered, at, .. } => Some((*delivered, *at)),
         _ => None,
