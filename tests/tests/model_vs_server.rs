@@ -53,6 +53,8 @@ struct Script {
     ack_wait_ms: u64,
     max_deliver: i64,
     backoff_ms: Vec<u64>,
+    /// 0: the server's default (1000).
+    max_ack_pending: i64,
     /// Per (stream sequence, delivery count): the answer and how long after the delivery.
     answers: BTreeMap<(u64, u64), (Answer, u64)>,
 }
@@ -75,6 +77,7 @@ impl Script {
                 .iter()
                 .map(|ms| Duration::from_millis(*ms))
                 .collect(),
+            max_ack_pending: self.max_ack_pending,
             ..Default::default()
         }
     }
@@ -94,10 +97,11 @@ fn script() -> impl Strategy<Value = Script> {
         prop_oneof![Just(300u64), Just(450)],
         prop_oneof![Just(-1i64), 2i64..5],
         prop_oneof![Just(vec![]), Just(vec![250u64, 500])],
+        prop_oneof![2 => Just(0i64), 1 => 1i64..3],
         proptest::collection::btree_map((1u64..4, 1u64..4), (answer, 0u64..80), 0..8),
     )
         .prop_map(
-            |(messages, ack_wait_ms, max_deliver, backoff_ms, answers)| {
+            |(messages, ack_wait_ms, max_deliver, backoff_ms, max_ack_pending, answers)| {
                 // nats-server (2.9) wants max_deliver set and above the BackOff's length.
                 let max_deliver = match (max_deliver, backoff_ms.len() as i64) {
                     (m, b) if b > 0 && (m == -1 || b >= m) => b + 1,
@@ -108,6 +112,7 @@ fn script() -> impl Strategy<Value = Script> {
                     ack_wait_ms,
                     max_deliver,
                     backoff_ms,
+                    max_ack_pending,
                     answers,
                 }
             },
@@ -317,7 +322,7 @@ fn agree(script: &Script, server: &Seen, model: &Seen) -> Result<(), String> {
 }
 
 /// The sample: a few scripts written out (a delivery left unanswered to `max_deliver`, a
-/// BackOff, a delayed `-NAK`, progress), then drawn ones.
+/// BackOff, a delayed `-NAK`, progress, `max_ack_pending` 1), then drawn ones.
 fn sample(drawn: usize) -> Vec<Script> {
     let mut scripts = vec![
         Script {
@@ -325,6 +330,7 @@ fn sample(drawn: usize) -> Vec<Script> {
             ack_wait_ms: 300,
             max_deliver: 3,
             backoff_ms: vec![],
+            max_ack_pending: 0,
             answers: [
                 ((1, 1), (Answer::Nothing, 0)),
                 ((1, 2), (Answer::Nothing, 0)),
@@ -341,6 +347,7 @@ fn sample(drawn: usize) -> Vec<Script> {
             ack_wait_ms: 300,
             max_deliver: 4,
             backoff_ms: vec![250, 500],
+            max_ack_pending: 0,
             answers: [
                 ((1, 1), (Answer::Nothing, 0)),
                 ((1, 2), (Answer::Nothing, 0)),
@@ -350,6 +357,20 @@ fn sample(drawn: usize) -> Vec<Script> {
             .collect(),
         },
     ];
+    scripts.push(Script {
+        messages: 3,
+        ack_wait_ms: 300,
+        max_deliver: -1,
+        backoff_ms: vec![],
+        max_ack_pending: 1,
+        answers: [
+            ((1, 1), (Answer::Nothing, 0)),
+            ((2, 1), (Answer::Nak, 20)),
+            ((2, 2), (Answer::NakAfter(200), 0)),
+        ]
+        .into_iter()
+        .collect(),
+    });
     let mut runner = TestRunner::new_with_rng(
         Config::default(),
         TestRng::deterministic_rng(RngAlgorithm::ChaCha),
@@ -380,4 +401,325 @@ async fn the_model_agrees_with_nats_server_on_pull_consumers() {
         scripts.len(),
         failures.join("\n")
     );
+}
+
+/// One step of the stream and request script below, the same on both sides.
+#[derive(Debug, Clone)]
+enum Op {
+    /// Publish to a subject, with a `Nats-Msg-Id` when given, after waiting this long.
+    Publish(&'static str, Option<&'static str>, u64),
+    /// Send a pull request with this JSON to the consumer `worker` of the stream.
+    Pull(&'static str, &'static str),
+    /// Acknowledge every delivery received so far on the stream's requests.
+    AckAll,
+    /// Let this many milliseconds pass.
+    Wait(u64),
+}
+
+/// The streams of [`requests_and_streams`]: name, subjects, retention, max_messages,
+/// discard new, duplicate window (ms).
+const STREAMS: [(&str, &str, stream::RetentionPolicy, i64, bool, u64); 5] = [
+    ("REQ", "req.>", stream::RetentionPolicy::Limits, 0, false, 0),
+    (
+        "DEDUP",
+        "dedup.>",
+        stream::RetentionPolicy::Limits,
+        0,
+        false,
+        500,
+    ),
+    (
+        "CAPPED",
+        "capped.>",
+        stream::RetentionPolicy::Limits,
+        2,
+        false,
+        0,
+    ),
+    (
+        "WQ",
+        "wq.>",
+        stream::RetentionPolicy::WorkQueue,
+        0,
+        false,
+        0,
+    ),
+    (
+        "FULL",
+        "full.>",
+        stream::RetentionPolicy::Limits,
+        1,
+        true,
+        0,
+    ),
+];
+
+fn stream_config(i: usize) -> stream::Config {
+    let (name, subject, retention, max_messages, discard_new, window) = STREAMS[i];
+    stream::Config {
+        name: name.into(),
+        subjects: vec![subject.into()],
+        retention,
+        max_messages,
+        discard: if discard_new {
+            stream::DiscardPolicy::New
+        } else {
+            stream::DiscardPolicy::Old
+        },
+        duplicate_window: Duration::from_millis(window),
+        ..Default::default()
+    }
+}
+
+fn worker() -> pull::Config {
+    pull::Config {
+        durable_name: Some("worker".into()),
+        ack_wait: Duration::from_secs(5),
+        max_batch: 5,
+        ..Default::default()
+    }
+}
+
+/// The script: pull requests that end by expiry (408 with the unfilled count), by finding
+/// nothing (`no_wait`: 404) and by asking too much (409); a duplicate window; a capped stream;
+/// one that refuses what comes once it is full; a work queue emptied by its acknowledgements.
+fn requests_and_streams() -> Vec<Op> {
+    vec![
+        Op::Publish("req.a", None, 0),
+        Op::Publish("req.b", None, 0),
+        Op::Pull("REQ", r#"{"batch":3,"expires":300000000}"#),
+        Op::Wait(450),
+        Op::Pull("REQ", r#"{"batch":1,"no_wait":true}"#),
+        Op::Pull("REQ", r#"{"batch":6}"#),
+        Op::Publish("dedup.a", Some("id-1"), 0),
+        Op::Publish("dedup.a", Some("id-1"), 100),
+        Op::Publish("dedup.b", Some("id-2"), 0),
+        Op::Publish("dedup.a", Some("id-1"), 600),
+        Op::Publish("capped.a", None, 0),
+        Op::Publish("capped.b", None, 0),
+        Op::Publish("capped.c", None, 0),
+        Op::Publish("full.a", None, 0),
+        Op::Publish("full.b", None, 0),
+        Op::Publish("wq.a", None, 0),
+        Op::Publish("wq.b", None, 0),
+        Op::Pull("WQ", r#"{"batch":2}"#),
+        Op::Wait(100),
+        Op::AckAll,
+        Op::Wait(100),
+    ]
+}
+
+/// What a side saw, one line per observation: stream acks, statuses with their pending
+/// count, deliveries, and each stream's stored sequences at the end.
+async fn requests_on_server(server: &NatsServer) -> Vec<String> {
+    let t = TestClient::connect(server).await;
+    for i in 0..STREAMS.len() {
+        let s = t.js.create_stream(stream_config(i)).await.unwrap();
+        s.create_consumer(worker()).await.unwrap();
+    }
+    let inbox = t.client.new_inbox();
+    let mut replies = t.client.subscribe(inbox.clone()).await.unwrap();
+    let mut seen = Vec::new();
+    let mut to_ack = Vec::new();
+    for op in requests_and_streams() {
+        match op {
+            Op::Publish(subject, id, after) => {
+                tokio::time::sleep(Duration::from_millis(after)).await;
+                let mut headers = async_nats::HeaderMap::new();
+                if let Some(id) = id {
+                    headers.insert("Nats-Msg-Id", id);
+                }
+                let ack = match t
+                    .js
+                    .publish_with_headers(subject, headers, Bytes::from_static(b"x"))
+                    .await
+                {
+                    Ok(f) => f.await.map(|a| (a.sequence, a.duplicate)),
+                    Err(e) => Err(e),
+                };
+                seen.push(match ack {
+                    Ok((seq, duplicate)) => {
+                        format!("stored {subject} seq {seq} duplicate {duplicate}")
+                    }
+                    Err(_) => format!("refused {subject}"),
+                });
+            }
+            Op::Pull(stream, request) => {
+                t.client
+                    .publish_with_reply(
+                        format!("$JS.API.CONSUMER.MSG.NEXT.{stream}.worker"),
+                        inbox.clone(),
+                        Bytes::from_static(request.as_bytes()),
+                    )
+                    .await
+                    .unwrap();
+                collect(
+                    &mut replies,
+                    &mut seen,
+                    &mut to_ack,
+                    Duration::from_millis(100),
+                )
+                .await;
+            }
+            Op::AckAll => {
+                for reply in to_ack.drain(..) {
+                    t.client.publish(reply, "+ACK".into()).await.unwrap();
+                }
+                t.client.flush().await.unwrap();
+            }
+            Op::Wait(ms) => {
+                collect(
+                    &mut replies,
+                    &mut seen,
+                    &mut to_ack,
+                    Duration::from_millis(ms),
+                )
+                .await;
+            }
+        }
+    }
+    for i in 0..STREAMS.len() {
+        let name = STREAMS[i].0;
+        let mut s = t.js.get_stream(name).await.unwrap();
+        let state = s.info().await.unwrap().state.clone();
+        seen.push(format!(
+            "{name}: {} messages, first {} last {}",
+            state.messages, state.first_sequence, state.last_sequence
+        ));
+    }
+    seen
+}
+
+fn requests_on_model() -> Vec<String> {
+    let start = Instant::now();
+    let mut now = start;
+    let mut server = Server::new(start);
+    let app = server.connect();
+    for i in 0..STREAMS.len() {
+        server.create_stream(stream_config(i)).unwrap();
+        server.create_consumer(STREAMS[i].0, worker()).unwrap();
+    }
+    let inbox = "_INBOX.model";
+    server.subscribe(app, inbox, None).unwrap();
+    let mut seen = Vec::new();
+    let mut to_ack = Vec::new();
+    let advance = |server: &mut Server, now: &mut Instant, by: Duration| {
+        let until = *now + by;
+        while let Some(due) = server.poll_timeout().filter(|d| *d <= until) {
+            server.handle_timeout(due);
+        }
+        server.handle_timeout(until);
+        *now = until;
+    };
+    let drain = |server: &mut Server, seen: &mut Vec<String>, to_ack: &mut Vec<String>| {
+        while let Some(d) = server.poll_delivered() {
+            if d.message.subject.starts_with("_INBOX.pub") {
+                continue;
+            }
+            seen.push(observe(&d.message));
+            if let Some(reply) = d.message.reply {
+                to_ack.push(reply.to_string());
+            }
+        }
+    };
+    for op in requests_and_streams() {
+        match op {
+            Op::Publish(subject, id, after) => {
+                advance(&mut server, &mut now, Duration::from_millis(after));
+                drain(&mut server, &mut seen, &mut to_ack);
+                let mut message = Publish::new(subject, Bytes::from_static(b"x"));
+                if let Some(id) = id {
+                    let mut headers = async_nats::HeaderMap::new();
+                    headers.insert("Nats-Msg-Id", id);
+                    message = message.headers(headers);
+                }
+                seen.push(match server.publish(app, message, now) {
+                    Ok(p) => {
+                        let ack = p.stored.expect("a stream stores it");
+                        format!(
+                            "stored {subject} seq {} duplicate {}",
+                            ack.sequence, ack.duplicate
+                        )
+                    }
+                    Err(_) => format!("refused {subject}"),
+                });
+            }
+            Op::Pull(stream, request) => {
+                let next = format!("$JS.API.CONSUMER.MSG.NEXT.{stream}.worker");
+                server
+                    .publish(app, Publish::new(next, request).reply(inbox), now)
+                    .unwrap();
+                drain(&mut server, &mut seen, &mut to_ack);
+                advance(&mut server, &mut now, Duration::from_millis(100));
+                drain(&mut server, &mut seen, &mut to_ack);
+            }
+            Op::AckAll => {
+                for reply in to_ack.drain(..) {
+                    server
+                        .publish(app, Publish::new(reply, "+ACK"), now)
+                        .unwrap();
+                }
+            }
+            Op::Wait(ms) => {
+                advance(&mut server, &mut now, Duration::from_millis(ms));
+                drain(&mut server, &mut seen, &mut to_ack);
+            }
+        }
+    }
+    for (name, ..) in STREAMS {
+        let state = server.stream_state(name).unwrap();
+        seen.push(format!(
+            "{name}: {} messages, first {} last {}",
+            state.messages, state.first_sequence, state.last_sequence
+        ));
+    }
+    seen
+}
+
+/// Takes what arrives on the inbox for `wait`: each observed, each delivery's reply subject
+/// kept to acknowledge.
+async fn collect(
+    replies: &mut async_nats::Subscriber,
+    seen: &mut Vec<String>,
+    to_ack: &mut Vec<String>,
+    wait: Duration,
+) {
+    let deadline = tokio::time::Instant::now() + wait;
+    while let Ok(Some(m)) = tokio::time::timeout_at(deadline, replies.next()).await {
+        seen.push(observe(&m));
+        if let Some(reply) = m.reply {
+            to_ack.push(reply.to_string());
+        }
+    }
+}
+
+/// A message on the requests' inbox, as one line: a delivery by its subject and counts, or
+/// a status with its description and unfilled count.
+fn observe(m: &async_nats::Message) -> String {
+    match (&m.reply, m.status) {
+        (Some(reply), _) => {
+            let (sequence, delivered) = counts(reply);
+            format!("delivered {} seq {sequence} count {delivered}", m.subject)
+        }
+        (None, status) => {
+            let pending = m
+                .headers
+                .as_ref()
+                .and_then(|h| h.get("Nats-Pending-Messages"))
+                .map(|v| v.as_str().to_owned());
+            format!(
+                "status {:?} {:?} pending {pending:?}",
+                status.map(u16::from),
+                m.description
+            )
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_model_agrees_with_nats_server_on_request_ends_and_streams() {
+    let server = NatsServer::start();
+    let real = requests_on_server(&server).await;
+    let model = requests_on_model();
+    assert_eq!(real, model, "server (left) and model (right) disagree");
 }
