@@ -578,8 +578,7 @@ async fn requests_on_server(server: &NatsServer) -> Vec<String> {
             }
         }
     }
-    for i in 0..STREAMS.len() {
-        let name = STREAMS[i].0;
+    for (name, ..) in STREAMS {
         let mut s = t.js.get_stream(name).await.unwrap();
         let state = s.info().await.unwrap().state.clone();
         seen.push(format!(
@@ -595,9 +594,9 @@ fn requests_on_model() -> Vec<String> {
     let mut now = start;
     let mut server = Server::new(start);
     let app = server.connect();
-    for i in 0..STREAMS.len() {
+    for (i, (name, ..)) in STREAMS.iter().enumerate() {
         server.create_stream(stream_config(i)).unwrap();
-        server.create_consumer(STREAMS[i].0, worker()).unwrap();
+        server.create_consumer(name, worker()).unwrap();
     }
     let inbox = "_INBOX.model";
     server.subscribe(app, inbox, None).unwrap();
