@@ -294,7 +294,9 @@ impl Consumer {
             expires_at: request.expires.map(|e| now + e),
         });
         if request.no_wait {
-            // Filled with what is there now, then ended.
+            // Filled with what is there now, then ended with `404 No Messages` if it is not
+            // full, as current servers end it (2.9 ends it with `408` and the unfilled count;
+            // the runtime never sends `no_wait`).
             let before = self.waiting.len();
             self.deliver(stream, now, &mut |_, _| true, out);
             if self.waiting.len() == before
@@ -305,7 +307,7 @@ impl Consumer {
                     inbox: last.inbox,
                     code: 404,
                     description: "No Messages".to_owned(),
-                    pending_messages: Some(last.remaining),
+                    pending_messages: None,
                 });
             }
         }

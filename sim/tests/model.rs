@@ -352,6 +352,16 @@ fn a_request_ends_with_408_at_its_expiry_and_404_when_no_wait_finds_nothing() {
     let end = w.drain();
     assert_eq!(end[0].message.status, Some(StatusCode::NOT_FOUND));
 
+    // no_wait with one message there and two asked for: the message, then 404 without a
+    // pending count (as 2.10+ end it).
+    w.publish("orders.new", "b", 1_150);
+    w.pull(r#"{"batch":2,"no_wait":true}"#, 1_150);
+    let got = w.drain();
+    assert_eq!(got.len(), 2);
+    assert!(got[0].message.reply.is_some());
+    assert_eq!(got[1].message.status, Some(StatusCode::NOT_FOUND));
+    assert!(got[1].message.headers.is_none());
+
     w.pull(r#"{"batch":6}"#, 1_200);
     let end = w.drain();
     assert_eq!(end[0].message.status, Some(StatusCode::REQUEST_TERMINATED));
