@@ -100,6 +100,10 @@ struct Pending {
 
 #[derive(Debug, Clone)]
 struct Waiting {
+    /// Sent with `no_wait`: it ends once what is there has been delivered.
+    no_wait: bool,
+    /// How many messages it has been given.
+    given: usize,
     connection: ConnectionId,
     inbox: String,
     remaining: usize,
@@ -123,6 +127,8 @@ pub(crate) struct Consumer {
     waiting: VecDeque<Waiting>,
     /// Messages past `max_deliver` not yet journalled.
     exceeded: Vec<(u64, u64)>,
+    /// Behave as nats-server 2.9 where it differs from later versions.
+    v2_9: bool,
 }
 
 impl Consumer {
@@ -212,6 +218,7 @@ impl Consumer {
             },
             waiting: VecDeque::new(),
             exceeded: Vec::new(),
+            v2_9: false,
         })
     }
 
@@ -219,6 +226,17 @@ impl Consumer {
     /// nats-server calls an idempotent create).
     pub(crate) fn same_config(&self, stream: &Stream, config: &Config) -> bool {
         Self::new(stream, config.clone()).is_ok_and(|other| other.config == self.config)
+    }
+
+    /// Behave as nats-server 2.9 where it differs from later versions (see
+    /// [`ServerVersion`](crate::ServerVersion)).
+    pub(crate) fn behave_as_2_9(&mut self, v2_9: bool) {
+        self.v2_9 = v2_9;
+    }
+
+    /// Its filter subjects (none: every subject of the stream).
+    pub(crate) fn filters(&self) -> &[Wildcard] {
+        &self.filters
     }
 
     fn deliveries(&self, sequence: u64) -> u64 {
@@ -279,7 +297,7 @@ impl Consumer {
             ));
             return;
         }
-        if request.no_wait && !self.has_message(stream) {
+        if request.no_wait && request.expires.is_none() && !self.has_message(stream) {
             out.push(status(404, "No Messages".to_owned()));
             return;
         }
@@ -288,29 +306,15 @@ impl Consumer {
             return;
         }
         self.waiting.push_back(Waiting {
+            no_wait: request.no_wait,
+            given: 0,
             connection,
             inbox,
             remaining: request.batch.max(1),
             expires_at: request.expires.map(|e| now + e),
         });
-        if request.no_wait {
-            // Filled with what is there now, then ended with `404 No Messages` if it is not
-            // full, as current servers end it (2.9 ends it with `408` and the unfilled count;
-            // the runtime never sends `no_wait`).
-            let before = self.waiting.len();
-            self.deliver(stream, now, &mut |_, _| true, out);
-            if self.waiting.len() == before
-                && let Some(last) = self.waiting.pop_back()
-            {
-                out.push(Send::Status {
-                    connection: last.connection,
-                    inbox: last.inbox,
-                    code: 404,
-                    description: "No Messages".to_owned(),
-                    pending_messages: None,
-                });
-            }
-        }
+        // A `no_wait` request is filled with what is there now, then ended by `deliver`.
+        self.deliver(stream, now, &mut |_, _| true, out);
     }
 
     fn has_message(&self, stream: &Stream) -> bool {
@@ -339,7 +343,7 @@ impl Consumer {
                 continue;
             }
             let Some((sequence, delivered)) = self.next_message(stream) else {
-                return;
+                break;
             };
             let Some(mut request) = self.waiting.pop_front() else {
                 return;
@@ -371,10 +375,37 @@ impl Consumer {
                 pending,
             });
             request.remaining -= 1;
+            request.given += 1;
             if request.remaining > 0 {
                 self.waiting.push_back(request);
             }
         }
+        // Nothing more to deliver: `no_wait` requests end, as current servers end them, with
+        // `404 No Messages`, unless one got nothing and has an expiry, which it then waits
+        // out (`408`). 2.9 ends a partly filled one with `408` and the unfilled count.
+        let mut kept = VecDeque::with_capacity(self.waiting.len());
+        for request in self.waiting.drain(..) {
+            if request.no_wait && self.v2_9 && request.given > 0 {
+                out.push(Send::Status {
+                    connection: request.connection,
+                    inbox: request.inbox,
+                    code: 408,
+                    description: "Request Timeout".to_owned(),
+                    pending_messages: Some(request.remaining),
+                });
+            } else if request.no_wait && (request.given > 0 || request.expires_at.is_none()) {
+                out.push(Send::Status {
+                    connection: request.connection,
+                    inbox: request.inbox,
+                    code: 404,
+                    description: "No Messages".to_owned(),
+                    pending_messages: None,
+                });
+            } else {
+                kept.push_back(request);
+            }
+        }
+        self.waiting = kept;
     }
 
     /// The next message to deliver and its delivery count: a redelivery first, then a new
@@ -409,7 +440,22 @@ impl Consumer {
     /// An acknowledgement of the delivery of `sequence`. Whether it removes the message
     /// from a work-queue stream (`+ACK`, `+TERM` of a pending delivery).
     pub(crate) fn handle_ack(&mut self, sequence: u64, kind: AckKind, now: Instant) -> bool {
-        if sequence >= self.next_sequence || !self.pending.contains_key(&sequence) {
+        if sequence >= self.next_sequence {
+            return false;
+        }
+        if !self.pending.contains_key(&sequence) {
+            // Late (past `max_deliver`, or acknowledged already): an `+ACK` or `+TERM` still
+            // ends its redelivered count, as the server's `processAckMsg` does.
+            if matches!(kind, AckKind::Ack | AckKind::Term | AckKind::Next) {
+                self.redelivered.remove(&sequence);
+                // 2.9 also moves the floor to the last delivery when nothing is pending.
+                if self.v2_9 && self.pending.is_empty() {
+                    self.ack_floor = Sequences {
+                        consumer_sequence: self.last_consumer_sequence,
+                        stream_sequence: self.next_sequence - 1,
+                    };
+                }
+            }
             return false;
         }
         match kind {
@@ -453,23 +499,34 @@ impl Consumer {
         }
     }
 
-    /// The message is no longer pending (acknowledged, past `max_deliver`, or gone from the
-    /// stream): the ack floor moves as far as it can.
+    /// The message is no longer pending (acknowledged, terminated, or gone from the stream).
+    /// The ack floor moves as nats-server's `moveAckFloor` moves it: to the last delivery when
+    /// nothing is pending any more; else only when this was the delivery right above the
+    /// floor, and then up to just below the next pending message.
     fn forget(&mut self, sequence: u64) {
-        self.pending.remove(&sequence);
+        let removed = self.pending.remove(&sequence);
         self.redelivered.remove(&sequence);
         self.redeliver.remove(&sequence);
-        self.ack_floor = match self.pending.first_key_value() {
-            None => Sequences {
+        let Some(removed) = removed else {
+            return;
+        };
+        if self.pending.is_empty() {
+            self.ack_floor = Sequences {
                 consumer_sequence: self.last_consumer_sequence,
                 stream_sequence: self.next_sequence - 1,
-            },
-            Some((first, p)) => Sequences {
-                consumer_sequence: p.consumer_sequence - 1,
-                stream_sequence: first - 1,
+            };
+        } else if removed.consumer_sequence == self.ack_floor.consumer_sequence + 1 {
+            self.ack_floor = Sequences {
+                consumer_sequence: removed.consumer_sequence,
+                stream_sequence: sequence,
+            };
+            if let Some((next, p)) = self.pending.range(sequence + 1..self.next_sequence).next() {
+                self.ack_floor = Sequences {
+                    consumer_sequence: p.consumer_sequence - 1,
+                    stream_sequence: next - 1,
+                };
             }
-            .max_with(self.ack_floor),
-        };
+        }
     }
 
     /// A message delivered `max_deliver` times that came up for redelivery: it leaves the
@@ -579,14 +636,4 @@ fn filter_subjects(config: &Config) -> Vec<String> {
         subjects.extend(more.iter().filter_map(|v| v.as_str().map(str::to_owned)));
     }
     subjects
-}
-
-impl Sequences {
-    fn max_with(self, other: Self) -> Self {
-        if other.stream_sequence > self.stream_sequence {
-            other
-        } else {
-            self
-        }
-    }
 }

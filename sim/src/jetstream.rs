@@ -13,7 +13,7 @@ use crate::consumer::{Consumer, ConsumerState, Send};
 use crate::ids::ConnectionId;
 use crate::journal::{Publish, Record};
 use crate::routing::has_interest;
-use crate::server::{EPOCH_NANOS, Server, StreamEntry};
+use crate::server::{EPOCH_NANOS, Server, ServerVersion, StreamEntry};
 use crate::stream::{PubAck, StoredMessage, Stream, StreamState, overlap};
 use crate::wire::{AckKind, PullRequest};
 
@@ -332,18 +332,21 @@ impl Server {
     /// # Errors
     /// [`SimError::StreamNotFound`], [`SimError::ConsumerExists`] with another configuration,
     /// [`SimError::InvalidConfig`] (no name, a filter outside the stream, a `BackOff` longer
-    /// than `max_deliver`), or [`SimError::NotModelled`] (another ack policy, a deliver
+    /// than `max_deliver`, a second consumer of a work queue that is not filtered or whose
+    /// filter overlaps another's), or [`SimError::NotModelled`] (another ack policy, a deliver
     /// policy other than all, new or by start sequence).
     pub fn create_consumer(
         &mut self,
         stream: &str,
         config: pull::Config,
     ) -> Result<ConsumerState, SimError> {
+        let v2_9 = self.version == ServerVersion::V2_9;
         let entry = self
             .streams
             .get_mut(stream)
             .ok_or_else(|| SimError::StreamNotFound(stream.to_owned()))?;
-        let consumer = Consumer::new(&entry.stream, config.clone())?;
+        let mut consumer = Consumer::new(&entry.stream, config.clone())?;
+        consumer.behave_as_2_9(v2_9);
         let name = consumer.name.clone();
         match entry.consumers.get(&name) {
             Some(existing) if existing.same_config(&entry.stream, &config) => {}
@@ -354,6 +357,9 @@ impl Server {
                 });
             }
             None => {
+                if entry.stream.removes_on_ack() {
+                    check_work_queue(stream, &consumer, entry.consumers.values())?;
+                }
                 entry.consumers.insert(name.clone(), consumer);
             }
         }
@@ -400,4 +406,32 @@ impl Server {
             .get(name)
             .ok_or_else(|| SimError::StreamNotFound(name.to_owned()))
     }
+}
+
+/// A work queue delivers each message to one consumer: nats-server refuses a second consumer
+/// without a filter, or one whose filter overlaps another consumer's.
+fn check_work_queue<'c>(
+    stream: &str,
+    consumer: &Consumer,
+    others: impl Iterator<Item = &'c Consumer>,
+) -> Result<(), SimError> {
+    let invalid = |problem: &str| SimError::InvalidConfig {
+        what: format!("consumer `{}` on stream `{stream}`", consumer.name),
+        problem: problem.to_owned(),
+    };
+    for other in others {
+        if consumer.filters().is_empty() || other.filters().is_empty() {
+            return Err(invalid(
+                "multiple non-filtered consumers not allowed on workqueue stream",
+            ));
+        }
+        if consumer
+            .filters()
+            .iter()
+            .any(|mine| other.filters().iter().any(|theirs| overlap(mine, theirs)))
+        {
+            return Err(invalid("filtered consumer not unique on workqueue stream"));
+        }
+    }
+    Ok(())
 }

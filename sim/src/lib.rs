@@ -85,6 +85,6 @@ pub use error::SimError;
 pub use faults::Faults;
 pub use ids::{ConnectionId, SubscriptionId};
 pub use journal::{Delivered, Publish, Published, Record};
-pub use server::{DEFAULT_MAX_PAYLOAD, EPOCH_NANOS, PULL_PREFIX, Server};
+pub use server::{DEFAULT_MAX_PAYLOAD, EPOCH_NANOS, PULL_PREFIX, Server, ServerVersion};
 pub use stream::{DEFAULT_DUPLICATE_WINDOW, PubAck, StoredMessage, StreamState};
 pub use wire::{AckKind, PullRequest};

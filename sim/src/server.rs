@@ -25,6 +25,21 @@ pub const PULL_PREFIX: &str = "$JS.API.CONSUMER.MSG.NEXT.";
 /// the timestamps in ack reply subjects count from it, so that every run gives the same.
 pub const EPOCH_NANOS: u64 = 1_767_225_600_000_000_000;
 
+/// Which nats-server the model behaves as, where versions differ in what the runtime or a
+/// test can see. Everything else is the same for both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ServerVersion {
+    /// 2.9 (Debian's 2.9.10): an `+ACK` that comes after its message went past `max_deliver`
+    /// moves the ack floor to the last delivery when nothing else is pending; a partly
+    /// filled `no_wait` request ends with `408` and the unfilled count.
+    V2_9,
+    /// 2.10 and later (checked against 2.15.1): that late `+ACK` leaves the ack floor; a partly
+    /// filled `no_wait` request ends with `404 No Messages`.
+    #[default]
+    Current,
+}
+
 pub(crate) struct Subscription {
     pub(crate) connection: ConnectionId,
     pub(crate) subject: Wildcard,
@@ -42,6 +57,7 @@ pub(crate) struct StreamEntry {
 /// Time is an argument (`now`, never read from a clock); it never goes back (an earlier
 /// `now` counts as the latest seen). Outputs wait in an outbox: [`Server::poll_delivered`].
 pub struct Server {
+    pub(crate) version: ServerVersion,
     pub(crate) start: Instant,
     pub(crate) now: Instant,
     pub(crate) max_payload: usize,
@@ -60,6 +76,7 @@ impl Server {
     /// A server whose clock starts at `start`, with the default `max_payload` (1 MiB).
     pub fn new(start: Instant) -> Self {
         Self {
+            version: ServerVersion::Current,
             start,
             now: start,
             max_payload: DEFAULT_MAX_PAYLOAD,
@@ -79,6 +96,14 @@ impl Server {
     #[must_use]
     pub fn with_max_payload(mut self, max_payload: usize) -> Self {
         self.max_payload = max_payload;
+        self
+    }
+
+    /// Behaving as this nats-server version where versions differ (see [`ServerVersion`]).
+    /// Set it before creating consumers: each takes the version it is created under.
+    #[must_use]
+    pub fn with_version(mut self, version: ServerVersion) -> Self {
+        self.version = version;
         self
     }
 

@@ -247,11 +247,14 @@ impl Stream {
         self.config.retention == RetentionPolicy::WorkQueue
     }
 
-    /// The sequence of the first stored message, or the next to store when it is empty.
+    /// The sequence of the first stored message; when it is empty, the next to store, or 0
+    /// when it never stored one (what nats-server reports).
     pub(crate) fn first_sequence(&self) -> u64 {
-        self.messages
-            .first_key_value()
-            .map_or(self.last_sequence + 1, |(seq, _)| *seq)
+        match self.messages.first_key_value() {
+            Some((seq, _)) => *seq,
+            None if self.last_sequence == 0 => 0,
+            None => self.last_sequence + 1,
+        }
     }
 
     pub(crate) fn last_sequence(&self) -> u64 {

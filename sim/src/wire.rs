@@ -21,8 +21,9 @@ pub enum AckKind {
 }
 
 impl AckKind {
-    /// Reads an ack payload as nats-server does. A `-NAK` whose delay does not read as
-    /// `{"delay": <ns>}` is a `-NAK` without delay (the server logs it; so does nothing here).
+    /// Reads an ack payload as nats-server does. A `-NAK`'s delay is `{"delay": <ns>}` or a Go
+    /// duration (`-NAK 600ms`, `-NAK 1m30s`); one that reads as neither is a `-NAK` without
+    /// delay (the server logs it; nothing does here).
     pub fn parse(payload: &[u8]) -> Self {
         match payload {
             b"" | b"+ACK" | b"+OK" => Self::Ack,
@@ -35,9 +36,13 @@ impl AckKind {
                 struct Delay {
                     delay: i64,
                 }
-                let delay = serde_json::from_slice::<Delay>(arg)
-                    .ok()
-                    .map(|d| Duration::from_nanos(d.delay.max(0).unsigned_abs()));
+                let delay = if arg.first() == Some(&b'{') {
+                    serde_json::from_slice::<Delay>(arg)
+                        .ok()
+                        .map(|d| Duration::from_nanos(d.delay.max(0).unsigned_abs()))
+                } else {
+                    std::str::from_utf8(arg).ok().and_then(go_duration)
+                };
                 Self::Nak(delay)
             }
             _ => Self::Unknown,
@@ -72,5 +77,67 @@ mod nanos {
         let n: Option<i64> = serde::Deserialize::deserialize(d)?;
         Ok(n.filter(|n| *n > 0)
             .map(|n| Duration::from_nanos(n.unsigned_abs())))
+    }
+}
+
+/// A Go duration, as Go's `time.ParseDuration` reads it: a sequence of decimal numbers, each
+/// with a unit (`ns`, `us`, `µs`, `ms`, `s`, `m`, `h`), like `300ms` or `1h2m3.5s`. `None` for
+/// anything else, or a negative one.
+fn go_duration(text: &str) -> Option<Duration> {
+    if text == "0" {
+        return Some(Duration::ZERO);
+    }
+    let mut rest = text.strip_prefix('+').unwrap_or(text);
+    if rest.is_empty() || rest.starts_with('-') {
+        return None;
+    }
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let number_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let number: f64 = rest[..number_end].parse().ok()?;
+        rest = &rest[number_end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let nanos_per = match &rest[..unit_end] {
+            "ns" => 1.0,
+            "us" | "µs" | "μs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            _ => return None,
+        };
+        rest = &rest[unit_end..];
+        total += number * nanos_per;
+    }
+    (total.is_finite() && total < u64::MAX as f64).then(|| Duration::from_nanos(total as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nak_delays_read_as_json_or_go_durations() {
+        let nak = |p: &str| AckKind::parse(p.as_bytes());
+        let ms = Duration::from_millis;
+        assert_eq!(
+            nak(r#"-NAK {"delay": 300000000}"#),
+            AckKind::Nak(Some(ms(300)))
+        );
+        assert_eq!(nak("-NAK 600ms"), AckKind::Nak(Some(ms(600))));
+        assert_eq!(nak("-NAK 1m30s"), AckKind::Nak(Some(ms(90_000))));
+        assert_eq!(nak("-NAK 1.5s"), AckKind::Nak(Some(ms(1_500))));
+        assert_eq!(
+            nak("-NAK 250us"),
+            AckKind::Nak(Some(Duration::from_micros(250)))
+        );
+        assert_eq!(nak("-NAK"), AckKind::Nak(None));
+        assert_eq!(nak("-NAK soon"), AckKind::Nak(None));
+        assert_eq!(nak("-NAK 5"), AckKind::Nak(None), "a number without a unit");
+        assert_eq!(nak("-NAK -1s"), AckKind::Nak(None));
     }
 }

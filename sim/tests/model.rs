@@ -10,7 +10,9 @@ use async_nats::StatusCode;
 use async_nats::jetstream::consumer::{AckPolicy, pull};
 use async_nats::jetstream::stream::{self, DiscardPolicy, RetentionPolicy};
 use proptest::prelude::*;
-use ruststream_sim::{AckKind, ConnectionId, Delivered, Publish, Record, Server, SimError};
+use ruststream_sim::{
+    AckKind, ConnectionId, Delivered, Publish, Record, Server, ServerVersion, SimError,
+};
 
 const INBOX: &str = "_INBOX.app";
 const NEXT: &str = "$JS.API.CONSUMER.MSG.NEXT.ORDERS.worker";
@@ -719,4 +721,174 @@ proptest! {
         let start = Instant::now();
         prop_assert_eq!(run(start, &steps), run(start, &steps));
     }
+}
+
+#[test]
+fn a_nak_with_a_go_duration_delays_the_redelivery() {
+    let mut w = World::jetstream(pull::Config {
+        ack_wait: ms(1_000),
+        ..Default::default()
+    });
+    w.publish("orders.new", "1", 0);
+    w.pull(r#"{"batch":10,"expires":10000000000}"#, 0);
+    let reply = reply_of(&w.drain()[0]);
+    w.ack(&reply, "-NAK 600ms", 0);
+    assert!(w.drain().is_empty(), "not at once");
+    w.advance(599);
+    assert!(w.drain().is_empty());
+    w.advance(600);
+    assert_eq!(counts(&reply_of(&w.drain()[0])), (2, 1));
+}
+
+#[test]
+fn a_late_ack_after_max_deliver_ends_the_redelivered_count() {
+    let mut w = World::jetstream(pull::Config {
+        ack_wait: ms(300),
+        max_deliver: 2,
+        ..Default::default()
+    });
+    w.publish("orders.new", "1", 0);
+    w.pull(r#"{"batch":10,"expires":10000000000}"#, 0);
+    w.drain();
+    w.advance(300);
+    let second = w.drain();
+    w.advance(600);
+    assert_eq!(
+        w.server
+            .consumer_state("ORDERS", "worker")
+            .unwrap()
+            .num_redelivered,
+        1
+    );
+    w.ack(&reply_of(&second[0]), "+ACK", 750);
+    let state = w.server.consumer_state("ORDERS", "worker").unwrap();
+    assert_eq!(state.num_redelivered, 0);
+    assert_eq!(state.ack_floor.stream_sequence, 0, "as 2.10+ leave it");
+}
+
+#[test]
+fn the_ack_floor_moves_only_from_the_delivery_right_above_it() {
+    let mut w = World::jetstream(pull::Config {
+        ack_wait: ms(5_000),
+        ..Default::default()
+    });
+    for i in 0..3 {
+        w.publish("orders.new", &i.to_string(), 0);
+    }
+    w.pull(r#"{"batch":3}"#, 0);
+    let got: Vec<String> = w.drain().iter().map(reply_of).collect();
+    let floor = |w: &World| {
+        w.server
+            .consumer_state("ORDERS", "worker")
+            .unwrap()
+            .ack_floor
+            .stream_sequence
+    };
+    w.ack(&got[1], "+ACK", 10);
+    assert_eq!(
+        floor(&w),
+        0,
+        "2 acked out of order: 1 still pending below it"
+    );
+    w.ack(&got[0], "+ACK", 20);
+    assert_eq!(
+        floor(&w),
+        2,
+        "1 acked: up to just below 3, the next pending"
+    );
+    w.ack(&got[2], "+ACK", 30);
+    assert_eq!(floor(&w), 3);
+}
+
+#[test]
+fn a_no_wait_request_with_an_expiry_waits_it_out_when_nothing_is_there() {
+    let mut w = World::jetstream(pull::Config::default());
+    w.pull(r#"{"batch":1,"no_wait":true,"expires":300000000}"#, 0);
+    assert!(w.drain().is_empty());
+    w.advance(300);
+    let end = w.drain();
+    assert_eq!(end[0].message.status, Some(StatusCode::TIMEOUT));
+}
+
+#[test]
+fn a_work_queue_takes_a_second_consumer_only_on_a_subject_of_its_own() {
+    let mut server = Server::new(Instant::now());
+    server
+        .create_stream(stream::Config {
+            name: "WQ".into(),
+            subjects: vec!["wq.>".into()],
+            retention: RetentionPolicy::WorkQueue,
+            ..Default::default()
+        })
+        .unwrap();
+    let consumer = |name: &str, filter: &str| pull::Config {
+        durable_name: Some(name.into()),
+        filter_subject: filter.into(),
+        ..Default::default()
+    };
+    server.create_consumer("WQ", consumer("a", "wq.a")).unwrap();
+    server.create_consumer("WQ", consumer("b", "wq.b")).unwrap();
+    let err = server.create_consumer("WQ", consumer("c", "")).unwrap_err();
+    assert!(err.to_string().contains("non-filtered"), "{err}");
+    let err = server
+        .create_consumer("WQ", consumer("d", "wq.*"))
+        .unwrap_err();
+    assert!(err.to_string().contains("not unique"), "{err}");
+    assert_eq!(
+        server.stream_state("WQ").unwrap().first_sequence,
+        0,
+        "never stored"
+    );
+}
+
+#[test]
+fn as_2_9_a_late_ack_moves_the_floor_and_a_partly_filled_no_wait_request_times_out() {
+    let start = Instant::now();
+    let mut w = World::starting(start);
+    w.server = Server::new(start).with_version(ServerVersion::V2_9);
+    w.app = w.server.connect();
+    w.server
+        .create_stream(stream::Config {
+            name: "ORDERS".into(),
+            subjects: vec!["orders.>".into()],
+            ..Default::default()
+        })
+        .unwrap();
+    w.server
+        .create_consumer(
+            "ORDERS",
+            pull::Config {
+                durable_name: Some("worker".into()),
+                ack_wait: ms(300),
+                max_deliver: 2,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    w.server.subscribe(w.app, INBOX, None).unwrap();
+    w.publish("orders.new", "1", 0);
+    w.pull(r#"{"batch":10,"expires":10000000000}"#, 0);
+    w.drain();
+    w.advance(300);
+    let second = w.drain();
+    w.advance(600);
+    w.ack(&reply_of(&second[0]), "+ACK", 750);
+    let state = w.server.consumer_state("ORDERS", "worker").unwrap();
+    assert_eq!(state.ack_floor.stream_sequence, 1, "2.9 moves it");
+
+    // The first request runs out at 10 s; then a no_wait request finds one message of three.
+    w.advance(10_000);
+    w.drain();
+    w.publish("orders.new", "2", 10_100);
+    w.pull(r#"{"batch":3,"no_wait":true}"#, 10_100);
+    let got = w.drain();
+    let end = got.last().unwrap();
+    assert_eq!(end.message.status, Some(StatusCode::TIMEOUT));
+    let pending = end
+        .message
+        .headers
+        .as_ref()
+        .unwrap()
+        .get("Nats-Pending-Messages");
+    assert_eq!(pending.map(|v| v.as_str()), Some("2"));
 }

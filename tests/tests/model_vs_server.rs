@@ -19,8 +19,8 @@ use futures_util::StreamExt;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
-use ruststream_sim::{Publish, Server};
-use ruststream_tests::{NatsServer, TestClient};
+use ruststream_sim::{Publish, Server, ServerVersion};
+use ruststream_tests::{NatsServer, TestClient, nats_server_version};
 
 /// How a delivery is answered, and how long after it arrives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +28,8 @@ enum Answer {
     Ack,
     Nak,
     NakAfter(u64),
+    /// `-NAK` with a Go duration (`-NAK 600ms`).
+    NakDuration(u64),
     Term,
     /// `+WPI` now, `+ACK` after the given milliseconds.
     ProgressThenAck(u64),
@@ -40,12 +42,17 @@ impl Answer {
             Answer::Ack => Some("+ACK".into()),
             Answer::Nak => Some("-NAK".into()),
             Answer::NakAfter(ms) => Some(format!(r#"-NAK {{"delay": {}}}"#, ms * 1_000_000)),
+            Answer::NakDuration(ms) => Some(format!("-NAK {ms}ms")),
             Answer::Term => Some("+TERM".into()),
             Answer::ProgressThenAck(_) => Some("+WPI".into()),
             Answer::Nothing => None,
         }
     }
 }
+
+/// A delivery, by (stream sequence, delivery count), and its answer with how many
+/// milliseconds after the delivery it goes.
+type Reply = ((u64, u64), (Answer, u64));
 
 #[derive(Debug, Clone)]
 struct Script {
@@ -88,6 +95,7 @@ fn script() -> impl Strategy<Value = Script> {
         3 => Just(Answer::Ack),
         2 => Just(Answer::Nak),
         2 => (150u64..400).prop_map(Answer::NakAfter),
+        1 => (150u64..400).prop_map(Answer::NakDuration),
         1 => Just(Answer::Term),
         1 => (150u64..300).prop_map(Answer::ProgressThenAck),
         2 => Just(Answer::Nothing),
@@ -199,7 +207,7 @@ async fn on_server(server: &NatsServer, script: &Script, case: usize) -> Seen {
 
 fn on_model(script: &Script) -> Seen {
     let start = Instant::now();
-    let mut server = Server::new(start);
+    let mut server = Server::new(start).with_version(model_version());
     let app = server.connect();
     server
         .create_stream(stream::Config {
@@ -282,6 +290,14 @@ fn on_model(script: &Script) -> Seen {
             state.delivered.stream_sequence,
             state.num_pending,
         ),
+    }
+}
+
+/// The model behaves as the server the suite runs on, where versions differ.
+fn model_version() -> ServerVersion {
+    match nats_server_version() {
+        (2, minor, _) if minor < 10 => ServerVersion::V2_9,
+        _ => ServerVersion::Current,
     }
 }
 
@@ -371,6 +387,41 @@ fn sample(drawn: usize) -> Vec<Script> {
         .into_iter()
         .collect(),
     });
+    // Found by a review: a Go-duration -NAK, an +ACK after max_deliver, and the ack floor
+    // after an out-of-order ack below a message past max_deliver.
+    let written = |messages, ack_wait_ms, max_deliver, answers: &[Reply]| Script {
+        messages,
+        ack_wait_ms,
+        max_deliver,
+        backoff_ms: vec![],
+        max_ack_pending: 0,
+        answers: answers.iter().copied().collect(),
+    };
+    scripts.push(written(
+        1,
+        1_000,
+        -1,
+        &[((1, 1), (Answer::NakDuration(600), 0))],
+    ));
+    scripts.push(written(
+        1,
+        300,
+        2,
+        &[((1, 1), (Answer::Nothing, 0)), ((1, 2), (Answer::Ack, 450))],
+    ));
+    scripts.push(written(
+        3,
+        500,
+        2,
+        &[
+            ((1, 1), (Answer::Nothing, 0)),
+            ((1, 2), (Answer::Nothing, 0)),
+            ((2, 1), (Answer::NakAfter(1_000), 0)),
+            ((2, 2), (Answer::Nothing, 0)),
+            ((3, 1), (Answer::NakAfter(900), 0)),
+            ((3, 2), (Answer::Ack, 300)),
+        ],
+    ));
     let mut runner = TestRunner::new_with_rng(
         Config::default(),
         TestRng::deterministic_rng(RngAlgorithm::ChaCha),
@@ -491,6 +542,8 @@ fn requests_and_streams() -> Vec<Op> {
         Op::Wait(450),
         Op::Pull("REQ", r#"{"batch":1,"no_wait":true}"#),
         Op::Pull("REQ", r#"{"batch":6}"#),
+        Op::Pull("REQ", r#"{"batch":1,"no_wait":true,"expires":300000000}"#),
+        Op::Wait(400),
         Op::Publish("dedup.a", Some("id-1"), 0),
         Op::Publish("dedup.a", Some("id-1"), 100),
         Op::Publish("dedup.b", Some("id-2"), 0),
@@ -592,7 +645,7 @@ async fn requests_on_server(server: &NatsServer) -> Vec<String> {
 fn requests_on_model() -> Vec<String> {
     let start = Instant::now();
     let mut now = start;
-    let mut server = Server::new(start);
+    let mut server = Server::new(start).with_version(model_version());
     let app = server.connect();
     for (i, (name, ..)) in STREAMS.iter().enumerate() {
         server.create_stream(stream_config(i)).unwrap();
