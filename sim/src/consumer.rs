@@ -98,6 +98,15 @@ struct Pending {
     queued: bool,
 }
 
+/// How a waiting pull request ends.
+#[derive(Debug, Clone, Copy)]
+enum End {
+    /// `408 Request Timeout`, with the unfilled count.
+    Timeout,
+    /// `404 No Messages`.
+    NoMessages,
+}
+
 #[derive(Debug, Clone)]
 struct Waiting {
     /// Sent with `no_wait`: it ends once what is there has been delivered.
@@ -383,29 +392,12 @@ impl Consumer {
         // Nothing more to deliver: `no_wait` requests end, as current servers end them, with
         // `404 No Messages`, unless one got nothing and has an expiry, which it then waits
         // out (`408`). 2.9 ends a partly filled one with `408` and the unfilled count.
-        let mut kept = VecDeque::with_capacity(self.waiting.len());
-        for request in self.waiting.drain(..) {
-            if request.no_wait && self.v2_9 && request.given > 0 {
-                out.push(Send::Status {
-                    connection: request.connection,
-                    inbox: request.inbox,
-                    code: 408,
-                    description: "Request Timeout".to_owned(),
-                    pending_messages: Some(request.remaining),
-                });
-            } else if request.no_wait && (request.given > 0 || request.expires_at.is_none()) {
-                out.push(Send::Status {
-                    connection: request.connection,
-                    inbox: request.inbox,
-                    code: 404,
-                    description: "No Messages".to_owned(),
-                    pending_messages: None,
-                });
-            } else {
-                kept.push_back(request);
-            }
-        }
-        self.waiting = kept;
+        let v2_9 = self.v2_9;
+        self.end_requests(out, |r| match (r.no_wait, r.given > 0) {
+            (true, true) if v2_9 => Some(End::Timeout),
+            (true, given) if given || r.expires_at.is_none() => Some(End::NoMessages),
+            _ => None,
+        });
     }
 
     /// The next message to deliver and its delivery count: a redelivery first, then a new
@@ -450,10 +442,7 @@ impl Consumer {
                 self.redelivered.remove(&sequence);
                 // 2.9 also moves the floor to the last delivery when nothing is pending.
                 if self.v2_9 && self.pending.is_empty() {
-                    self.ack_floor = Sequences {
-                        consumer_sequence: self.last_consumer_sequence,
-                        stream_sequence: self.next_sequence - 1,
-                    };
+                    self.ack_floor = self.last_delivery();
                 }
             }
             return false;
@@ -511,10 +500,7 @@ impl Consumer {
             return;
         };
         if self.pending.is_empty() {
-            self.ack_floor = Sequences {
-                consumer_sequence: self.last_consumer_sequence,
-                stream_sequence: self.next_sequence - 1,
-            };
+            self.ack_floor = self.last_delivery();
         } else if removed.consumer_sequence == self.ack_floor.consumer_sequence + 1 {
             self.ack_floor = Sequences {
                 consumer_sequence: removed.consumer_sequence,
@@ -543,6 +529,15 @@ impl Consumer {
     /// counts, for the journal.
     pub(crate) fn take_exceeded(&mut self) -> Vec<(u64, u64)> {
         std::mem::take(&mut self.exceeded)
+    }
+
+    /// The last delivery's consumer sequence, and the stream sequence below the next to
+    /// deliver: where the ack floor goes once nothing is pending.
+    fn last_delivery(&self) -> Sequences {
+        Sequences {
+            consumer_sequence: self.last_consumer_sequence,
+            stream_sequence: self.next_sequence - 1,
+        }
     }
 
     /// Messages removed from the stream (limits, work-queue acks by another consumer).
@@ -583,19 +578,32 @@ impl Consumer {
             }
             self.redeliver.insert(sequence);
         }
+        self.end_requests(out, |r| {
+            r.expires_at
+                .is_some_and(|at| at <= now)
+                .then_some(End::Timeout)
+        });
+    }
+
+    /// Ends the waiting requests `ends` says end, with the status it says, in order.
+    fn end_requests(&mut self, out: &mut Vec<Send>, ends: impl Fn(&Waiting) -> Option<End>) {
         let mut kept = VecDeque::with_capacity(self.waiting.len());
         for request in self.waiting.drain(..) {
-            if request.expires_at.is_some_and(|at| at <= now) {
-                out.push(Send::Status {
-                    connection: request.connection,
-                    inbox: request.inbox,
-                    code: 408,
-                    description: "Request Timeout".to_owned(),
-                    pending_messages: Some(request.remaining),
-                });
-            } else {
+            let Some(end) = ends(&request) else {
                 kept.push_back(request);
-            }
+                continue;
+            };
+            let (code, description, pending_messages) = match end {
+                End::Timeout => (408, "Request Timeout", Some(request.remaining)),
+                End::NoMessages => (404, "No Messages", None),
+            };
+            out.push(Send::Status {
+                connection: request.connection,
+                inbox: request.inbox,
+                code,
+                description: description.to_owned(),
+                pending_messages,
+            });
         }
         self.waiting = kept;
     }

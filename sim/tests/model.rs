@@ -45,7 +45,14 @@ impl World {
     }
 
     fn jetstream_at(start: Instant, consumer: pull::Config) -> Self {
+        Self::jetstream_on(Server::new(start), start, consumer)
+    }
+
+    /// [`World::jetstream`] on this server, whose clock starts at `start`.
+    fn jetstream_on(server: Server, start: Instant, consumer: pull::Config) -> Self {
         let mut w = Self::starting(start);
+        w.server = server;
+        w.app = w.server.connect();
         w.server
             .create_stream(stream::Config {
                 name: "ORDERS".into(),
@@ -740,27 +747,34 @@ fn a_nak_with_a_go_duration_delays_the_redelivery() {
     assert_eq!(counts(&reply_of(&w.drain()[0])), (2, 1));
 }
 
-#[test]
-fn a_late_ack_after_max_deliver_ends_the_redelivered_count() {
-    let mut w = World::jetstream(pull::Config {
-        ack_wait: ms(300),
-        max_deliver: 2,
-        ..Default::default()
-    });
+/// A message delivered twice (`max_deliver` 2) and never answered in time, then acked at
+/// 750 ms, after it went past `max_deliver`: the world after that late `+ACK`.
+fn late_ack_after_max_deliver(server: Server, start: Instant) -> World {
+    let mut w = World::jetstream_on(
+        server,
+        start,
+        pull::Config {
+            ack_wait: ms(300),
+            max_deliver: 2,
+            ..Default::default()
+        },
+    );
     w.publish("orders.new", "1", 0);
     w.pull(r#"{"batch":10,"expires":10000000000}"#, 0);
     w.drain();
     w.advance(300);
     let second = w.drain();
     w.advance(600);
-    assert_eq!(
-        w.server
-            .consumer_state("ORDERS", "worker")
-            .unwrap()
-            .num_redelivered,
-        1
-    );
+    let before = w.server.consumer_state("ORDERS", "worker").unwrap();
+    assert_eq!(before.num_redelivered, 1);
     w.ack(&reply_of(&second[0]), "+ACK", 750);
+    w
+}
+
+#[test]
+fn a_late_ack_after_max_deliver_ends_the_redelivered_count() {
+    let start = Instant::now();
+    let w = late_ack_after_max_deliver(Server::new(start), start);
     let state = w.server.consumer_state("ORDERS", "worker").unwrap();
     assert_eq!(state.num_redelivered, 0);
     assert_eq!(state.ack_floor.stream_sequence, 0, "as 2.10+ leave it");
@@ -844,35 +858,8 @@ fn a_work_queue_takes_a_second_consumer_only_on_a_subject_of_its_own() {
 #[test]
 fn as_2_9_a_late_ack_moves_the_floor_and_a_partly_filled_no_wait_request_times_out() {
     let start = Instant::now();
-    let mut w = World::starting(start);
-    w.server = Server::new(start).with_version(ServerVersion::V2_9);
-    w.app = w.server.connect();
-    w.server
-        .create_stream(stream::Config {
-            name: "ORDERS".into(),
-            subjects: vec!["orders.>".into()],
-            ..Default::default()
-        })
-        .unwrap();
-    w.server
-        .create_consumer(
-            "ORDERS",
-            pull::Config {
-                durable_name: Some("worker".into()),
-                ack_wait: ms(300),
-                max_deliver: 2,
-                ..Default::default()
-            },
-        )
-        .unwrap();
-    w.server.subscribe(w.app, INBOX, None).unwrap();
-    w.publish("orders.new", "1", 0);
-    w.pull(r#"{"batch":10,"expires":10000000000}"#, 0);
-    w.drain();
-    w.advance(300);
-    let second = w.drain();
-    w.advance(600);
-    w.ack(&reply_of(&second[0]), "+ACK", 750);
+    let server = Server::new(start).with_version(ServerVersion::V2_9);
+    let mut w = late_ack_after_max_deliver(server, start);
     let state = w.server.consumer_state("ORDERS", "worker").unwrap();
     assert_eq!(state.ack_floor.stream_sequence, 1, "2.9 moves it");
 
