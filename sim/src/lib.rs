@@ -16,7 +16,8 @@
 //! # How to drive it
 //! 1. [`Server::new`] with the instant its clock starts at; [`Server::connect`] for each
 //!    client; [`Server::create_stream`] and [`Server::create_consumer`] with async-nats'
-//!    configuration types, as a service declares them.
+//!    configuration types, as a service declares them. [`Server::with_version`] makes it
+//!    behave as nats-server 2.9 where that differs from later versions ([`ServerVersion`]).
 //! 2. [`Server::subscribe`], [`Server::publish`] (a pull request is a publish to
 //!    `$JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>` with an inbox as its reply subject, an
 //!    acknowledgement a publish to the delivery's `$JS.ACK.` reply subject, as on the wire).
