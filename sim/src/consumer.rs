@@ -30,7 +30,7 @@ use crate::stream::Stream;
 use crate::wire::{AckKind, PullRequest};
 
 /// nats-server's `ack_wait` when a consumer sets none.
-pub const DEFAULT_ACK_WAIT: Duration = Duration::from_secs(30);
+pub const SERVER_DEFAULT_ACK_WAIT: Duration = Duration::from_secs(30);
 /// nats-server's `max_ack_pending` when a consumer sets none.
 pub const DEFAULT_MAX_ACK_PENDING: i64 = 1000;
 /// nats-server's `max_waiting` (pull requests waiting at once) when a consumer sets none.
@@ -192,7 +192,7 @@ impl Consumer {
             config.max_deliver = -1;
         }
         if config.ack_wait.is_zero() {
-            config.ack_wait = DEFAULT_ACK_WAIT;
+            config.ack_wait = SERVER_DEFAULT_ACK_WAIT;
         }
         if let Some(first) = config.backoff.first() {
             // nats-server 2.9 wants `max_deliver` set and above the length (later versions

@@ -68,19 +68,24 @@
 //! clustering, flow control and heartbeats: a configuration that asks for one is refused
 //! with [`SimError::NotModelled`] naming the setting, never silently ignored.
 
+mod api;
 mod consumer;
+mod endpoint;
 mod error;
 mod faults;
+mod harness;
 mod ids;
 mod jetstream;
 mod journal;
+mod protocol;
 mod routing;
+mod runtime;
 mod server;
 mod stream;
 mod wire;
 
 pub use consumer::{
-    ConsumerState, DEFAULT_ACK_WAIT, DEFAULT_MAX_ACK_PENDING, DEFAULT_MAX_WAITING, Sequences,
+    ConsumerState, DEFAULT_MAX_ACK_PENDING, DEFAULT_MAX_WAITING, SERVER_DEFAULT_ACK_WAIT, Sequences,
 };
 pub use error::SimError;
 pub use faults::Faults;
@@ -89,3 +94,15 @@ pub use journal::{Delivered, Publish, Published, Record};
 pub use server::{DEFAULT_MAX_PAYLOAD, EPOCH_NANOS, PULL_PREFIX, Server, ServerVersion};
 pub use stream::{DEFAULT_DUPLICATE_WINDOW, PubAck, StoredMessage, StreamState};
 pub use wire::{AckKind, PullRequest};
+
+pub use harness::{STEP, Sim, TimedOut};
+pub use runtime::Runtime;
+
+/// The app on the simulator: `ruststream-adapter`'s [`App`](ruststream_adapter::App) on the
+/// virtual-time [`Runtime`], the same builder, mounts and handlers as `ruststream-tokio`'s.
+pub type App = ruststream_adapter::App<Runtime>;
+
+/// A started [`App`] on the simulator.
+pub type Running = ruststream_adapter::Running<Runtime>;
+
+ruststream_adapter::reexport_api!();

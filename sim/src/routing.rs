@@ -33,6 +33,12 @@ impl Server {
         });
     }
 
+    /// Answers a request: `payload` to its reply subject's subscriptions, as a responder's
+    /// publish would reach them (the JetStream API's answers).
+    pub(crate) fn respond(&mut self, reply: &str, payload: Bytes) {
+        self.route(reply, None, None, &payload);
+    }
+
     /// Sends a message to every subscription on `subject`: each plain subscription, and one
     /// member of each queue group, taken in turn. How many received it.
     pub(crate) fn route(

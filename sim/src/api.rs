@@ -1,0 +1,357 @@
+//! The JetStream API over the model: the `$JS.API.` requests async-nats makes for the runtime
+//! and for a test's own client, answered in nats-server's JSON (the shapes async-nats reads).
+//!
+//! Answered: `STREAM.CREATE`, `STREAM.UPDATE` (to the same configuration only), `STREAM.INFO`,
+//! `STREAM.DELETE`, `STREAM.NAMES` (with a subject filter), `STREAM.LIST`, `STREAM.MSG.GET`
+//! (by sequence), `CONSUMER.CREATE` and `CONSUMER.DURABLE.CREATE` (pull consumers),
+//! `CONSUMER.INFO`, `CONSUMER.DELETE`, `CONSUMER.NAMES`, and `INFO` (the account). Every other
+//! request gets a JetStream error naming it as not modelled, never a silent success.
+//! (`CONSUMER.MSG.NEXT`, the pull request, is the model's own: [`Server::publish`].)
+
+use async_nats::jetstream::consumer::{self, IntoConsumerConfig, pull};
+use async_nats::jetstream::{ErrorCode, stream};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::{Value, json};
+
+use crate::error::SimError;
+use crate::server::{EPOCH_NANOS, Server};
+
+/// The prefix of every JetStream API subject.
+pub(crate) const API_PREFIX: &str = "$JS.API.";
+
+/// nats-server's page size for `STREAM.NAMES` and `CONSUMER.NAMES`.
+const PAGE: usize = 1024;
+
+/// The time nats-server writes for "never" (Go's zero time).
+const ZERO_TIME: &str = "0001-01-01T00:00:00Z";
+
+/// A JetStream API error, as nats-server answers one.
+struct ApiError {
+    code: u16,
+    err_code: ErrorCode,
+    description: String,
+}
+
+impl ApiError {
+    fn new(code: u16, err_code: ErrorCode, description: impl Into<String>) -> Self {
+        Self {
+            code,
+            err_code,
+            description: description.into(),
+        }
+    }
+
+    fn not_modelled(what: &str) -> Self {
+        Self::new(
+            400,
+            ErrorCode::BAD_REQUEST,
+            format!("{what} is not modelled by ruststream-sim"),
+        )
+    }
+
+    fn bad_request(problem: impl std::fmt::Display) -> Self {
+        Self::new(
+            400,
+            ErrorCode::BAD_REQUEST,
+            format!("bad request: {problem}"),
+        )
+    }
+}
+
+impl From<SimError> for ApiError {
+    fn from(e: SimError) -> Self {
+        let description = e.to_string();
+        let (code, err_code) = match e {
+            SimError::StreamNotFound(_) => (404, ErrorCode::STREAM_NOT_FOUND),
+            SimError::ConsumerNotFound { .. } => (404, ErrorCode::CONSUMER_NOT_FOUND),
+            SimError::StreamExists(_) => (400, ErrorCode::STREAM_NAME_EXIST),
+            SimError::SubjectsOverlap { .. } => (400, ErrorCode::STREAM_SUBJECT_OVERLAP),
+            SimError::ConsumerExists { .. } => (400, ErrorCode::CONSUMER_ALREADY_EXISTS),
+            SimError::StreamFull(_) => (503, ErrorCode::STREAM_STORE_FAILED),
+            SimError::InvalidConfig { .. } => (400, ErrorCode::STREAM_INVALID_CONFIG),
+            _ => (400, ErrorCode::BAD_REQUEST),
+        };
+        Self {
+            code,
+            err_code,
+            description,
+        }
+    }
+}
+
+/// The RFC 3339 time of a virtual instant: the model's clock starts at [`EPOCH_NANOS`].
+pub(crate) fn wall_time(server: &Server, at: std::time::Instant) -> String {
+    let since = at.saturating_duration_since(server.start);
+    let nanos = i128::from(EPOCH_NANOS) + i128::try_from(since.as_nanos()).unwrap_or(i128::MAX);
+    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| ZERO_TIME.to_owned())
+}
+
+impl Server {
+    /// Answers the JetStream API request on `subject` (after `$JS.API.`) with `payload`: the
+    /// JSON body of the response.
+    pub(crate) fn answer_api(&mut self, subject: &str, payload: &[u8]) -> Value {
+        let kind = response_type(subject);
+        let mut body = match self.api(subject, payload) {
+            Ok(body) => body,
+            Err(e) => json!({"error": {
+                "code": e.code,
+                "err_code": e.err_code.0,
+                "description": e.description,
+            }}),
+        };
+        if let Value::Object(map) = &mut body {
+            map.insert(
+                "type".to_owned(),
+                Value::String(format!("io.nats.jetstream.api.v1.{kind}_response")),
+            );
+        }
+        body
+    }
+
+    fn api(&mut self, subject: &str, payload: &[u8]) -> Result<Value, ApiError> {
+        let tokens: Vec<&str> = subject.split('.').collect();
+        match tokens.as_slice() {
+            ["INFO"] => Ok(self.account_info()),
+            ["STREAM", "CREATE", name] => {
+                let config = stream_config(name, payload)?;
+                self.create_stream(config)?;
+                self.stream_info(name)
+            }
+            ["STREAM", "UPDATE", name] => {
+                let config = stream_config(name, payload)?;
+                if self.stream_config(name)? != self.create_stream_preview(config)? {
+                    return Err(ApiError::not_modelled("changing a stream's configuration"));
+                }
+                self.stream_info(name)
+            }
+            ["STREAM", "INFO", name] => self.stream_info(name),
+            ["STREAM", "DELETE", name] => {
+                self.delete_stream(name)?;
+                Ok(json!({"success": true}))
+            }
+            ["STREAM", "NAMES"] | ["STREAM", "LIST"] => {
+                let filter = request(payload)?
+                    .get("subject")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                let names = self.stream_names(filter.as_deref());
+                if tokens[1] == "NAMES" {
+                    Ok(page("streams", json!(names), names.len()))
+                } else {
+                    let infos = names
+                        .iter()
+                        .map(|n| self.stream_info(n))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    Ok(page("streams", json!(infos), names.len()))
+                }
+            }
+            ["STREAM", "MSG", "GET", name] => {
+                let asked = request(payload)?;
+                let Some(sequence) = asked.get("seq").and_then(Value::as_u64) else {
+                    return Err(ApiError::not_modelled(
+                        "a STREAM.MSG.GET by anything but `seq`",
+                    ));
+                };
+                let Some(m) = self.stream_message(name, sequence)? else {
+                    return Err(ApiError::new(
+                        404,
+                        ErrorCode::NO_MESSAGE_FOUND,
+                        "no message found",
+                    ));
+                };
+                let mut message = json!({
+                    "subject": m.subject.as_str(),
+                    "seq": m.sequence,
+                    "data": STANDARD.encode(&m.payload),
+                    "time": wall_time(self, m.stored_at),
+                });
+                if let Some(headers) = &m.headers {
+                    let block = crate::protocol::header_block(Some(headers), None, None);
+                    message["hdrs"] = Value::String(STANDARD.encode(block));
+                }
+                Ok(json!({"message": message}))
+            }
+            ["CONSUMER", "CREATE", stream, ..] | ["CONSUMER", "DURABLE", "CREATE", stream, ..] => {
+                let config = consumer_config(payload)?;
+                let state = self.create_consumer(stream, config)?;
+                self.consumer_info(stream, &state.name)
+            }
+            ["CONSUMER", "INFO", stream, name] => self.consumer_info(stream, name),
+            ["CONSUMER", "DELETE", stream, name] => {
+                self.delete_consumer(stream, name)?;
+                Ok(json!({"success": true}))
+            }
+            ["CONSUMER", "NAMES", stream] => {
+                let names = self.stream_state(stream)?.consumers;
+                Ok(page("consumers", json!(names), names.len()))
+            }
+            _ => Err(ApiError::not_modelled(&format!("$JS.API.{subject}"))),
+        }
+    }
+
+    /// A stream configuration as the model would store it, without storing it: the same
+    /// defaults filled in, so that an update to the same configuration is recognised.
+    fn create_stream_preview(&self, config: stream::Config) -> Result<stream::Config, SimError> {
+        Ok(crate::stream::Stream::new(config)?.config)
+    }
+
+    fn stream_info(&self, name: &str) -> Result<Value, ApiError> {
+        let config = self.stream_config(name)?;
+        let state = self.stream_state(name)?;
+        let messages = self.stream_messages(name)?;
+        let bytes: usize = messages
+            .iter()
+            .map(|m| {
+                m.payload.len()
+                    + m.subject.as_str().len()
+                    + m.headers.as_ref().map_or(0, crate::routing::headers_len)
+            })
+            .sum();
+        let ts = |m: Option<&crate::StoredMessage>| {
+            m.map_or_else(|| ZERO_TIME.to_owned(), |m| wall_time(self, m.stored_at))
+        };
+        Ok(json!({
+            "config": serde_json::to_value(&config).map_err(ApiError::bad_request)?,
+            "created": wall_time(self, self.start),
+            "state": {
+                "messages": state.messages,
+                "bytes": bytes,
+                "first_seq": state.first_sequence,
+                "first_ts": ts(messages.first()),
+                "last_seq": state.last_sequence,
+                "last_ts": ts(messages.last()),
+                "consumer_count": state.consumers.len(),
+            },
+            "ts": wall_time(self, self.now),
+        }))
+    }
+
+    fn consumer_info(&self, stream: &str, name: &str) -> Result<Value, ApiError> {
+        let state = self.consumer_state(stream, name)?;
+        let config: consumer::Config = state.config.into_consumer_config();
+        let sequences = |s: crate::Sequences| json!({"consumer_seq": s.consumer_sequence, "stream_seq": s.stream_sequence});
+        Ok(json!({
+            "stream_name": stream,
+            "name": name,
+            "created": wall_time(self, self.start),
+            "config": serde_json::to_value(&config).map_err(ApiError::bad_request)?,
+            "delivered": sequences(state.delivered),
+            "ack_floor": sequences(state.ack_floor),
+            "num_ack_pending": state.num_ack_pending,
+            "num_redelivered": state.num_redelivered,
+            "num_waiting": state.num_waiting,
+            "num_pending": state.num_pending,
+            "ts": wall_time(self, self.now),
+        }))
+    }
+
+    fn account_info(&self) -> Value {
+        let consumers: usize = self.streams.values().map(|e| e.consumers.len()).sum();
+        json!({
+            "memory": 0,
+            "storage": 0,
+            "reserved_memory": 0,
+            "reserved_storage": 0,
+            "streams": self.streams.len(),
+            "consumers": consumers,
+            "limits": {
+                "max_memory": -1,
+                "max_storage": -1,
+                "max_streams": -1,
+                "max_consumers": -1,
+                "max_ack_pending": -1,
+                "memory_max_stream_bytes": -1,
+                "storage_max_stream_bytes": -1,
+                "max_bytes_required": false,
+            },
+            "api": {"total": 0, "errors": 0},
+        })
+    }
+
+    /// The streams, in name order; with `filter`, those storing a subject it matches.
+    fn stream_names(&self, filter: Option<&str>) -> Vec<String> {
+        let filter = filter.and_then(|f| ruststream_core::Wildcard::new(f).ok());
+        self.streams
+            .iter()
+            .filter(|(_, e)| {
+                filter.as_ref().is_none_or(|f| {
+                    e.stream
+                        .subjects()
+                        .iter()
+                        .any(|s| crate::stream::overlap(s, f))
+                })
+            })
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+}
+
+/// The name the response's `type` field gives a request on `subject`.
+fn response_type(subject: &str) -> &'static str {
+    let tokens: Vec<&str> = subject.split('.').collect();
+    match tokens.as_slice() {
+        ["INFO"] => "account_info",
+        ["STREAM", "CREATE", ..] => "stream_create",
+        ["STREAM", "UPDATE", ..] => "stream_update",
+        ["STREAM", "INFO", ..] => "stream_info",
+        ["STREAM", "DELETE", ..] => "stream_delete",
+        ["STREAM", "NAMES", ..] => "stream_names",
+        ["STREAM", "LIST", ..] => "stream_list",
+        ["STREAM", "MSG", "GET", ..] => "stream_msg_get",
+        ["CONSUMER", "CREATE", ..] | ["CONSUMER", "DURABLE", ..] => "consumer_create",
+        ["CONSUMER", "INFO", ..] => "consumer_info",
+        ["CONSUMER", "DELETE", ..] => "consumer_delete",
+        ["CONSUMER", "NAMES", ..] => "consumer_names",
+        _ => "error",
+    }
+}
+
+/// A request's JSON object; an empty payload is an empty request.
+fn request(payload: &[u8]) -> Result<Value, ApiError> {
+    if payload.iter().all(u8::is_ascii_whitespace) {
+        return Ok(json!({}));
+    }
+    serde_json::from_slice(payload).map_err(ApiError::bad_request)
+}
+
+fn page(key: &str, items: Value, total: usize) -> Value {
+    let mut body = json!({"total": total, "offset": 0, "limit": PAGE});
+    body[key] = items;
+    body
+}
+
+fn stream_config(name: &str, payload: &[u8]) -> Result<stream::Config, ApiError> {
+    let config: stream::Config = serde_json::from_slice(payload).map_err(ApiError::bad_request)?;
+    if config.name != name {
+        return Err(ApiError::new(
+            400,
+            ErrorCode::STREAM_MISMATCH,
+            "stream name in subject does not match request",
+        ));
+    }
+    Ok(config)
+}
+
+/// The pull consumer a `CONSUMER.CREATE` asks for. A push consumer (a `deliver_subject`) is
+/// refused as not modelled, not made a pull consumer.
+fn consumer_config(payload: &[u8]) -> Result<pull::Config, ApiError> {
+    let asked = request(payload)?;
+    let config = asked.get("config").cloned().unwrap_or_else(|| json!({}));
+    if config
+        .get("deliver_subject")
+        .and_then(Value::as_str)
+        .is_some_and(|s| !s.is_empty())
+    {
+        return Err(ApiError::not_modelled(
+            "a push consumer (`deliver_subject`)",
+        ));
+    }
+    serde_json::from_value(config).map_err(ApiError::bad_request)
+}

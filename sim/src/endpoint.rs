@@ -1,0 +1,385 @@
+//! The model on a socket: a NATS protocol endpoint on loopback TCP that async-nats connects to
+//! as to a nats-server, serving every client operation from one [`Server`] and driving the
+//! model's timers with the runtime's clock.
+//!
+//! This is the simulator's seam for I/O. The runtime's adapter talks to NATS only through
+//! async-nats, and async-nats only through the NATS client protocol; serving that protocol
+//! from the model runs the same adapter code, the user's own client (`Context::client()`,
+//! `App::with_client`) included, with no trait in the adapter's hot path. On a current-thread
+//! tokio runtime with its clock paused, loopback bytes are readable as soon as they are
+//! written, so the runtime only moves its virtual clock when every task, the endpoint's
+//! included, waits for a timer: runs are deterministic.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Notify, mpsc};
+
+use crate::api::API_PREFIX;
+use crate::error::SimError;
+use crate::ids::{ConnectionId, SubscriptionId};
+use crate::journal::Publish;
+use crate::protocol::{self, ClientOp};
+use crate::server::{PULL_PREFIX, Server, ServerVersion};
+
+/// The version the endpoint announces: the nats-server release whose behaviour the model
+/// follows for each [`ServerVersion`] (checked against it by the model-vs-server test).
+pub(crate) fn announced_version(version: ServerVersion) -> &'static str {
+    match version {
+        ServerVersion::V2_9 => "2.9.10",
+        ServerVersion::Current => "2.15.1",
+    }
+}
+
+/// The virtual instant: the runtime's clock, which a paused tokio runtime moves only when
+/// every task waits for a timer.
+pub(crate) fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+/// What the endpoint's tasks and the test share.
+pub(crate) struct Shared {
+    inner: Mutex<Inner>,
+    /// Woken when the model may have a new next timer.
+    changed: Notify,
+}
+
+pub(crate) struct Inner {
+    pub(crate) server: Server,
+    clients: BTreeMap<ConnectionId, Client>,
+    routes: BTreeMap<SubscriptionId, Route>,
+}
+
+/// A client connection's socket side.
+struct Client {
+    out: mpsc::UnboundedSender<Bytes>,
+    sids: HashMap<String, SubscriptionId>,
+    close: Arc<Notify>,
+}
+
+/// Where the model's deliveries for a subscription go.
+struct Route {
+    connection: ConnectionId,
+    sid: String,
+    delivered: u64,
+    /// `UNSUB <sid> <max>`: the subscription ends after this many deliveries in all.
+    max: Option<u64>,
+}
+
+impl Shared {
+    pub(crate) fn new(server: Server) -> Arc<Self> {
+        Arc::new(Self {
+            inner: Mutex::new(Inner {
+                server,
+                clients: BTreeMap::new(),
+                routes: BTreeMap::new(),
+            }),
+            changed: Notify::new(),
+        })
+    }
+
+    /// The model, locked. Never held across an await.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `f` on the model, then sends what it queued and lets the timer task look again.
+    pub(crate) fn with<T>(&self, f: impl FnOnce(&mut Server) -> T) -> T {
+        let out = {
+            let mut inner = self.lock();
+            let out = f(&mut inner.server);
+            inner.flush();
+            out
+        };
+        self.changed.notify_one();
+        out
+    }
+
+    /// Closes every client connection, as a network failure would; async-nats reconnects.
+    pub(crate) fn drop_clients(&self) -> Vec<ConnectionId> {
+        let inner = self.lock();
+        for client in inner.clients.values() {
+            client.close.notify_one();
+        }
+        inner.clients.keys().copied().collect()
+    }
+
+    /// The open client connections, in the order they connected.
+    pub(crate) fn clients(&self) -> Vec<ConnectionId> {
+        self.lock().clients.keys().copied().collect()
+    }
+}
+
+impl Inner {
+    /// Sends the model's outbox to the sockets.
+    fn flush(&mut self) {
+        while let Some(delivered) = self.server.poll_delivered() {
+            let Some(route) = self.routes.get_mut(&delivered.subscription) else {
+                continue;
+            };
+            route.delivered += 1;
+            let done = route.max.is_some_and(|max| route.delivered >= max);
+            if let Some(client) = self.clients.get(&route.connection) {
+                let mut out = BytesMut::new();
+                protocol::write_message(&mut out, &route.sid, &delivered.message);
+                let _ = client.out.send(out.freeze());
+            }
+            if done {
+                self.end_subscription(delivered.subscription);
+            }
+        }
+    }
+
+    fn end_subscription(&mut self, subscription: SubscriptionId) {
+        if let Some(route) = self.routes.remove(&subscription)
+            && let Some(client) = self.clients.get_mut(&route.connection)
+        {
+            client.sids.remove(&route.sid);
+        }
+        // Already gone when the connection closed.
+        let _ = self.server.unsubscribe(subscription);
+    }
+
+    fn send(&self, connection: ConnectionId, bytes: impl Into<Bytes>) {
+        if let Some(client) = self.clients.get(&connection) {
+            let _ = client.out.send(bytes.into());
+        }
+    }
+
+    /// Applies one operation of `connection`. `Err` closes the connection after its `-ERR`.
+    fn apply(&mut self, connection: ConnectionId, op: ClientOp) -> Result<(), ()> {
+        match op {
+            ClientOp::Connect | ClientOp::Pong => {}
+            ClientOp::Ping => self.send(connection, &b"PONG\r\n"[..]),
+            ClientOp::Sub {
+                subject,
+                queue,
+                sid,
+            } => match self
+                .server
+                .subscribe(connection, &subject, queue.as_deref())
+            {
+                Ok(id) => {
+                    if let Some(client) = self.clients.get_mut(&connection) {
+                        client.sids.insert(sid.clone(), id);
+                    }
+                    self.routes.insert(
+                        id,
+                        Route {
+                            connection,
+                            sid,
+                            delivered: 0,
+                            max: None,
+                        },
+                    );
+                }
+                Err(_) => self.send(connection, &b"-ERR 'Invalid Subject'\r\n"[..]),
+            },
+            ClientOp::Unsub { sid, max } => {
+                let id = self
+                    .clients
+                    .get(&connection)
+                    .and_then(|c| c.sids.get(&sid).copied());
+                if let Some(id) = id {
+                    match (max, self.routes.get_mut(&id)) {
+                        (Some(max), Some(route)) if route.delivered < max => route.max = Some(max),
+                        _ => self.end_subscription(id),
+                    }
+                }
+            }
+            ClientOp::Pub {
+                subject,
+                reply,
+                headers,
+                payload,
+            } => return self.publish(connection, subject, reply, headers, payload),
+        }
+        Ok(())
+    }
+
+    fn publish(
+        &mut self,
+        connection: ConnectionId,
+        subject: String,
+        reply: Option<String>,
+        headers: Option<async_nats::HeaderMap>,
+        payload: Bytes,
+    ) -> Result<(), ()> {
+        if let Some(api) = subject.strip_prefix(API_PREFIX)
+            && !subject.starts_with(PULL_PREFIX)
+        {
+            let body = self.server.answer_api(api, &payload);
+            if let Some(reply) = reply {
+                self.respond(&reply, body.to_string());
+            }
+            return Ok(());
+        }
+        let message = Publish {
+            subject,
+            reply: reply.clone(),
+            headers,
+            payload,
+        };
+        match self.server.publish(connection, message, now()) {
+            Ok(_) => Ok(()),
+            Err(SimError::MaxPayload { .. }) => {
+                self.send(connection, &b"-ERR 'Maximum Payload Violation'\r\n"[..]);
+                Err(())
+            }
+            Err(SimError::Subject { .. }) => {
+                self.send(connection, &b"-ERR 'Invalid Publish Subject'\r\n"[..]);
+                Ok(())
+            }
+            // A refused JetStream publish (a fault, a full stream) is answered as
+            // nats-server answers one: a JetStream error to the reply subject.
+            Err(e) => {
+                if let Some(reply) = reply {
+                    let err_code = match e {
+                        SimError::StreamFull(_) => 10077,
+                        _ => 10000,
+                    };
+                    let body = serde_json::json!({"error": {
+                        "code": 503,
+                        "err_code": err_code,
+                        "description": e.to_string(),
+                    }});
+                    self.respond(&reply, body.to_string());
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn respond(&mut self, reply: &str, body: String) {
+        self.server.respond(reply, Bytes::from(body));
+    }
+}
+
+/// The endpoint: a listener on loopback and the task driving the model's timers.
+pub(crate) async fn start(shared: &Arc<Shared>) -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let accepting = shared.clone();
+    tokio::spawn(async move {
+        let mut next_client = 0u64;
+        while let Ok((socket, _)) = listener.accept().await {
+            next_client += 1;
+            tokio::spawn(serve(accepting.clone(), socket, addr, next_client));
+        }
+    });
+    tokio::spawn(timers(shared.clone()));
+    Ok(addr)
+}
+
+/// Lets the model's timers fall due on the runtime's clock.
+async fn timers(shared: Arc<Shared>) {
+    loop {
+        let due = shared.lock().server.poll_timeout();
+        match due {
+            Some(at) => {
+                tokio::select! {
+                    biased;
+                    () = shared.changed.notified() => {}
+                    () = tokio::time::sleep_until(tokio::time::Instant::from_std(at)) => {
+                        let mut inner = shared.lock();
+                        inner.server.handle_timeout(now());
+                        inner.flush();
+                    }
+                }
+            }
+            None => shared.changed.notified().await,
+        }
+    }
+}
+
+/// Serves one client connection until it closes, breaks the protocol, or a fault closes it.
+async fn serve(shared: Arc<Shared>, socket: TcpStream, addr: SocketAddr, client_id: u64) {
+    let _ = socket.set_nodelay(true);
+    let (mut reader, mut writer) = socket.into_split();
+    let (out, mut outgoing) = mpsc::unbounded_channel::<Bytes>();
+    let close = Arc::new(Notify::new());
+    let connection = {
+        let mut inner = shared.lock();
+        let connection = inner.server.connect();
+        let info = serde_json::json!({
+            "server_id": "RUSTSTREAMSIM",
+            "server_name": "ruststream-sim",
+            "version": announced_version(inner.server.version),
+            "proto": 1,
+            "go": "ruststream-sim",
+            "host": addr.ip().to_string(),
+            "port": addr.port(),
+            "headers": true,
+            "max_payload": inner.server.max_payload(),
+            "jetstream": true,
+            "client_id": client_id,
+        });
+        let _ = out.send(Bytes::from(format!("INFO {info}\r\n")));
+        inner.clients.insert(
+            connection,
+            Client {
+                out,
+                sids: HashMap::new(),
+                close: close.clone(),
+            },
+        );
+        connection
+    };
+    let writing = tokio::spawn(async move {
+        while let Some(bytes) = outgoing.recv().await {
+            if writer.write_all(&bytes).await.is_err() {
+                break;
+            }
+        }
+    });
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    'reading: loop {
+        tokio::select! {
+            biased;
+            () = close.notified() => {
+                writing.abort();
+                break 'reading;
+            }
+            read = reader.read_buf(&mut buf) => {
+                if !matches!(read, Ok(n) if n > 0) {
+                    break 'reading;
+                }
+                let mut inner = shared.lock();
+                loop {
+                    match protocol::parse(&mut buf) {
+                        Ok(Some(op)) => {
+                            if inner.apply(connection, op).is_err() {
+                                inner.flush();
+                                break 'reading;
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(e) => {
+                            inner.send(connection, format!("-ERR '{e}'\r\n"));
+                            break 'reading;
+                        }
+                    }
+                }
+                inner.flush();
+                drop(inner);
+                shared.changed.notify_one();
+            }
+        }
+    }
+    {
+        let mut inner = shared.lock();
+        inner.clients.remove(&connection);
+        inner.routes.retain(|_, r| r.connection != connection);
+        let _ = inner.server.disconnect(connection, now());
+        inner.flush();
+    }
+    shared.changed.notify_one();
+    // The writer ends once its queue is drained (an `-ERR` reaches the client first); a
+    // fault's close aborted it.
+    let _ = writing.await;
+}

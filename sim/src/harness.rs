@@ -1,0 +1,319 @@
+//! The test API: a simulation's model, its endpoint and its virtual clock, in one handle.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::stream;
+use bytes::Bytes;
+
+use crate::consumer::ConsumerState;
+use crate::endpoint::{self, Shared};
+use crate::error::SimError;
+use crate::faults::Faults;
+use crate::ids::ConnectionId;
+use crate::journal::{Publish, Published, Record};
+use crate::server::Server;
+use crate::stream::{StoredMessage, StreamState};
+
+/// How often [`Sim::run_until`] looks again, in virtual time.
+pub const STEP: Duration = Duration::from_millis(1);
+
+/// A simulation: the model of NATS and JetStream ([`Server`]) served on a loopback socket
+/// that the app's async-nats client connects to ([`Sim::url`]), on a virtual clock.
+///
+/// Cheap to clone; every clone is the same simulation.
+///
+/// ```
+/// use std::time::Duration;
+/// use ruststream_sim::{App, Delivery, Mount, Outcome, Sim};
+///
+/// Sim::run(|sim| async move {
+///     let running = App::new(&sim.url())
+///         .mount(Mount::core_subject("greet", "greet"), |_: Delivery| async { Outcome::Ack })
+///         .start()
+///         .await
+///         .expect("the app starts on the simulator");
+///     sim.publish("greet", "hi").expect("published");
+///     sim.advance(Duration::from_secs(1)).await;
+///     running.shutdown().await;
+/// });
+/// ```
+#[derive(Clone)]
+pub struct Sim {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    own: ConnectionId,
+    started: Instant,
+}
+
+impl std::fmt::Debug for Sim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sim")
+            .field("url", &self.url())
+            .field("elapsed", &self.elapsed())
+            .finish_non_exhaustive()
+    }
+}
+
+/// [`Sim::run_until`] reached its limit before its condition held.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("still waiting for {what} after {limit:?} of virtual time")]
+pub struct TimedOut {
+    /// What was waited for.
+    pub what: String,
+    /// How long, in virtual time.
+    pub limit: Duration,
+}
+
+impl Sim {
+    /// Runs `scenario` on a new simulation: a current-thread tokio runtime whose clock starts
+    /// paused (it moves only when every task waits for a timer, straight to the next one),
+    /// with the default model ([`Server::new`]). Returns what `scenario` returns.
+    ///
+    /// # Panics
+    /// If the runtime cannot be built or the endpoint cannot listen on loopback.
+    pub fn run<F, Fut>(scenario: F) -> Fut::Output
+    where
+        F: FnOnce(Sim) -> Fut,
+        Fut: Future,
+    {
+        Self::run_with(Server::new, scenario)
+    }
+
+    /// As [`run`](Self::run), on the model `server` builds from the clock's start (for
+    /// example `|start| Server::new(start).with_version(ServerVersion::V2_9)`).
+    ///
+    /// # Panics
+    /// As [`run`](Self::run).
+    pub fn run_with<S, F, Fut>(server: S, scenario: F) -> Fut::Output
+    where
+        S: FnOnce(Instant) -> Server,
+        F: FnOnce(Sim) -> Fut,
+        Fut: Future,
+    {
+        #[allow(clippy::expect_used)] // documented: no runtime, no simulation
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .expect("a current-thread tokio runtime");
+        runtime.block_on(async move {
+            #[allow(clippy::expect_used)] // documented
+            let sim = Sim::start(server(endpoint::now()))
+                .await
+                .expect("the simulator's endpoint listens on loopback");
+            scenario(sim).await
+        })
+    }
+
+    /// Serves `server` on a loopback port of the current tokio runtime. For a test that
+    /// builds its own runtime: deterministic and virtual only on a current-thread runtime
+    /// with its clock paused (`#[tokio::test(start_paused = true)]`); on any other, the
+    /// model runs in real time.
+    ///
+    /// # Errors
+    /// The listener's, when loopback cannot be bound.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub async fn start(server: Server) -> std::io::Result<Self> {
+        let started = server.now();
+        let shared = Shared::new(server);
+        let addr = endpoint::start(&shared).await?;
+        let own = shared.with(Server::connect);
+        Ok(Self {
+            shared,
+            addr,
+            own,
+            started,
+        })
+    }
+
+    /// The URL to give `App::new` or `async_nats::connect`: `nats://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("nats://{}", self.addr)
+    }
+
+    /// The virtual time since the simulation started.
+    pub fn elapsed(&self) -> Duration {
+        self.now().saturating_duration_since(self.started)
+    }
+
+    /// The virtual clock's instant (the one the app's `Runtime::now` reads).
+    pub fn now(&self) -> Instant {
+        endpoint::now()
+    }
+
+    /// Lets `by` of virtual time pass, everything due in it happening in order: handlers
+    /// run, deliveries fall due, acknowledgements settle them.
+    pub async fn advance(&self, by: Duration) {
+        tokio::time::sleep(by).await;
+    }
+
+    /// Lets virtual time pass, [`STEP`] at a time, until `done` holds, for at most `limit`.
+    /// Returns the virtual time it took.
+    ///
+    /// # Errors
+    /// [`TimedOut`] naming `what`, when `limit` passed first.
+    pub async fn run_until(
+        &self,
+        what: &str,
+        limit: Duration,
+        mut done: impl FnMut(&Sim) -> bool,
+    ) -> Result<Duration, TimedOut> {
+        let from = self.now();
+        loop {
+            if done(self) {
+                return Ok(self.now().saturating_duration_since(from));
+            }
+            if self.now().saturating_duration_since(from) >= limit {
+                return Err(TimedOut {
+                    what: what.to_owned(),
+                    limit,
+                });
+            }
+            tokio::time::sleep(STEP).await;
+        }
+    }
+
+    /// Lets virtual time pass until nothing has happened for `quiet`: no publish, delivery,
+    /// acknowledgement or disconnection in the journal, pull requests and their ends aside
+    /// (a mount asks again forever), and no JetStream message waits to be delivered or
+    /// acknowledged. `quiet` must be longer than the longest retry delay the test expects:
+    /// a Core copy waiting for its delay is the app's and leaves no trace here until it is
+    /// published. At most `limit`; returns the virtual time it took.
+    ///
+    /// # Errors
+    /// [`TimedOut`] when `limit` passed first.
+    pub async fn run_until_idle(
+        &self,
+        quiet: Duration,
+        limit: Duration,
+    ) -> Result<Duration, TimedOut> {
+        let from = self.now();
+        let mut seen = self.activity();
+        let mut since = self.now();
+        loop {
+            let now = self.now();
+            let activity = self.activity();
+            if activity != seen {
+                seen = activity;
+                since = now;
+            } else if now.saturating_duration_since(since) >= quiet && self.settled() {
+                return Ok(now.saturating_duration_since(from));
+            }
+            if now.saturating_duration_since(from) >= limit {
+                return Err(TimedOut {
+                    what: format!("{quiet:?} without activity"),
+                    limit,
+                });
+            }
+            tokio::time::sleep(STEP).await;
+        }
+    }
+
+    /// How many journal records are activity (not a pull request or its end).
+    fn activity(&self) -> usize {
+        self.shared.with(|s| {
+            s.journal()
+                .iter()
+                .filter(|r| match r {
+                    Record::Published { subject, .. } => {
+                        !subject.starts_with(crate::server::PULL_PREFIX)
+                    }
+                    _ => true,
+                })
+                .count()
+        })
+    }
+
+    /// Whether no JetStream message waits to be delivered or acknowledged.
+    fn settled(&self) -> bool {
+        self.shared.with(|s| {
+            s.streams.iter().all(|(name, entry)| {
+                entry.consumers.keys().all(|c| {
+                    s.consumer_state(name, c)
+                        .is_ok_and(|c| c.num_ack_pending == 0 && c.num_pending == 0)
+                })
+            })
+        })
+    }
+
+    /// Runs `f` on the model at the current virtual time, then sends what it queued: for
+    /// what the other methods do not cover (`server.now()` is the virtual time).
+    pub fn with<T>(&self, f: impl FnOnce(&mut Server) -> T) -> T {
+        let now = self.now();
+        self.shared.with(|s| {
+            s.at(now);
+            f(s)
+        })
+    }
+
+    /// Publishes `payload` to `subject` from the simulation's own connection, as a Core
+    /// publisher would: a stream storing the subject stores it.
+    ///
+    /// # Errors
+    /// As [`Server::publish`].
+    pub fn publish(&self, subject: &str, payload: impl Into<Bytes>) -> Result<Published, SimError> {
+        self.publish_message(Publish::new(subject, payload))
+    }
+
+    /// Publishes `message` (headers, a reply subject) from the simulation's own connection.
+    ///
+    /// # Errors
+    /// As [`Server::publish`].
+    pub fn publish_message(&self, message: Publish) -> Result<Published, SimError> {
+        let (own, now) = (self.own, self.now());
+        self.shared.with(|s| s.publish(own, message, now))
+    }
+
+    /// Creates a stream, as a service's declaration or `nats stream add` would.
+    ///
+    /// # Errors
+    /// As [`Server::create_stream`].
+    pub fn create_stream(&self, config: stream::Config) -> Result<StreamState, SimError> {
+        self.with(|s| s.create_stream(config))
+    }
+
+    /// Every message a stream stores, in order (a dead-letter stream's dead letters).
+    ///
+    /// # Errors
+    /// [`SimError::StreamNotFound`].
+    pub fn stream_messages(&self, stream: &str) -> Result<Vec<StoredMessage>, SimError> {
+        self.with(|s| s.stream_messages(stream))
+    }
+
+    /// A consumer's state, as `CONSUMER.INFO` gives it.
+    ///
+    /// # Errors
+    /// [`SimError::StreamNotFound`], [`SimError::ConsumerNotFound`].
+    pub fn consumer_state(&self, stream: &str, consumer: &str) -> Result<ConsumerState, SimError> {
+        self.with(|s| s.consumer_state(stream, consumer))
+    }
+
+    /// Everything the server did so far, in order: publishes, deliveries with their
+    /// delivery counts, acknowledgements with what they said (`+ACK`, `-NAK`, …), lost or not.
+    pub fn journal(&self) -> Vec<Record> {
+        self.with(|s| s.journal().to_vec())
+    }
+
+    /// Makes things go wrong: lose acknowledgements, fail publishes to a subject
+    /// ([`Faults`]).
+    pub fn faults<T>(&self, f: impl FnOnce(&mut Faults) -> T) -> T {
+        self.with(|s| f(s.faults()))
+    }
+
+    /// Closes every client connection, as a network failure would: their subscriptions and
+    /// waiting pull requests end, and async-nats reconnects. Returns the connections closed.
+    pub fn drop_connections(&self) -> Vec<ConnectionId> {
+        self.shared.drop_clients()
+    }
+
+    /// The open client connections (the simulation's own aside), in the order they
+    /// connected.
+    pub fn connections(&self) -> Vec<ConnectionId> {
+        self.shared.clients()
+    }
+}
