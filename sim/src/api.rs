@@ -179,8 +179,22 @@ impl Server {
                 Ok(json!({"message": message}))
             }
             ["CONSUMER", "CREATE", stream, ..] | ["CONSUMER", "DURABLE", "CREATE", stream, ..] => {
-                let config = consumer_config(payload)?;
-                let state = self.create_consumer(stream, config)?;
+                let (config, action) = consumer_config(payload)?;
+                let name = config.durable_name.clone().or_else(|| config.name.clone());
+                let exists = name
+                    .as_deref()
+                    .is_some_and(|n| self.consumer_state(stream, n).is_ok());
+                let state = match (action.as_str(), exists) {
+                    ("update", false) => {
+                        return Err(ApiError::new(
+                            404,
+                            ErrorCode(10149),
+                            "consumer does not exist",
+                        ));
+                    }
+                    ("update", true) | ("", true) => self.update_consumer(stream, config)?,
+                    _ => self.create_consumer(stream, config)?,
+                };
                 self.consumer_info(stream, &state.name)
             }
             ["CONSUMER", "INFO", stream, name] => self.consumer_info(stream, name),
@@ -339,10 +353,16 @@ fn stream_config(name: &str, payload: &[u8]) -> Result<stream::Config, ApiError>
     Ok(config)
 }
 
-/// The pull consumer a `CONSUMER.CREATE` asks for. A push consumer (a `deliver_subject`) is
-/// refused as not modelled, not made a pull consumer.
-fn consumer_config(payload: &[u8]) -> Result<pull::Config, ApiError> {
+/// The pull consumer a `CONSUMER.CREATE` asks for, and its action (`create`, `update`, or
+/// empty for either). A push consumer (a `deliver_subject`) is refused as not modelled, not
+/// made a pull consumer.
+fn consumer_config(payload: &[u8]) -> Result<(pull::Config, String), ApiError> {
     let asked = request(payload)?;
+    let action = asked
+        .get("action")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
     let config = asked.get("config").cloned().unwrap_or_else(|| json!({}));
     if config
         .get("deliver_subject")
@@ -353,5 +373,6 @@ fn consumer_config(payload: &[u8]) -> Result<pull::Config, ApiError> {
             "a push consumer (`deliver_subject`)",
         ));
     }
-    serde_json::from_value(config).map_err(ApiError::bad_request)
+    let config = serde_json::from_value(config).map_err(ApiError::bad_request)?;
+    Ok((config, action))
 }

@@ -142,7 +142,7 @@ pub(crate) struct Consumer {
 
 impl Consumer {
     /// A consumer on `stream`, checked as nats-server checks it, its defaults filled in.
-    pub(crate) fn new(stream: &Stream, mut config: Config) -> Result<Self, SimError> {
+    pub(crate) fn new(stream: &Stream, mut config: Config, v2_9: bool) -> Result<Self, SimError> {
         let name = config
             .durable_name
             .clone()
@@ -162,7 +162,10 @@ impl Consumer {
                 "the simulator needs a durable_name or name for every consumer".to_owned(),
             ));
         }
-        if config.ack_policy != AckPolicy::Explicit {
+        if !matches!(
+            config.ack_policy,
+            AckPolicy::Explicit | AckPolicy::None | AckPolicy::All
+        ) {
             return Err(not_modelled(format!("ack_policy {:?}", config.ack_policy)));
         }
         let next_sequence = match config.deliver_policy {
@@ -195,10 +198,14 @@ impl Consumer {
             config.ack_wait = SERVER_DEFAULT_ACK_WAIT;
         }
         if let Some(first) = config.backoff.first() {
-            // nats-server 2.9 wants `max_deliver` set and above the length (later versions
-            // also take no limit, or one equal to the length): the stricter rule, so that what
-            // the model takes every server takes.
-            if config.max_deliver == -1 || config.backoff.len() as i64 >= config.max_deliver {
+            // nats-server 2.9 wants `max_deliver` set and above the length; current servers
+            // (2.10.14 on) also take no limit, or one equal to the length.
+            let length = config.backoff.len() as i64;
+            let refused = match v2_9 {
+                true => config.max_deliver == -1 || length >= config.max_deliver,
+                false => config.max_deliver != -1 && length > config.max_deliver,
+            };
+            if refused {
                 return Err(invalid(
                     "max deliver is required to be > length of backoff values".to_owned(),
                 ));
@@ -227,20 +234,56 @@ impl Consumer {
             },
             waiting: VecDeque::new(),
             exceeded: Vec::new(),
-            v2_9: false,
+            v2_9,
         })
     }
 
     /// Whether an existing consumer's configuration is the one asked for again (what
     /// nats-server calls an idempotent create).
     pub(crate) fn same_config(&self, stream: &Stream, config: &Config) -> bool {
-        Self::new(stream, config.clone()).is_ok_and(|other| other.config == self.config)
+        Self::new(stream, config.clone(), self.v2_9).is_ok_and(|other| other.config == self.config)
     }
 
-    /// Behave as nats-server 2.9 where it differs from later versions (see
-    /// [`ServerVersion`](crate::ServerVersion)).
-    pub(crate) fn behave_as_2_9(&mut self, v2_9: bool) {
-        self.v2_9 = v2_9;
+    /// Takes `config` (checked and filled in by [`new`](Self::new) as `updated`) where it
+    /// changes only what nats-server lets an update change and the model follows: `ack_wait`,
+    /// `BackOff`, `max_deliver`, `max_ack_pending`, `max_waiting`, the description,
+    /// `inactive_threshold`. Pending deliveries keep their delivery time and take
+    /// the new wait, as the server's next redelivery check reads them.
+    ///
+    /// # Errors
+    /// [`SimError::NotModelled`] naming the other settings when any other changes.
+    pub(crate) fn update(&mut self, updated: Consumer) -> Result<(), SimError> {
+        let new = updated.config;
+        let mut unchanged = self.config.clone();
+        unchanged.ack_wait = new.ack_wait;
+        unchanged.backoff = new.backoff.clone();
+        unchanged.max_deliver = new.max_deliver;
+        unchanged.max_ack_pending = new.max_ack_pending;
+        unchanged.max_waiting = new.max_waiting;
+        unchanged.description = new.description.clone();
+        unchanged.inactive_threshold = new.inactive_threshold;
+        if unchanged != new {
+            return Err(SimError::NotModelled {
+                what: format!("consumer `{}`", self.name),
+                setting: "an update of a setting other than ack_wait, backoff, max_deliver, \
+                    max_ack_pending, max_waiting, description or inactive_threshold"
+                    .to_owned(),
+            });
+        }
+        let before: Vec<(u64, Duration)> = self
+            .pending
+            .keys()
+            .map(|s| (*s, self.wait(self.deliveries(*s) - 1)))
+            .collect();
+        self.config = new;
+        for (sequence, old_wait) in before {
+            let wait = self.wait(self.deliveries(sequence) - 1);
+            if let Some(p) = self.pending.get_mut(&sequence) {
+                let delivered_at = p.deadline.checked_sub(old_wait).unwrap_or(p.deadline);
+                p.deadline = delivered_at + wait;
+            }
+        }
+        Ok(())
     }
 
     /// Its filter subjects (none: every subject of the stream).
@@ -383,6 +426,10 @@ impl Consumer {
                 consumer_sequence,
                 pending,
             });
+            if self.config.ack_policy == AckPolicy::None {
+                // Nothing to wait for: delivered is done.
+                self.forget(sequence);
+            }
             request.remaining -= 1;
             request.given += 1;
             if request.remaining > 0 {
@@ -448,6 +495,14 @@ impl Consumer {
             return false;
         }
         match kind {
+            AckKind::Ack | AckKind::Next if self.config.ack_policy == AckPolicy::All => {
+                // An `+ACK` with ack policy all acknowledges every delivery up to it.
+                let below: Vec<u64> = self.pending.range(..=sequence).map(|(s, _)| *s).collect();
+                for s in below {
+                    self.forget(s);
+                }
+                true
+            }
             AckKind::Ack | AckKind::Term | AckKind::Next => {
                 self.forget(sequence);
                 true

@@ -25,16 +25,7 @@ use crate::error::SimError;
 use crate::ids::{ConnectionId, SubscriptionId};
 use crate::journal::Publish;
 use crate::protocol::{self, ClientOp};
-use crate::server::{PULL_PREFIX, Server, ServerVersion};
-
-/// The version the endpoint announces: the nats-server release whose behaviour the model
-/// follows for each [`ServerVersion`] (checked against it by the model-vs-server test).
-pub(crate) fn announced_version(version: ServerVersion) -> &'static str {
-    match version {
-        ServerVersion::V2_9 => "2.9.10",
-        ServerVersion::Current => "2.15.1",
-    }
-}
+use crate::server::{PULL_PREFIX, Server};
 
 /// The virtual instant: the runtime's clock, which a paused tokio runtime moves only when
 /// every task waits for a timer.
@@ -261,8 +252,10 @@ impl Inner {
 }
 
 /// The endpoint: a listener on loopback and the task driving the model's timers.
-pub(crate) async fn start(shared: &Arc<Shared>) -> std::io::Result<SocketAddr> {
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
+pub(crate) fn start(shared: &Arc<Shared>) -> std::io::Result<SocketAddr> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    listener.set_nonblocking(true)?;
+    let listener = TcpListener::from_std(listener)?;
     let addr = listener.local_addr()?;
     let accepting = shared.clone();
     tokio::spawn(async move {
@@ -309,7 +302,7 @@ async fn serve(shared: Arc<Shared>, socket: TcpStream, addr: SocketAddr, client_
         let info = serde_json::json!({
             "server_id": "RUSTSTREAMSIM",
             "server_name": "ruststream-sim",
-            "version": announced_version(inner.server.version),
+            "version": inner.server.version.announced(),
             "proto": 1,
             "go": "ruststream-sim",
             "host": addr.ip().to_string(),

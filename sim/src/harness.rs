@@ -119,9 +119,21 @@ impl Sim {
     /// # Panics
     /// Outside a tokio runtime.
     pub async fn start(server: Server) -> std::io::Result<Self> {
+        Self::open(server)
+    }
+
+    /// As [`start`](Self::start), from synchronous code running on a tokio runtime (inside
+    /// its `block_on`, say).
+    ///
+    /// # Errors
+    /// As [`start`](Self::start).
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn open(server: Server) -> std::io::Result<Self> {
         let started = server.now();
         let shared = Shared::new(server);
-        let addr = endpoint::start(&shared).await?;
+        let addr = endpoint::start(&shared)?;
         let own = shared.with(Server::connect);
         Ok(Self {
             shared,

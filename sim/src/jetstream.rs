@@ -326,8 +326,10 @@ impl Server {
         Ok(all)
     }
 
-    /// Creates a pull consumer with explicit acknowledgement, as `CONSUMER.CREATE` does (the
-    /// same configuration again is no change).
+    /// Creates a pull consumer, as `CONSUMER.CREATE` with the create action does (the same
+    /// configuration again is no change). Ack policies explicit, all and none are modelled;
+    /// a consumer with neither `durable_name` nor `name` is ephemeral and named by the model
+    /// (`EPHEMERAL000001`, …; it is not removed after `inactive_threshold`).
     ///
     /// # Errors
     /// [`SimError::StreamNotFound`], [`SimError::ConsumerExists`] with another configuration,
@@ -335,18 +337,25 @@ impl Server {
     /// than `max_deliver`, a second consumer of a work queue that is not filtered or whose
     /// filter overlaps another's), or [`SimError::NotModelled`] (another ack policy, a deliver
     /// policy other than all, new or by start sequence).
+    ///
+    /// nats-server 2.10.14 and later take a `BackOff` with no `max_deliver`, or one at least
+    /// its length; 2.9 ([`ServerVersion::V2_9`]) needs `max_deliver` above its length.
     pub fn create_consumer(
         &mut self,
         stream: &str,
-        config: pull::Config,
+        mut config: pull::Config,
     ) -> Result<ConsumerState, SimError> {
         let v2_9 = self.version == ServerVersion::V2_9;
+        if config.durable_name.is_none() && config.name.is_none() {
+            // An ephemeral consumer: the server names it (deterministically here).
+            self.next_ephemeral += 1;
+            config.name = Some(format!("EPHEMERAL{:06}", self.next_ephemeral));
+        }
         let entry = self
             .streams
             .get_mut(stream)
             .ok_or_else(|| SimError::StreamNotFound(stream.to_owned()))?;
-        let mut consumer = Consumer::new(&entry.stream, config.clone())?;
-        consumer.behave_as_2_9(v2_9);
+        let consumer = Consumer::new(&entry.stream, config.clone(), v2_9)?;
         let name = consumer.name.clone();
         match entry.consumers.get(&name) {
             Some(existing) if existing.same_config(&entry.stream, &config) => {}
@@ -363,6 +372,39 @@ impl Server {
                 entry.consumers.insert(name.clone(), consumer);
             }
         }
+        self.consumer_state(stream, &name)
+    }
+
+    /// Changes an existing consumer, as `CONSUMER.CREATE` with the update action does: only
+    /// `ack_wait`, `BackOff`, `max_deliver`, `max_ack_pending`, `max_waiting`, the
+    /// description and `inactive_threshold` may change; deliveries pending take the
+    /// new wait from their delivery time.
+    ///
+    /// # Errors
+    /// [`SimError::StreamNotFound`], [`SimError::ConsumerNotFound`], what
+    /// [`create_consumer`](Self::create_consumer) refuses in a configuration, and
+    /// [`SimError::NotModelled`] for a change of any other setting.
+    pub fn update_consumer(
+        &mut self,
+        stream: &str,
+        config: pull::Config,
+    ) -> Result<ConsumerState, SimError> {
+        let v2_9 = self.version == ServerVersion::V2_9;
+        let entry = self
+            .streams
+            .get_mut(stream)
+            .ok_or_else(|| SimError::StreamNotFound(stream.to_owned()))?;
+        let updated = Consumer::new(&entry.stream, config, v2_9)?;
+        let name = updated.name.clone();
+        let existing =
+            entry
+                .consumers
+                .get_mut(&name)
+                .ok_or_else(|| SimError::ConsumerNotFound {
+                    stream: stream.to_owned(),
+                    consumer: name.clone(),
+                })?;
+        existing.update(updated)?;
         self.consumer_state(stream, &name)
     }
 

@@ -40,6 +40,18 @@ pub enum ServerVersion {
     Current,
 }
 
+impl ServerVersion {
+    /// The version [`Sim`](crate::Sim)'s endpoint announces in its `INFO`: the nats-server
+    /// release whose behaviour the model follows (the one the model-vs-server test checks it
+    /// against), `2.9.10` or `2.15.1`.
+    pub fn announced(self) -> &'static str {
+        match self {
+            ServerVersion::V2_9 => "2.9.10",
+            ServerVersion::Current => "2.15.1",
+        }
+    }
+}
+
 pub(crate) struct Subscription {
     pub(crate) connection: ConnectionId,
     pub(crate) subject: Wildcard,
@@ -63,6 +75,7 @@ pub struct Server {
     pub(crate) max_payload: usize,
     pub(crate) next_connection: u64,
     pub(crate) next_subscription: u64,
+    pub(crate) next_ephemeral: u64,
     pub(crate) connections: BTreeMap<ConnectionId, BTreeSet<SubscriptionId>>,
     pub(crate) subscriptions: BTreeMap<SubscriptionId, Subscription>,
     pub(crate) queue_turns: BTreeMap<String, u64>,
@@ -82,6 +95,7 @@ impl Server {
             max_payload: DEFAULT_MAX_PAYLOAD,
             next_connection: 0,
             next_subscription: 0,
+            next_ephemeral: 0,
             connections: BTreeMap::new(),
             subscriptions: BTreeMap::new(),
             queue_turns: BTreeMap::new(),
@@ -90,6 +104,11 @@ impl Server {
             faults: Faults::default(),
             journal: Vec::new(),
         }
+    }
+
+    /// Which nats-server it behaves as.
+    pub fn version(&self) -> ServerVersion {
+        self.version
     }
 
     /// With this `max_payload`, in bytes (payload and headers of one message).

@@ -233,13 +233,13 @@ fn bad_input_is_refused_naming_what_is_wrong() {
         .create_consumer(
             "A",
             pull::Config {
-                durable_name: Some("none".into()),
-                ack_policy: AckPolicy::None,
+                durable_name: Some("last".into()),
+                deliver_policy: async_nats::jetstream::consumer::DeliverPolicy::Last,
                 ..Default::default()
             },
         )
         .unwrap_err();
-    assert!(err.to_string().contains("ack_policy"), "{err}");
+    assert!(err.to_string().contains("deliver_policy"), "{err}");
     let err = w
         .server
         .create_consumer(
@@ -878,4 +878,126 @@ fn as_2_9_a_late_ack_moves_the_floor_and_a_partly_filled_no_wait_request_times_o
         .unwrap()
         .get("Nats-Pending-Messages");
     assert_eq!(pending.map(|v| v.as_str()), Some("2"));
+}
+
+/// Ack policy none: a delivery is done once sent (nothing pending, the floor follows it);
+/// ack policy all: an `+ACK` acknowledges every delivery up to it.
+#[test]
+fn ack_policies_none_and_all() {
+    let mut w = World::jetstream(pull::Config {
+        ack_policy: AckPolicy::None,
+        ..Default::default()
+    });
+    w.publish("orders.a", "1", 0);
+    w.publish("orders.b", "2", 0);
+    w.pull(r#"{"batch":2}"#, 0);
+    assert_eq!(w.drain().len(), 2);
+    let state = w.server.consumer_state("ORDERS", "worker").unwrap();
+    assert_eq!(state.num_ack_pending, 0);
+    assert_eq!(state.ack_floor.stream_sequence, 2);
+    assert_eq!(w.server.poll_timeout(), None, "nothing will be redelivered");
+
+    let mut w = World::jetstream(pull::Config {
+        ack_policy: AckPolicy::All,
+        ..Default::default()
+    });
+    for n in 0..3 {
+        w.publish("orders.a", &n.to_string(), 0);
+    }
+    w.pull(r#"{"batch":3}"#, 0);
+    let got = w.drain();
+    let second = got[1].message.reply.clone().unwrap();
+    w.ack(&second, "+ACK", 10);
+    let state = w.server.consumer_state("ORDERS", "worker").unwrap();
+    assert_eq!(
+        state.num_ack_pending, 1,
+        "the first two acknowledged, the third pending"
+    );
+    assert_eq!(state.ack_floor.stream_sequence, 2);
+}
+
+/// A consumer with no name is ephemeral and gets one from the model, the same every run.
+#[test]
+fn an_ephemeral_consumer_is_named_by_the_model() {
+    let mut w = World::jetstream(pull::Config::default());
+    let state = w
+        .server
+        .create_consumer("ORDERS", pull::Config::default())
+        .unwrap();
+    assert_eq!(state.name, "EPHEMERAL000001");
+    let again = w
+        .server
+        .create_consumer("ORDERS", pull::Config::default())
+        .unwrap();
+    assert_eq!(again.name, "EPHEMERAL000002");
+}
+
+/// An update may change `ack_wait` (a pending delivery takes the new wait from its delivery
+/// time), but not what the model does not follow, such as the filter.
+#[test]
+fn a_consumer_update_changes_ack_wait_and_refuses_the_rest() {
+    let mut w = World::jetstream(pull::Config {
+        ack_wait: ms(10_000),
+        ..Default::default()
+    });
+    w.publish("orders.a", "1", 0);
+    w.pull(r#"{"batch":1}"#, 0);
+    assert_eq!(w.drain().len(), 1);
+    assert_eq!(w.server.poll_timeout(), Some(w.at(10_000)));
+    let shorter = pull::Config {
+        durable_name: Some("worker".into()),
+        ack_wait: ms(1_000),
+        ..Default::default()
+    };
+    let state = w.server.update_consumer("ORDERS", shorter.clone()).unwrap();
+    assert_eq!(state.config.ack_wait, ms(1_000));
+    assert_eq!(
+        w.server.poll_timeout(),
+        Some(w.at(1_000)),
+        "due 1 s after its delivery"
+    );
+    let err = w
+        .server
+        .update_consumer(
+            "ORDERS",
+            pull::Config {
+                filter_subject: "orders.b".into(),
+                ..shorter.clone()
+            },
+        )
+        .unwrap_err();
+    assert!(matches!(err, SimError::NotModelled { .. }), "{err}");
+    let err = w
+        .server
+        .update_consumer(
+            "ORDERS",
+            pull::Config {
+                durable_name: Some("nobody".into()),
+                ..shorter
+            },
+        )
+        .unwrap_err();
+    assert!(matches!(err, SimError::ConsumerNotFound { .. }), "{err}");
+}
+
+/// A `BackOff` without `max_deliver`: current servers take it, 2.9 refuses it.
+#[test]
+fn backoff_without_max_deliver_by_version() {
+    let config = pull::Config {
+        durable_name: Some("backoff".into()),
+        backoff: vec![ms(100), ms(200)],
+        ..Default::default()
+    };
+    let orders = || stream::Config {
+        name: "ORDERS".into(),
+        subjects: vec!["orders.>".into()],
+        ..Default::default()
+    };
+    let mut current = Server::new(Instant::now());
+    current.create_stream(orders()).unwrap();
+    current.create_consumer("ORDERS", config.clone()).unwrap();
+    let mut old = Server::new(Instant::now()).with_version(ServerVersion::V2_9);
+    old.create_stream(orders()).unwrap();
+    let err = old.create_consumer("ORDERS", config).unwrap_err();
+    assert!(err.to_string().contains("max deliver"), "{err}");
 }
