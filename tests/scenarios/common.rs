@@ -2,17 +2,23 @@
 //! set-ups, and one assertion helper per shape (ack payloads, copies, dead letters, refusals).
 
 pub(crate) use std::sync::{Arc, Mutex};
-pub(crate) use std::time::{Duration, Instant};
+pub(crate) use std::time::Duration;
+/// The runtime's clock: the system's on tokio and smol, the virtual one on the simulator.
+pub(crate) use tokio::time::Instant;
 
+/// The server each scenario starts: a real nats-server, or the simulator's model
+/// (`tests/sim.rs`).
+pub(crate) use crate::NatsServer;
 pub(crate) use crate::adapter;
 pub(crate) use crate::run;
 pub(crate) use adapter::async_nats::HeaderMap;
 pub(crate) use adapter::{
     App, DeclarationErrorKind, Delivery, Disposition, Mount, Outcome, Running, Settled, StartError,
 };
-pub(crate) use ruststream_tests::{
-    NatsServer, ServerOptions, TestClient, Wire, capture_logs, eventually, logged,
-};
+pub(crate) use ruststream_tests::{TestClient, Wire, capture_logs, eventually, logged};
+on_real_server! {
+    pub(crate) use ruststream_tests::ServerOptions;
+}
 
 /// Handler runs: (attempt, payload, when).
 pub(crate) type Runs = Arc<Mutex<Vec<(u64, String, Instant)>>>;
@@ -195,8 +201,11 @@ pub(crate) fn log_lines_for(mount: &str, text: &str) -> Vec<String> {
     ruststream_tests::log_lines(&[&format!("mount={mount}"), text])
 }
 
+// Not on the simulator: the model has no authorization.
+on_real_server! {
 pub(crate) fn secured(options: ServerOptions) -> NatsServer {
     NatsServer::start_with(options)
+}
 }
 
 /// Waits until `wire` has seen as many ack payloads as `expected` holds, then asserts they are

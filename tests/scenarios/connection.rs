@@ -3,10 +3,14 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use ruststream_tests::raw::{LONE_CR, raw_publish};
+on_real_server! {
+    use ruststream_tests::raw::{LONE_CR, raw_publish};
+}
 
 use super::common::*;
 
+// Not on the simulator: a message async-nats cannot read is raw bytes on the wire; the model stores async-nats messages, which cannot hold one.
+on_real_server! {
 #[test]
 fn rule_20_a_poison_header_on_core_brings_the_client_down_and_the_mount_back() {
     run(async {
@@ -72,7 +76,10 @@ fn rule_20_a_poison_header_on_core_brings_the_client_down_and_the_mount_back() {
         );
     });
 }
+}
 
+// Not on the simulator: a message async-nats cannot read is raw bytes on the wire; the model stores async-nats messages, which cannot hold one.
+on_real_server! {
 /// `goods` good messages, then one that brings the client down, stored in ORDERS; a mount
 /// (its name `mount`) consumes them. The app must end with an error naming the poison's
 /// sequence, bounded in time, each good message run at least once.
@@ -137,21 +144,30 @@ async fn poison_ends_the_app(mount: &str, goods: u64) {
     logged(&["WARN", mount, &format!("stream_sequence={poison}")]).await;
     eprintln!("the poison ended the app in {:?}", began.elapsed());
 }
+}
 
+// Not on the simulator: a message async-nats cannot read is raw bytes on the wire; the model stores async-nats messages, which cannot hold one.
+on_real_server! {
 #[test]
 fn rule_20_a_poison_jetstream_message_ends_the_app_with_its_stream_sequence() {
     run(poison_ends_the_app("js-poison-20", 1));
 }
+}
 
+// Not on the simulator: a message async-nats cannot read is raw bytes on the wire; the model stores async-nats messages, which cannot hold one.
+on_real_server! {
 #[test]
 fn rule_20_a_poison_jetstream_message_behind_a_full_batch_ends_the_app_too() {
     // 63 good messages and the poison fill the mount's 64 slots: every handler's +ACK fails
     // on the dead client, and the pull loop's next request fails too.
     run(poison_ends_the_app("js-poison-full-20", 63));
 }
+}
 
 const SAME_SUSPECT: u32 = adapter::SAME_SUSPECT_LIMIT;
 
+// Not on the simulator: a message async-nats cannot read is raw bytes on the wire; the model stores async-nats messages, which cannot hold one.
+on_real_server! {
 #[test]
 fn rule_20_an_app_on_the_applications_own_client_ends_with_an_error_when_it_dies() {
     run(async {
@@ -186,7 +202,10 @@ fn rule_20_an_app_on_the_applications_own_client_ends_with_an_error_when_it_dies
         );
     });
 }
+}
 
+// Not on the simulator: a message async-nats cannot read is raw bytes on the wire; the model stores async-nats messages, which cannot hold one.
+on_real_server! {
 #[test]
 fn rule_20_subscriptions_that_keep_ending_end_the_app() {
     run(async {
@@ -222,7 +241,10 @@ fn rule_20_subscriptions_that_keep_ending_end_the_app() {
         drop(tc);
     });
 }
+}
 
+// Not on the simulator: a message async-nats cannot read is raw bytes on the wire; the model stores async-nats messages, which cannot hold one.
+on_real_server! {
 #[test]
 fn rule_20_a_stored_message_whose_subject_the_client_cannot_read_ends_the_app() {
     run(async {
@@ -257,6 +279,7 @@ fn rule_20_a_stored_message_whose_subject_the_client_cannot_read_ends_the_app() 
             failed.report.recoveries
         );
     });
+}
 }
 
 #[test]
@@ -364,6 +387,8 @@ fn rule_20_server_restarts_during_a_long_handler_do_not_end_the_app() {
     });
 }
 
+// Not on the simulator: a message async-nats cannot read is raw bytes on the wire; the model stores async-nats messages, which cannot hold one.
+on_real_server! {
 #[test]
 fn rule_20_a_handler_running_when_the_client_dies_settles_through_the_new_client() {
     run(async {
@@ -403,7 +428,10 @@ fn rule_20_a_handler_running_when_the_client_dies_settles_through_the_new_client
         assert_eq!(report.recoveries.len(), 1, "{report:?}");
     });
 }
+}
 
+// Not on the simulator: the simulated server is never down: it has no process to stop.
+on_real_server! {
 #[test]
 fn rule_20_an_app_whose_server_stays_down_ends_with_an_error() {
     run(async {
@@ -430,7 +458,10 @@ fn rule_20_an_app_whose_server_stays_down_ends_with_an_error() {
         );
     });
 }
+}
 
+// Not on the simulator: a message async-nats cannot read is raw bytes on the wire; the model stores async-nats messages, which cannot hold one.
+on_real_server! {
 #[test]
 fn rule_20_after_the_poison_is_removed_as_the_error_says_the_messages_behind_it_run() {
     run(async {
@@ -486,7 +517,10 @@ fn rule_20_after_the_poison_is_removed_as_the_error_says_the_messages_behind_it_
         assert_eq!(tc.stream_len("DLQ").await, 0, "nothing dead-lettered");
     });
 }
+}
 
+// Not on the simulator: a message async-nats cannot read is raw bytes on the wire; the model stores async-nats messages, which cannot hold one.
+on_real_server! {
 #[test]
 fn rule_20_one_dead_client_counts_once_however_many_mounts_it_ends() {
     run(async {
@@ -533,4 +567,5 @@ fn rule_20_one_dead_client_counts_once_however_many_mounts_it_ends() {
             "settled through the new client: {info:?}"
         );
     });
+}
 }

@@ -8,11 +8,12 @@
 
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_nats::jetstream;
 use bytes::Bytes;
 use futures_util::StreamExt;
+use tokio::time::Instant;
 
 /// How long any eventual assertion waits before it fails.
 pub const PATIENCE: Duration = Duration::from_secs(10);
@@ -23,6 +24,7 @@ pub mod paired;
 pub mod process;
 pub mod raw;
 mod server;
+pub mod sim;
 
 pub use server::{NatsServer, ServerOptions, nats_server_bin, nats_server_version};
 
@@ -180,6 +182,25 @@ impl Wire {
     }
 }
 
+/// What a test client connects to: a real nats-server ([`NatsServer`]) or the simulator
+/// ([`sim::SimServer`]).
+pub trait Endpoint {
+    /// The URL to connect to.
+    fn url(&self) -> String;
+    /// How the server was set up (credentials a client must give).
+    fn options(&self) -> &ServerOptions;
+}
+
+impl Endpoint for NatsServer {
+    fn url(&self) -> String {
+        NatsServer::url(self)
+    }
+
+    fn options(&self) -> &ServerOptions {
+        NatsServer::options(self)
+    }
+}
+
 /// Waits until the server has processed everything `client` sent so far (a `flush` only
 /// empties the client's buffer): a message to the client's own inbox comes back only after
 /// every earlier `SUB` took effect.
@@ -229,7 +250,7 @@ pub struct TestClient {
 
 impl TestClient {
     /// Connects to `server`, with its credentials if it requires any.
-    pub async fn connect(server: &NatsServer) -> Self {
+    pub async fn connect(server: &impl Endpoint) -> Self {
         let setup = server.options();
         let mut options = async_nats::ConnectOptions::new();
         if let Some((user, password)) = &setup.user_password {

@@ -10,6 +10,14 @@ fn run<F: std::future::Future<Output = ()>>(scenario: F) {
     smol::block_on(async_compat::Compat::new(scenario));
 }
 
+/// Each scenario's server: a real nats-server.
+use ruststream_tests::NatsServer;
+
+/// Every scenario runs here, those that need a real server's process included.
+macro_rules! on_real_server {
+    ($($item:item)*) => { $($item)* };
+}
+
 #[path = "../scenarios/mod.rs"]
 mod scenarios;
 
@@ -17,7 +25,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use adapter::{App, Delivery, Mount, Outcome};
-use ruststream_tests::NatsServer;
 
 /// smol only: the app owns the Tokio reactor thread its NATS connection runs on. If that
 /// thread ends, the app reports it and stops; it does not hang.

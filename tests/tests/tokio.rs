@@ -14,5 +14,13 @@ fn run<F: std::future::Future<Output = ()>>(scenario: F) {
         .block_on(scenario);
 }
 
+/// Each scenario's server: a real nats-server.
+use ruststream_tests::NatsServer;
+
+/// Every scenario runs here, those that need a real server's process included.
+macro_rules! on_real_server {
+    ($($item:item)*) => { $($item)* };
+}
+
 #[path = "../scenarios/mod.rs"]
 mod scenarios;

@@ -1,0 +1,33 @@
+//! The conformance suite on the simulator: the same scenarios as `tokio.rs` and `smol.rs`, on
+//! `ruststream-sim`'s app (the adapter on its virtual-time runtime) and its model of NATS and
+//! JetStream, served on loopback. Every scenario's server is a [`SimServer`]; virtual time
+//! makes the suite's waits free.
+//!
+//! Scenarios inside `on_real_server!` are not compiled here: each says why at its wrapper
+//! (what they exercise is a real server's process, its authorization or its cluster, which
+//! the model does not have).
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use ruststream_sim as adapter;
+
+/// Each scenario's server: the simulator's model.
+use ruststream_tests::sim::SimServer as NatsServer;
+
+/// Drives a scenario on the simulator's runtime: current-thread tokio, its clock paused.
+fn run<F: std::future::Future<Output = ()>>(scenario: F) {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread tokio runtime")
+        .block_on(scenario);
+}
+
+/// Scenarios of a real server's process, authorization or cluster: not on the simulator.
+macro_rules! on_real_server {
+    ($($item:item)*) => {};
+}
+
+#[path = "../scenarios/mod.rs"]
+mod scenarios;
