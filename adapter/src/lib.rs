@@ -80,6 +80,15 @@ pub use async_nats;
 #[macro_export]
 macro_rules! reexport_api {
     () => {
+        /// The app on any runtime: `AppOn<R>` is this crate's `App` when `R` is its
+        /// `Runtime`, and `ruststream_sim::App` when `R` is the simulator's. A service's
+        /// set-up written once as `fn service<R: AnyRuntime>(app: AppOn<R>) -> AppOn<R>`
+        /// runs in production and in tests on the simulator alike.
+        pub use $crate::App as AppOn;
+        /// What a runtime gives the app (`ruststream-adapter`'s `Runtime` trait), for the
+        /// bound of [`AppOn`]: implemented by `ruststream-tokio`'s, `ruststream-smol`'s and
+        /// `ruststream-sim`'s `Runtime`.
+        pub use $crate::Runtime as AnyRuntime;
         pub use $crate::{
             AppFailed, Attempt, Backoff, BackoffError, CONSUMER_REREAD, ConnectionState, Context,
             ContextError, ContextFn, ContextSource, CoreLosses, DEFAULT_ACK_WAIT,
