@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ruststream_tokio::async_nats::jetstream::stream;
-use ruststream_tokio::{App, Backoff, Context, Delivery, Mount, Outcome, Reply};
+use ruststream_tokio::{AnyRuntime, App, AppOn, Backoff, Context, Delivery, Mount, Outcome, Reply};
 use serde::{Deserialize, Serialize};
 
 /// An order, as clients publish it to `orders.new`.
@@ -53,8 +53,10 @@ async fn reserve(order: &Order, attempt: u64) -> Result<(), String> {
     }
 }
 
-/// The service's streams and mounts, on `app`.
-pub fn orders_service(app: App) -> App {
+/// The service's streams and mounts, on `app`: an app on any runtime, so that a test can run
+/// this same service on the simulator (`ruststream_sim::App`, see
+/// `tests/orders_on_the_simulator.rs`); `main` runs it on tokio.
+pub fn orders_service<R: AnyRuntime>(app: AppOn<R>) -> AppOn<R> {
     let accepted = Arc::new(AtomicU64::new(0));
     let counted = accepted.clone();
     app

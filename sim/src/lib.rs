@@ -1,11 +1,55 @@
 //! # ruststream-sim
 //!
+//! The simulator: your app, mounts and handlers, unchanged, on a deterministic model of NATS
+//! and JetStream with a virtual clock, for tests of retries and dead letters that need no
+//! nats-server and no waiting.
+//!
+//! - [`Sim`]: the test API. [`Sim::run`] runs a test on a current-thread tokio runtime whose
+//!   clock is paused; [`Sim::url`] is where [`App`] (the adapter's own, on this crate's
+//!   virtual-time [`Runtime`]) or any async-nats client connects; then publish, advance,
+//!   and read the journal, the streams and the consumers.
+//! - The seam: the model is served on a loopback port in the NATS client protocol, with the
+//!   JetStream API answered from it, so the app runs the same async-nats code as in
+//!   production and nothing in the adapter's hot path changes.
+//! - [`Server`]: the model itself, usable on its own as below.
+//!
+//! ```
+//! use std::time::Duration;
+//! use ruststream_sim::{App, Delivery, Mount, Outcome, Sim};
+//!
+//! let attempts = Sim::run(|sim| async move {
+//!     let (seen, clock) = (std::sync::Arc::new(std::sync::Mutex::new(Vec::new())), sim.clone());
+//!     let sink = seen.clone();
+//!     let running = App::new(&sim.url())
+//!         .mount(
+//!             Mount::core_subject("greet", "greet").max_attempts(2),
+//!             move |d: Delivery| {
+//!                 sink.lock().unwrap().push((d.attempt.get(), clock.elapsed()));
+//!                 async { Outcome::RetryAfter(Duration::from_secs(5)) }
+//!             },
+//!         )
+//!         .start()
+//!         .await
+//!         .unwrap();
+//!     sim.publish("greet", "hi").unwrap();
+//!     sim.advance(Duration::from_secs(6)).await;
+//!     running.shutdown().await;
+//!     let attempts = seen.lock().unwrap().clone();
+//!     attempts
+//! });
+//! // The Core copy came back 5 s (of virtual time) later.
+//! assert_eq!(attempts, [(1, Duration::ZERO), (2, Duration::from_secs(5))]);
+//! ```
+//!
+//! # The model
+//!
 //! A deterministic, in-memory model of what the ruststream runtime relies on in NATS and
 //! JetStream, driven by virtual time: Core subjects with wildcards and queue groups, streams
 //! (their duplicate window and `Nats-Msg-Id`, `max_messages`, `max_age`, work-queue
-//! retention), and pull consumers with explicit acknowledgement (`ack_wait`, `BackOff`,
-//! `max_deliver`, `max_ack_pending`, `+ACK`, `-NAK`, `-NAK {"delay": ns}`, `+TERM`, `+WPI`,
-//! pull requests and their `404`/`408`/`409` ends).
+//! retention), and pull consumers (ack policies explicit, all and none; `ack_wait`,
+//! `BackOff`, `max_deliver`, `max_ack_pending`, `+ACK`, `-NAK`, `-NAK {"delay": ns}`, `+TERM`,
+//! `+WPI`, pull requests and their `404`/`408`/`409` ends, updates of a consumer's
+//! `ack_wait` and the like).
 //!
 //! The model is sans-io in the way `ruststream-core` is: no async, no clock, no network.
 //! Every input takes the current instant, [`Server::poll_timeout`] says when something next
@@ -64,9 +108,12 @@
 //! ```
 //!
 //! # What it does not model
-//! Push consumers, other ack policies, interest retention, byte limits, mirrors and sources,
-//! clustering, flow control and heartbeats: a configuration that asks for one is refused
-//! with [`SimError::NotModelled`] naming the setting, never silently ignored.
+//! Push consumers, interest retention, byte limits, mirrors and sources, clustering, flow
+//! control and heartbeats, authorization: a configuration that asks for one is refused with
+//! [`SimError::NotModelled`] naming the setting (on the wire, a JetStream API error naming
+//! it), never silently ignored. An ephemeral consumer is not removed after its
+//! `inactive_threshold`. Messages are async-nats messages, so bytes async-nats cannot read
+//! cannot be stored. Health's `since` times come from the system clock, not the virtual one.
 
 mod api;
 mod consumer;

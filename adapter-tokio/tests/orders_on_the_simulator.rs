@@ -1,0 +1,192 @@
+//! Testing your handlers: the orders service of `examples/orders.rs`, unchanged, on the
+//! simulator (`ruststream-sim`): its retries with the backoff's delays, its dead letters with
+//! their provenance, its events and its Core request, with no nats-server and no waiting.
+//! Times are virtual, so they are exact; each test prints the real time it took.
+//!
+//! ```sh
+//! cargo test -p ruststream-tokio --test orders_on_the_simulator -- --nocapture
+//! ```
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::time::Duration;
+
+use ruststream_sim::{AckKind, App, Record, Sim};
+
+#[path = "../examples/orders.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod orders;
+
+/// The headers of a stored message, as (name, value) pairs sorted by name.
+fn headers(m: &ruststream_sim::StoredMessage) -> Vec<(String, String)> {
+    let mut pairs: Vec<(String, String)> = m
+        .headers
+        .iter()
+        .flat_map(|h| h.iter())
+        .flat_map(|(n, vs)| vs.iter().map(move |v| (n.to_string(), v.to_string())))
+        .collect();
+    pairs.sort();
+    pairs
+}
+
+/// Each delivery of the ORDERS message at `sequence` and what the service answered, with the
+/// virtual time since `sim` started: (delivery count, delivered at, ack kind, answered at).
+fn attempts(sim: &Sim, sequence: u64) -> Vec<(u64, Duration, AckKind, Duration)> {
+    let journal = sim.journal();
+    let since = |at: &std::time::Instant| at.saturating_duration_since(sim.now() - sim.elapsed());
+    let mut out = Vec::new();
+    for record in &journal {
+        match record {
+            Record::Delivered {
+                stream,
+                stream_sequence,
+                delivered,
+                at,
+                ..
+            } if stream == "ORDERS" && *stream_sequence == sequence => {
+                out.push((*delivered, since(at), AckKind::Unknown, Duration::ZERO));
+            }
+            Record::Acknowledged {
+                stream,
+                stream_sequence,
+                kind,
+                at,
+                ..
+            } if stream == "ORDERS" && *stream_sequence == sequence => {
+                let last = out.last_mut().expect("an answer follows a delivery");
+                (last.2, last.3) = (kind.clone(), since(at));
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+#[test]
+fn a_stuck_order_is_dead_lettered_after_four_attempts_with_the_backoffs_delays() {
+    let real = std::time::Instant::now();
+    Sim::run(|sim| async move {
+        let running = orders::orders_service(App::new(&sim.url()))
+            .start()
+            .await
+            .expect("the service starts on the simulator");
+        let order = r#"{"id":5,"sku":"stuck-fig","quantity":1}"#;
+        sim.publish("orders.new", order).unwrap();
+        sim.run_until("the dead letter", Duration::from_secs(10), |s| {
+            s.stream_messages("DLQ").unwrap().len() == 1
+        })
+        .await
+        .unwrap();
+
+        let tries = attempts(&sim, 1);
+        let counts: Vec<u64> = tries.iter().map(|t| t.0).collect();
+        assert_eq!(counts, [1, 2, 3, 4], "{tries:?}");
+        // Attempts 1–3 are answered -NAK with the backoff's delay (100 ms doubling, at most
+        // 20 % less for jitter), and each next delivery comes that delay later, to the
+        // millisecond (tokio's timers, virtual or not, fire on whole milliseconds).
+        for (n, pair) in tries.windows(2).enumerate() {
+            let AckKind::Nak(Some(delay)) = pair[0].2 else {
+                panic!("attempt {} answered {:?}", n + 1, pair[0].2);
+            };
+            let full = Duration::from_millis(100 * (1 << n));
+            assert!(
+                delay <= full && delay >= full.mul_f64(0.8),
+                "{delay:?} for {full:?}"
+            );
+            let due = pair[0].3 + delay;
+            assert!(
+                pair[1].1 >= due && pair[1].1 - due < Duration::from_millis(1),
+                "redelivered on time: {tries:?}"
+            );
+        }
+        // Attempt 4 is the last: the dead letter is stored, then the delivery terminated.
+        assert_eq!(tries[3].2, AckKind::Term, "{tries:?}");
+        let dead = &sim.stream_messages("DLQ").unwrap()[0];
+        assert_eq!(dead.subject.as_str(), "dlq.orders");
+        assert_eq!(&dead.payload[..], order.as_bytes());
+        assert!(
+            dead.stored_at
+                .saturating_duration_since(sim.now() - sim.elapsed())
+                <= tries[3].3,
+            "confirmed before the +TERM"
+        );
+        let h = headers(dead);
+        let value = |name: &str| {
+            h.iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_else(|| panic!("no {name} in {h:?}"))
+        };
+        assert_eq!(value("Ruststream-Reason"), "handler-error");
+        assert_eq!(value("Ruststream-Attempt"), "4");
+        assert!(value("Ruststream-Error").contains("inventory timed out reserving stuck-fig"));
+        running.shutdown().await;
+    });
+    eprintln!("real time: {:?}", real.elapsed());
+}
+
+#[test]
+fn a_flaky_order_is_accepted_on_its_third_attempt_and_a_poison_one_rejected_at_once() {
+    let real = std::time::Instant::now();
+    Sim::run(|sim| async move {
+        let running = orders::orders_service(App::new(&sim.url()))
+            .start()
+            .await
+            .expect("the service starts on the simulator");
+        sim.publish("orders.new", r#"{"id":3,"sku":"flaky-plum","quantity":3}"#)
+            .unwrap();
+        sim.publish("orders.new", r#"{"id":4,"sku":"kiwi","quantity":0}"#)
+            .unwrap();
+        sim.publish("orders.new", "not an order").unwrap();
+        sim.run_until(
+            "the event and two dead letters",
+            Duration::from_secs(10),
+            |s| {
+                s.stream_messages("EVENTS").unwrap().len() == 1
+                    && s.stream_messages("DLQ").unwrap().len() == 2
+            },
+        )
+        .await
+        .unwrap();
+
+        let flaky = attempts(&sim, 1);
+        let answers: Vec<AckKind> = flaky.iter().map(|t| t.2.clone()).collect();
+        assert!(
+            matches!(
+                answers[..],
+                [AckKind::Nak(Some(_)), AckKind::Nak(Some(_)), AckKind::Ack]
+            ),
+            "{flaky:?}"
+        );
+        let event = &sim.stream_messages("EVENTS").unwrap()[0];
+        assert_eq!(event.subject.as_str(), "order.accepted");
+        let accepted: serde_json::Value = serde_json::from_slice(&event.payload).unwrap();
+        assert_eq!(accepted["sku"], "flaky-plum");
+
+        // The poison and the undecodable: one delivery each, dead-lettered at once.
+        for (sequence, reason) in [(2, "rejected"), (3, "undecodable")] {
+            let tries = attempts(&sim, sequence);
+            assert_eq!(tries.len(), 1, "{tries:?}");
+            assert_eq!(tries[0].2, AckKind::Term);
+            let stored = sim.stream_messages("DLQ").unwrap();
+            let dead = stored
+                .iter()
+                .find(|m| headers(m).contains(&("Ruststream-Reason".into(), reason.into())))
+                .unwrap_or_else(|| panic!("a dead letter `{reason}` in {stored:?}"));
+            assert_eq!(dead.subject.as_str(), "dlq.orders");
+        }
+
+        // The Core request, from a client of the test's own.
+        let client = ruststream_sim::async_nats::connect(sim.url())
+            .await
+            .unwrap();
+        let reply = client
+            .request("orders.count", "".into())
+            .await
+            .expect("answered");
+        let count: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
+        assert_eq!(count["accepted"], 1);
+        running.shutdown().await;
+    });
+    eprintln!("real time: {:?}", real.elapsed());
+}
