@@ -54,7 +54,7 @@ fn attempts(sim: &Sim, sequence: u64) -> Vec<(u64, Duration, AckKind, Duration)>
                 ..
             } if stream == "ORDERS" && *stream_sequence == sequence => {
                 let last = out.last_mut().expect("an answer follows a delivery");
-                (last.2, last.3) = (kind.clone(), since(at));
+                (last.2, last.3) = (*kind, since(at));
             }
             _ => {}
         }
@@ -150,7 +150,7 @@ fn a_flaky_order_is_accepted_on_its_third_attempt_and_a_poison_one_rejected_at_o
         .unwrap();
 
         let flaky = attempts(&sim, 1);
-        let answers: Vec<AckKind> = flaky.iter().map(|t| t.2.clone()).collect();
+        let answers: Vec<AckKind> = flaky.iter().map(|t| t.2).collect();
         assert!(
             matches!(
                 answers[..],
