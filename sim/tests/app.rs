@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::stream;
-use ruststream_sim::{App, Backoff, Delivery, Mount, Outcome, Record, Sim};
+use ruststream_sim::{AckKind, App, Backoff, Delivery, Mount, Outcome, Record, Sim};
 
 fn stream(name: &str, subjects: &[&str]) -> stream::Config {
     stream::Config {
@@ -209,4 +209,118 @@ fn the_same_scenario_gives_the_same_trace_every_run() {
             );
         }
     }
+}
+
+/// The JetStream mount of the fault tests: ORDERS and DLQ declared, `ack_wait` 2 s.
+fn faulty_app(
+    sim: &Sim,
+    runs: &Arc<Mutex<Vec<(u64, Duration)>>>,
+    max_attempts: u32,
+    outcome: Outcome,
+) -> App {
+    let (sink, clock) = (runs.clone(), sim.clone());
+    App::new(&sim.url())
+        .stream(stream("ORDERS", &["orders.>"]))
+        .stream(stream("DLQ", &["dlq.orders"]))
+        .mount(
+            Mount::jetstream("orders", "ORDERS", "worker")
+                .ack_wait(Duration::from_secs(2))
+                .max_attempts(max_attempts)
+                .dead_letter("dlq.orders"),
+            move |d: Delivery| {
+                sink.lock()
+                    .unwrap()
+                    .push((d.attempt.get(), clock.elapsed()));
+                std::future::ready(outcome)
+            },
+        )
+}
+
+fn acks(sim: &Sim) -> Vec<AckKind> {
+    sim.journal()
+        .iter()
+        .filter_map(|r| match r {
+            Record::Acknowledged {
+                kind, lost: false, ..
+            } => Some(*kind),
+            _ => None,
+        })
+        .collect()
+}
+
+/// An `+ACK` lost on its way: the server redelivers at `ack_wait`, and the handler runs again
+/// (at-least-once: the handler must be idempotent).
+#[test]
+fn a_lost_ack_brings_the_message_back_at_ack_wait() {
+    Sim::run(|sim| async move {
+        let runs: Arc<Mutex<Vec<(u64, Duration)>>> = Arc::default();
+        let running = faulty_app(&sim, &runs, 3, Outcome::Ack)
+            .start()
+            .await
+            .unwrap();
+        sim.faults(|f| {
+            f.lose_acks(1);
+        });
+        sim.publish("orders.new", "1").unwrap();
+        sim.run_until("the second run", Duration::from_secs(10), |_| {
+            runs.lock().unwrap().len() == 2
+        })
+        .await
+        .unwrap();
+        sim.advance(Duration::from_secs(5)).await;
+        running.shutdown().await;
+        let runs = runs.lock().unwrap().clone();
+        assert_eq!(runs.len(), 2, "{runs:?}");
+        assert_eq!(runs[1].0, 2, "the redelivery is attempt 2");
+        let gap = runs[1].1 - runs[0].1;
+        assert!(
+            gap >= Duration::from_secs(2) && gap < Duration::from_millis(2_002),
+            "{gap:?}"
+        );
+        assert_eq!(acks(&sim), [AckKind::Ack]);
+        let state = sim.consumer_state("ORDERS", "worker").unwrap();
+        assert_eq!(state.num_ack_pending, 0, "{state:?}");
+    });
+}
+
+/// A dead-letter publish that fails is not confirmed, so the delivery is not terminated: it
+/// is answered `-NAK` with the mount's dead-letter retry delay (5 s); its redelivery, past
+/// `max_attempts`, goes to the dead-letter subject without running the handler again, and
+/// only then is the delivery terminated. Nothing is lost or run twice; one dead letter.
+#[test]
+fn a_failed_dead_letter_publish_is_retried_before_anything_is_settled() {
+    Sim::run(|sim| async move {
+        let runs: Arc<Mutex<Vec<(u64, Duration)>>> = Arc::default();
+        let running = faulty_app(&sim, &runs, 1, Outcome::Reject)
+            .start()
+            .await
+            .unwrap();
+        sim.faults(|f| f.fail_publishes("dlq.orders", 1).map(|_| ()))
+            .unwrap();
+        sim.publish("orders.new", "poison").unwrap();
+        sim.run_until("the dead letter", Duration::from_secs(30), |s| {
+            s.stream_messages("DLQ").unwrap().len() == 1
+        })
+        .await
+        .unwrap();
+        sim.advance(Duration::from_secs(1)).await;
+        running.shutdown().await;
+        assert_eq!(
+            acks(&sim),
+            [AckKind::Nak(Some(Duration::from_secs(5))), AckKind::Term]
+        );
+        let runs = runs.lock().unwrap().clone();
+        assert_eq!(
+            runs.iter().map(|r| r.0).collect::<Vec<_>>(),
+            [1],
+            "run once"
+        );
+        assert_eq!(sim.stream_messages("DLQ").unwrap().len(), 1);
+        let failed = sim
+            .journal()
+            .iter()
+            .filter(|r| matches!(r, Record::Published { subject, failed: true, .. } if subject == "dlq.orders"))
+            .count();
+        assert_eq!(failed, 1, "the fault took the first dead-letter publish");
+    });
 }
