@@ -342,21 +342,25 @@ async fn serve(shared: Arc<Shared>, socket: TcpStream, addr: SocketAddr, client_
                 if !matches!(read, Ok(n) if n > 0) {
                     break 'reading;
                 }
-                let mut inner = shared.lock();
-                loop {
+                let mut ops = Vec::new();
+                let broken = loop {
                     match protocol::parse(&mut buf) {
-                        Ok(Some(op)) => {
-                            if inner.apply(connection, op).is_err() {
-                                inner.flush();
-                                break 'reading;
-                            }
-                        }
-                        Ok(None) => break,
-                        Err(e) => {
-                            inner.send(connection, format!("-ERR '{e}'\r\n"));
-                            break 'reading;
-                        }
+                        Ok(Some(op)) => ops.push(op),
+                        Ok(None) => break None,
+                        Err(e) => break Some(e),
                     }
+                };
+                protocol::order_subscriptions(&mut ops);
+                let mut inner = shared.lock();
+                for op in ops {
+                    if inner.apply(connection, op).is_err() {
+                        inner.flush();
+                        break 'reading;
+                    }
+                }
+                if let Some(e) = broken {
+                    inner.send(connection, format!("-ERR '{e}'\r\n"));
+                    break 'reading;
                 }
                 inner.flush();
                 drop(inner);

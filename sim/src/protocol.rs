@@ -144,6 +144,31 @@ pub(crate) fn parse(buf: &mut BytesMut) -> Result<Option<ClientOp>, ProtocolErro
     }
 }
 
+/// Puts each run of consecutive `SUB`s in the order of their sids (numbers, as async-nats
+/// writes them). `SUB`s commute, so this changes nothing a client can tell, but it takes out
+/// the one order async-nats does not fix: after a reconnect it subscribes again from a hash
+/// map, in an order that changes from run to run, and the model routes a message to
+/// subscriptions, and picks a queue group's member, in the order they were made.
+pub(crate) fn order_subscriptions(ops: &mut [ClientOp]) {
+    let sid = |op: &ClientOp| match op {
+        ClientOp::Sub { sid, .. } => Some(sid.parse::<u64>().unwrap_or(u64::MAX)),
+        _ => None,
+    };
+    let mut start = 0;
+    while start < ops.len() {
+        let mut end = start;
+        while end < ops.len() && sid(&ops[end]).is_some() {
+            end += 1;
+        }
+        if end > start {
+            ops[start..end].sort_by_key(|op| sid(op));
+            start = end;
+        } else {
+            start += 1;
+        }
+    }
+}
+
 /// A header block (`NATS/1.0\r\nName: Value\r\n…\r\n`) as a header map. A client's block has
 /// no status; one given is ignored.
 fn parse_headers(block: &[u8]) -> Result<HeaderMap, ProtocolError> {
@@ -319,6 +344,21 @@ mod tests {
         ));
         let long = vec![b'A'; MAX_CONTROL_LINE + 1];
         assert_eq!(all(&long), Err(ProtocolError::ControlLineTooLong));
+    }
+
+    #[test]
+    fn runs_of_subscriptions_take_the_order_of_their_sids() {
+        let mut ops =
+            all(b"SUB c 3\r\nSUB a 1\r\nPING\r\nSUB z 10\r\nSUB y 9\r\nSUB b 2\r\n").unwrap();
+        order_subscriptions(&mut ops);
+        let order: Vec<String> = ops
+            .iter()
+            .map(|op| match op {
+                ClientOp::Sub { sid, .. } => sid.clone(),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(order, ["1", "3", "Ping", "2", "9", "10"]);
     }
 
     #[test]

@@ -120,14 +120,35 @@ fn trace_of(sim: &Sim, start: Instant, runs: &[(String, u64, Duration)]) -> Vec<
     trace
 }
 
-/// Core and JetStream mounts with retries, delays, a dead letter, concurrency and a dropped
-/// connection: the same trace every run.
+/// Handler runs: (what ran, attempt, virtual time).
+type NamedRuns = Arc<Mutex<Vec<(String, u64, Duration)>>>;
+
+/// A Core mount of a queue group's member `member`: records its runs as `<payload>@<member>`.
+fn job(
+    runs: &NamedRuns,
+    sim: &Sim,
+    member: &'static str,
+) -> impl Fn(Delivery) -> std::future::Ready<Outcome> + Send + Sync + 'static {
+    let (runs, clock) = (runs.clone(), sim.clone());
+    move |d: Delivery| {
+        let payload = String::from_utf8_lossy(&d.payload).into_owned();
+        runs.lock().unwrap().push((
+            format!("{payload}@{member}"),
+            d.attempt.get(),
+            clock.elapsed(),
+        ));
+        std::future::ready(Outcome::Ack)
+    }
+}
+
+/// Core and JetStream mounts with retries, delays, a dead letter, a slow handler, a queue
+/// group, and a dropped connection: the same trace every run.
 #[test]
 fn the_same_scenario_gives_the_same_trace_every_run() {
     let once = || {
         Sim::run(|sim| async move {
             let start = sim.now();
-            let runs: Arc<Mutex<Vec<(String, u64, Duration)>>> = Arc::default();
+            let runs: NamedRuns = Arc::default();
             let (js_sink, core_sink) = (runs.clone(), runs.clone());
             let (js_clock, core_clock) = (sim.clone(), sim.clone());
             let running = App::new(&sim.url())
@@ -173,6 +194,14 @@ fn the_same_scenario_gives_the_same_trace_every_run() {
                         async { Outcome::RetryAfter(Duration::from_millis(250)) }
                     },
                 )
+                .mount(
+                    Mount::core_subject("jobs-a", "jobs.in").queue_group("workers"),
+                    job(&runs, &sim, "a"),
+                )
+                .mount(
+                    Mount::core_subject("jobs-b", "jobs.in").queue_group("workers"),
+                    job(&runs, &sim, "b"),
+                )
                 .start()
                 .await
                 .unwrap();
@@ -188,6 +217,11 @@ fn the_same_scenario_gives_the_same_trace_every_run() {
             })
             .await
             .unwrap();
+            // After the reconnect, the queue group's members take turns in the order they
+            // subscribed again.
+            for n in 0..6 {
+                sim.publish("jobs.in", format!("job-{n}")).unwrap();
+            }
             sim.run_until_idle(Duration::from_secs(2), Duration::from_secs(60))
                 .await
                 .unwrap();
