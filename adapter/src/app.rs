@@ -133,7 +133,7 @@ impl<R: Runtime> App<R> {
             observer: None,
             consumer_reread: CONSUMER_REREAD,
             disconnected_limit: DEFAULT_DISCONNECTED_LIMIT,
-            health: HealthBoard::new(),
+            health: HealthBoard::new(R::now),
             runtime: PhantomData,
         }
     }

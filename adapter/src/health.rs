@@ -49,7 +49,7 @@ pub struct MountHealth {
     pub mount: String,
     /// What it is doing.
     pub state: MountState,
-    /// Since when.
+    /// Since when, by the runtime's clock (the system's; the simulator's virtual one).
     pub since: Instant,
 }
 
@@ -108,7 +108,8 @@ impl Health {
             }
     }
 
-    /// [`live_at`](Self::live_at) now.
+    /// [`live_at`](Self::live_at) now, by the system clock. On the simulator, whose `since`
+    /// times are virtual, ask [`live_at`](Self::live_at) with the simulation's `now`.
     pub fn live(&self) -> bool {
         self.live_at(Instant::now())
     }
@@ -165,17 +166,22 @@ impl HealthWatch {
 #[error("the app is gone: its health no longer changes")]
 pub struct HealthClosed;
 
-/// The sending side, kept by the app, its supervisor and its running handle.
+/// The sending side, kept by the app, its supervisor and its running handle. Its `since`
+/// times come from `clock`, the runtime's (`Runtime::now`): the system clock on tokio and smol,
+/// the virtual one on the simulator.
 #[derive(Clone)]
-pub(crate) struct HealthBoard(Arc<watch::Sender<Health>>);
+pub(crate) struct HealthBoard(Arc<watch::Sender<Health>>, fn() -> Instant);
 
 impl HealthBoard {
-    pub(crate) fn new() -> Self {
-        Self(Arc::new(watch::Sender::new(Health {
-            connection: ConnectionState::Connecting,
-            mounts: Vec::new(),
-            failure: None,
-        })))
+    pub(crate) fn new(clock: fn() -> Instant) -> Self {
+        Self(
+            Arc::new(watch::Sender::new(Health {
+                connection: ConnectionState::Connecting,
+                mounts: Vec::new(),
+                failure: None,
+            })),
+            clock,
+        )
     }
 
     pub(crate) fn watch(&self) -> HealthWatch {
@@ -184,7 +190,7 @@ impl HealthBoard {
 
     /// The app starts with these mounts.
     pub(crate) fn starting(&self, mounts: impl IntoIterator<Item = String>) {
-        let now = Instant::now();
+        let now = (self.1)();
         self.0.send_modify(|h| {
             h.mounts = mounts
                 .into_iter()
@@ -200,7 +206,7 @@ impl HealthBoard {
     /// Mounts `mounts` (by index; all when `None`) are now in `state`.
     pub(crate) fn mounts(&self, mounts: Option<&[usize]>, state: MountState) {
         self.0
-            .send_if_modified(|h| set_states(h, mounts, state, Instant::now()));
+            .send_if_modified(|h| set_states(h, mounts, state, (self.1)()));
     }
 
     /// The connection is connected (`true`) or down (`false`).
@@ -210,9 +216,7 @@ impl HealthBoard {
                 (true, ConnectionState::Connected) => return false,
                 (true, _) => ConnectionState::Connected,
                 (false, ConnectionState::Down { .. }) => return false,
-                (false, _) => ConnectionState::Down {
-                    since: Instant::now(),
-                },
+                (false, _) => ConnectionState::Down { since: (self.1)() },
             };
             h.connection = next;
             true
@@ -231,7 +235,7 @@ impl HealthBoard {
                 Some(_) => MountState::Failed,
                 None => MountState::Stopping,
             };
-            set_states(h, None, state, Instant::now());
+            set_states(h, None, state, (self.1)());
         });
     }
 }

@@ -113,7 +113,8 @@
 //! [`SimError::NotModelled`] naming the setting (on the wire, a JetStream API error naming
 //! it), never silently ignored. An ephemeral consumer is not removed after its
 //! `inactive_threshold`. Messages are async-nats messages, so bytes async-nats cannot read
-//! cannot be stored. Health's `since` times come from the system clock, not the virtual one.
+//! cannot be stored. Health's `since` times are virtual: `Health::live` reads the system
+//! clock, so a test asks `live_at(sim.now())`.
 
 mod api;
 mod consumer;

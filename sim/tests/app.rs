@@ -358,3 +358,40 @@ fn a_failed_dead_letter_publish_is_retried_before_anything_is_settled() {
         assert_eq!(failed, 1, "the fault took the first dead-letter publish");
     });
 }
+
+/// Health's `since` times are the runtime's clock: on the simulator, virtual. The app started
+/// at 0 and shut down after a minute of virtual time: its mounts stopped since then.
+#[test]
+fn health_times_are_virtual_on_the_simulator() {
+    Sim::run(|sim| async move {
+        let start = sim.now();
+        let running = App::new(&sim.url())
+            .mount(Mount::core_subject("greet", "greet"), |_: Delivery| {
+                std::future::ready(Outcome::Ack)
+            })
+            .start()
+            .await
+            .unwrap();
+        let health = running.health();
+        let consuming = health.get();
+        assert!(
+            consuming.ready() && consuming.live_at(sim.now()),
+            "{consuming:?}"
+        );
+        assert!(consuming.mounts[0].since < start + Duration::from_secs(1));
+        sim.advance(Duration::from_secs(60)).await;
+        running.shutdown().await;
+        let stopped = health.get();
+        let mount = &stopped.mounts[0];
+        assert_ne!(
+            mount.state,
+            ruststream_sim::MountState::Consuming,
+            "{stopped:?}"
+        );
+        assert!(
+            mount.since >= start + Duration::from_secs(60),
+            "stopped {:?} after the start, before the shutdown at 60 s",
+            mount.since.saturating_duration_since(start)
+        );
+    });
+}
