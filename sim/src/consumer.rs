@@ -117,6 +117,9 @@ struct Waiting {
     inbox: String,
     remaining: usize,
     expires_at: Option<Instant>,
+    /// `idle_heartbeat`: how often `100 Idle Heartbeat` is sent while it waits idle.
+    heartbeat: Option<Duration>,
+    next_heartbeat: Option<Instant>,
 }
 
 /// One consumer of the model.
@@ -161,6 +164,23 @@ impl Consumer {
             return Err(invalid(
                 "the simulator needs a durable_name or name for every consumer".to_owned(),
             ));
+        }
+        if name.contains(|c: char| c == '.' || c == '*' || c == '>' || c.is_whitespace()) {
+            return Err(invalid(format!(
+                "consumer name `{name}` may not contain `.`, `*`, `>` or whitespace"
+            )));
+        }
+        if config.headers_only {
+            return Err(not_modelled("headers_only".to_owned()));
+        }
+        if config.rate_limit > 0 {
+            return Err(not_modelled(format!("rate_limit {}", config.rate_limit)));
+        }
+        if config.replay_policy != async_nats::jetstream::consumer::ReplayPolicy::Instant {
+            return Err(not_modelled(format!(
+                "replay_policy {:?}",
+                config.replay_policy
+            )));
         }
         if !matches!(
             config.ack_policy,
@@ -364,6 +384,8 @@ impl Consumer {
             inbox,
             remaining: request.batch.max(1),
             expires_at: request.expires.map(|e| now + e),
+            heartbeat: request.idle_heartbeat,
+            next_heartbeat: request.idle_heartbeat.map(|h| now + h),
         });
         // A `no_wait` request is filled with what is there now, then ended by `deliver`.
         self.deliver(stream, now, &mut |_, _| true, out);
@@ -432,6 +454,7 @@ impl Consumer {
             }
             request.remaining -= 1;
             request.given += 1;
+            request.next_heartbeat = request.heartbeat.map(|h| now + h);
             if request.remaining > 0 {
                 self.waiting.push_back(request);
             }
@@ -612,14 +635,18 @@ impl Consumer {
             .values()
             .filter(|p| !p.queued)
             .map(|p| p.deadline);
-        let requests = self.waiting.iter().filter_map(|w| w.expires_at);
+        let requests = self
+            .waiting
+            .iter()
+            .flat_map(|w| w.expires_at.into_iter().chain(w.next_heartbeat));
         deliveries.chain(requests).min()
     }
 
     /// What falls due at `now`: deliveries past their deadline are queued for redelivery
     /// (one that has had `max_deliver` deliveries leaves the pending set when it comes up,
     /// as nats-server's `getNextMsg` does it: see [`exhaust`](Self::exhaust)), requests past
-    /// their expiry end with `408`.
+    /// their expiry end with `408`, and a waiting request with `idle_heartbeat` idle for its
+    /// interval gets `100 Idle Heartbeat`.
     pub(crate) fn handle_timeout(&mut self, now: Instant, out: &mut Vec<Send>) {
         let due: Vec<u64> = self
             .pending
@@ -638,6 +665,20 @@ impl Consumer {
                 .is_some_and(|at| at <= now)
                 .then_some(End::Timeout)
         });
+        for request in &mut self.waiting {
+            if let (Some(every), Some(at)) = (request.heartbeat, request.next_heartbeat)
+                && at <= now
+            {
+                out.push(Send::Status {
+                    connection: request.connection,
+                    inbox: request.inbox.clone(),
+                    code: 100,
+                    description: "Idle Heartbeat".to_owned(),
+                    pending_messages: None,
+                });
+                request.next_heartbeat = Some(now + every);
+            }
+        }
     }
 
     /// Ends the waiting requests `ends` says end, with the status it says, in order.

@@ -27,6 +27,9 @@ use crate::journal::Publish;
 use crate::protocol::{self, ClientOp};
 use crate::server::{PULL_PREFIX, Server};
 
+/// Direct gets: `$JS.API.DIRECT.GET.<stream>`.
+const DIRECT_GET_PREFIX: &str = "$JS.API.DIRECT.GET.";
+
 /// The virtual instant: the runtime's clock, which a paused tokio runtime moves only when
 /// every task waits for a timer.
 pub(crate) fn now() -> Instant {
@@ -91,13 +94,21 @@ impl Shared {
         out
     }
 
-    /// Closes every client connection, as a network failure would; async-nats reconnects.
+    /// Closes every client connection at once, as a network failure would: the model forgets
+    /// them (their subscriptions and waiting pull requests end) before this returns, and their
+    /// sockets close; async-nats reconnects.
     pub(crate) fn drop_clients(&self) -> Vec<ConnectionId> {
-        let inner = self.lock();
-        for client in inner.clients.values() {
-            client.close.notify_one();
-        }
-        inner.clients.keys().copied().collect()
+        let dropped = {
+            let mut inner = self.lock();
+            let dropped: Vec<ConnectionId> = inner.clients.keys().copied().collect();
+            for connection in &dropped {
+                inner.close(*connection);
+            }
+            inner.flush();
+            dropped
+        };
+        self.changed.notify_one();
+        dropped
     }
 
     /// The open client connections, in the order they connected.
@@ -134,6 +145,16 @@ impl Inner {
         }
         // Already gone when the connection closed.
         let _ = self.server.unsubscribe(subscription);
+    }
+
+    /// Forgets a client connection: the model disconnects it, and its task closes the socket.
+    /// Nothing happens for one already closed.
+    fn close(&mut self, connection: ConnectionId) {
+        if let Some(client) = self.clients.remove(&connection) {
+            client.close.notify_one();
+        }
+        self.routes.retain(|_, r| r.connection != connection);
+        let _ = self.server.disconnect(connection, now());
     }
 
     fn send(&self, connection: ConnectionId, bytes: impl Into<Bytes>) {
@@ -201,6 +222,14 @@ impl Inner {
         headers: Option<async_nats::HeaderMap>,
         payload: Bytes,
     ) -> Result<(), ()> {
+        if subject.starts_with(DIRECT_GET_PREFIX) {
+            // A stream without `allow_direct` (the model refuses it) has no direct-get
+            // responder: nats-server answers `503 No Responders`.
+            if let Some(reply) = reply {
+                self.server.no_responders(&reply);
+            }
+            return Ok(());
+        }
         if let Some(api) = subject.strip_prefix(API_PREFIX)
             && !subject.starts_with(PULL_PREFIX)
         {
@@ -230,12 +259,13 @@ impl Inner {
             // nats-server answers one: a JetStream error to the reply subject.
             Err(e) => {
                 if let Some(reply) = reply {
-                    let err_code = match e {
-                        SimError::StreamFull(_) => 10077,
-                        _ => 10000,
+                    let (code, err_code) = match e {
+                        SimError::StreamFull(_) => (503, 10077),
+                        SimError::MessageTooLarge { .. } => (400, 10054),
+                        _ => (503, 10000),
                     };
                     let body = serde_json::json!({"error": {
-                        "code": 503,
+                        "code": code,
                         "err_code": err_code,
                         "description": e.to_string(),
                     }});
@@ -370,9 +400,7 @@ async fn serve(shared: Arc<Shared>, socket: TcpStream, addr: SocketAddr, client_
     }
     {
         let mut inner = shared.lock();
-        inner.clients.remove(&connection);
-        inner.routes.retain(|_, r| r.connection != connection);
-        let _ = inner.server.disconnect(connection, now());
+        inner.close(connection);
         inner.flush();
     }
     shared.changed.notify_one();

@@ -90,4 +90,17 @@ pub enum SimError {
     /// A stream with `DiscardPolicy::New` is full: the publish is refused.
     #[error("stream `{0}`: maximum messages exceeded")]
     StreamFull(String),
+    /// A message over a stream's `max_message_size` (payload and headers), which it does not
+    /// store.
+    #[error(
+        "stream `{stream}`: a message of {size} bytes exceeds its max_message_size of {max_message_size} bytes"
+    )]
+    MessageTooLarge {
+        /// The stream.
+        stream: String,
+        /// The message's size in bytes, payload and headers.
+        size: usize,
+        /// The stream's `max_message_size`.
+        max_message_size: i32,
+    },
 }

@@ -17,8 +17,14 @@ use crate::journal::{Publish, Published, Record};
 use crate::server::Server;
 use crate::stream::{StoredMessage, StreamState};
 
-/// How often [`Sim::run_until`] looks again, in virtual time.
+/// How often [`Sim::run_until`] and [`Sim::run_until_idle`] look again, in virtual time,
+/// while the journal grows; each look without a new record waits twice as long, up to
+/// [`MAX_STEP`].
 pub const STEP: Duration = Duration::from_millis(1);
+
+/// The longest [`Sim::run_until`] and [`Sim::run_until_idle`] wait between looks, in virtual
+/// time, while nothing happens.
+pub const MAX_STEP: Duration = Duration::from_millis(100);
 
 /// A simulation: the model of NATS and JetStream ([`Server`]) served on a loopback socket
 /// that the app's async-nats client connects to ([`Sim::url`]), on a virtual clock.
@@ -72,8 +78,14 @@ impl Sim {
     /// paused (it moves only when every task waits for a timer, straight to the next one),
     /// with the default model ([`Server::new`]). Returns what `scenario` returns.
     ///
+    /// Give it the app of this crate ([`App`](crate::App)): `ruststream-tokio`'s would run
+    /// too, its timers virtual, but read the system clock and take real time. A task that
+    /// never waits (a handler spinning in a loop) keeps the clock from moving, and so every
+    /// deadline, the test's own included.
+    ///
     /// # Panics
-    /// If the runtime cannot be built or the endpoint cannot listen on loopback.
+    /// If the runtime cannot be built or the endpoint cannot listen on loopback; when called
+    /// inside a tokio runtime (use [`start`](Self::start) there).
     pub fn run<F, Fut>(scenario: F) -> Fut::Output
     where
         F: FnOnce(Sim) -> Fut,
@@ -111,7 +123,8 @@ impl Sim {
     /// Serves `server` on a loopback port of the current tokio runtime. For a test that
     /// builds its own runtime: deterministic and virtual only on a current-thread runtime
     /// with its clock paused (`#[tokio::test(start_paused = true)]`); on any other, the
-    /// model runs in real time.
+    /// model runs in real time. Start the model's clock at the runtime's:
+    /// `Server::new(tokio::time::Instant::now().into_std())`.
     ///
     /// # Errors
     /// The listener's, when loopback cannot be bound.
@@ -159,13 +172,19 @@ impl Sim {
     }
 
     /// Lets `by` of virtual time pass, everything due in it happening in order: handlers
-    /// run, deliveries fall due, acknowledgements settle them.
+    /// run, deliveries fall due, acknowledgements settle them. Real time grows with what
+    /// happens meanwhile: an idle JetStream mount asks again every second, so a day of
+    /// virtual time costs about 40 s of real time.
     pub async fn advance(&self, by: Duration) {
         tokio::time::sleep(by).await;
     }
 
-    /// Lets virtual time pass, [`STEP`] at a time, until `done` holds, for at most `limit`.
-    /// Returns the virtual time it took.
+    /// Lets virtual time pass until `done` holds, for at most `limit`; returns the virtual
+    /// time it took. `done` is asked at once, then every [`STEP`] while the journal grows,
+    /// and at longer intervals (doubling, up to [`MAX_STEP`]) while nothing happens, so that
+    /// a long wait costs little real time: the time returned is within one interval of the
+    /// moment `done` first held. (Record what you assert on, such as handler runs, with its
+    /// own virtual time: [`elapsed`](Self::elapsed).)
     ///
     /// # Errors
     /// [`TimedOut`] naming `what`, when `limit` passed first.
@@ -176,17 +195,20 @@ impl Sim {
         mut done: impl FnMut(&Sim) -> bool,
     ) -> Result<Duration, TimedOut> {
         let from = self.now();
+        let mut pace = Pace::new(self.journal_len());
         loop {
             if done(self) {
                 return Ok(self.now().saturating_duration_since(from));
             }
-            if self.now().saturating_duration_since(from) >= limit {
+            let waited = self.now().saturating_duration_since(from);
+            if waited >= limit {
                 return Err(TimedOut {
                     what: what.to_owned(),
                     limit,
                 });
             }
-            tokio::time::sleep(STEP).await;
+            tokio::time::sleep(pace.step().min(limit - waited)).await;
+            pace.saw(self.journal_len());
         }
     }
 
@@ -205,50 +227,63 @@ impl Sim {
         limit: Duration,
     ) -> Result<Duration, TimedOut> {
         let from = self.now();
-        let mut seen = self.activity();
+        let mut scanned = 0;
+        let mut activity = 0;
         let mut since = self.now();
+        let mut pace = Pace::new(self.journal_len());
         loop {
             let now = self.now();
-            let activity = self.activity();
-            if activity != seen {
-                seen = activity;
+            let (seen, more) = self.activity_since(scanned);
+            scanned = seen;
+            if more > 0 {
+                activity += more;
                 since = now;
             } else if now.saturating_duration_since(since) >= quiet && self.settled() {
                 return Ok(now.saturating_duration_since(from));
             }
-            if now.saturating_duration_since(from) >= limit {
+            let waited = now.saturating_duration_since(from);
+            if waited >= limit {
                 return Err(TimedOut {
-                    what: format!("{quiet:?} without activity"),
+                    what: format!("{quiet:?} without activity (after {activity} records)"),
                     limit,
                 });
             }
-            tokio::time::sleep(STEP).await;
+            tokio::time::sleep(pace.step().min(limit - waited)).await;
+            pace.saw(self.journal_len());
         }
     }
 
-    /// How many journal records are activity (not a pull request or its end).
-    fn activity(&self) -> usize {
-        self.shared.with(|s| {
-            s.journal()
-                .iter()
-                .filter(|r| match r {
-                    Record::Published { subject, .. } => {
-                        !subject.starts_with(crate::server::PULL_PREFIX)
-                    }
-                    _ => true,
-                })
-                .count()
-        })
+    fn journal_len(&self) -> usize {
+        self.shared.lock().server.journal().len()
+    }
+
+    /// How far the journal goes, and how many of its records from `from` on are activity
+    /// (not a pull request).
+    fn activity_since(&self, from: usize) -> (usize, usize) {
+        let inner = self.shared.lock();
+        let journal = inner.server.journal();
+        let count = journal
+            .get(from..)
+            .unwrap_or_default()
+            .iter()
+            .filter(|r| match r {
+                Record::Published { subject, .. } => {
+                    !subject.starts_with(crate::server::PULL_PREFIX)
+                }
+                _ => true,
+            })
+            .count();
+        (journal.len(), count)
     }
 
     /// Whether no JetStream message waits to be delivered or acknowledged.
     fn settled(&self) -> bool {
-        self.shared.with(|s| {
-            s.streams.iter().all(|(name, entry)| {
-                entry.consumers.keys().all(|c| {
-                    s.consumer_state(name, c)
-                        .is_ok_and(|c| c.num_ack_pending == 0 && c.num_pending == 0)
-                })
+        let inner = self.shared.lock();
+        let s = &inner.server;
+        s.streams.iter().all(|(name, entry)| {
+            entry.consumers.keys().all(|c| {
+                s.consumer_state(name, c)
+                    .is_ok_and(|c| c.num_ack_pending == 0 && c.num_pending == 0)
             })
         })
     }
@@ -311,10 +346,36 @@ impl Sim {
         self.with(|s| s.journal().to_vec())
     }
 
-    /// Makes things go wrong: lose acknowledgements, fail publishes to a subject
-    /// ([`Faults`]).
+    /// Makes things go wrong, with the model's [`Faults`]. [`lose_acks`](Self::lose_acks)
+    /// and [`fail_publishes`](Self::fail_publishes) are the same, shorter.
+    ///
+    /// ```
+    /// # ruststream_sim::Sim::run(|sim| async move {
+    /// sim.faults(|f| {
+    ///     f.lose_acks(1);
+    /// });
+    /// # });
+    /// ```
     pub fn faults<T>(&self, f: impl FnOnce(&mut Faults) -> T) -> T {
         self.with(|s| f(s.faults()))
+    }
+
+    /// The next `n` acknowledgements the app sends are lost on their way: the server
+    /// redelivers at their deadline ([`Faults::lose_acks`]).
+    pub fn lose_acks(&self, n: usize) {
+        self.faults(|f| {
+            f.lose_acks(n);
+        });
+    }
+
+    /// The next `n` publishes to a subject `subject` matches fail (a JetStream publish gets
+    /// an error answer, a Core one is not delivered): for a dead-letter publish that fails
+    /// ([`Faults::fail_publishes`]).
+    ///
+    /// # Errors
+    /// [`SimError::Subject`] for a subject NATS refuses.
+    pub fn fail_publishes(&self, subject: &str, n: usize) -> Result<(), SimError> {
+        self.faults(|f| f.fail_publishes(subject, n).map(|_| ()))
     }
 
     /// Closes every client connection, as a network failure would: their subscriptions and
@@ -327,5 +388,31 @@ impl Sim {
     /// connected.
     pub fn connections(&self) -> Vec<ConnectionId> {
         self.shared.clients()
+    }
+}
+
+/// How long [`Sim::run_until`] waits between looks: [`STEP`] after the journal grew, twice as
+/// long after each look that found nothing new, at most [`MAX_STEP`].
+struct Pace {
+    seen: usize,
+    step: Duration,
+}
+
+impl Pace {
+    fn new(seen: usize) -> Self {
+        Self { seen, step: STEP }
+    }
+
+    fn step(&self) -> Duration {
+        self.step
+    }
+
+    fn saw(&mut self, journal_len: usize) {
+        if journal_len == self.seen {
+            self.step = (self.step * 2).min(MAX_STEP);
+        } else {
+            self.seen = journal_len;
+            self.step = STEP;
+        }
     }
 }

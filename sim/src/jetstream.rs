@@ -94,6 +94,7 @@ impl Server {
                 batch: 1,
                 expires: None,
                 no_wait: false,
+                idle_heartbeat: None,
             })
         } else {
             serde_json::from_slice::<PullRequest>(payload)

@@ -143,7 +143,7 @@ pub use server::{DEFAULT_MAX_PAYLOAD, EPOCH_NANOS, PULL_PREFIX, Server, ServerVe
 pub use stream::{DEFAULT_DUPLICATE_WINDOW, PubAck, StoredMessage, StreamState};
 pub use wire::{AckKind, PullRequest};
 
-pub use harness::{STEP, Sim, TimedOut};
+pub use harness::{MAX_STEP, STEP, Sim, TimedOut};
 pub use runtime::Runtime;
 
 /// The app on the simulator: `ruststream-adapter`'s [`App`](ruststream_adapter::App) on the

@@ -33,6 +33,11 @@ impl Server {
         });
     }
 
+    /// Answers a request nothing receives: `503 No Responders` to its reply subject.
+    pub(crate) fn no_responders(&mut self, reply: &str) {
+        self.send_status(reply, 503, "No Responders", None);
+    }
+
     /// Answers a request: `payload` to its reply subject's subscriptions, as a responder's
     /// publish would reach them (the JetStream API's answers).
     pub(crate) fn respond(&mut self, reply: &str, payload: Bytes) {

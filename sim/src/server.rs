@@ -268,6 +268,12 @@ impl Server {
             subject: message.subject.clone(),
             reason: e.to_string(),
         })?;
+        if let Some(reply) = &message.reply {
+            Subject::new(reply).map_err(|e| SimError::Subject {
+                subject: reply.clone(),
+                reason: e.to_string(),
+            })?;
+        }
         let size = message.payload.len() + message.headers.as_ref().map_or(0, headers_len);
         if size > self.max_payload {
             return Err(SimError::MaxPayload {
@@ -313,7 +319,12 @@ impl Server {
         {
             self.pull_request(connection, rest, reply, &message.payload, at);
         }
-        if let (Some(ack), Some(reply)) = (&stored, &message.reply) {
+        let answers = stored.as_ref().is_some_and(|ack| {
+            self.streams
+                .get(&ack.stream)
+                .is_some_and(|e| !e.stream.config.no_ack)
+        });
+        if let (Some(ack), Some(reply), true) = (&stored, &message.reply, answers) {
             let mut body = serde_json::json!({"stream": ack.stream, "seq": ack.sequence});
             if ack.duplicate {
                 body["duplicate"] = serde_json::Value::Bool(true);
@@ -322,6 +333,7 @@ impl Server {
             self.route(reply, None, None, &payload);
         } else if let Some(reply) = &message.reply
             && receivers == 0
+            && stored.is_none()
             && !message.subject.starts_with(PULL_PREFIX)
         {
             self.send_status(reply, 503, "No Responders", None);

@@ -116,8 +116,27 @@ impl Stream {
         if config.mirror.is_some() || config.sources.as_ref().is_some_and(|s| !s.is_empty()) {
             return Err(not_modelled("a mirror or sources".to_owned()));
         }
+        if config.allow_direct || config.mirror_direct {
+            return Err(not_modelled("allow_direct (direct get)".to_owned()));
+        }
+        if config.num_replicas > 1 {
+            return Err(not_modelled(format!(
+                "num_replicas {} (clustering)",
+                config.num_replicas
+            )));
+        }
+        let api = Wildcard::new("$JS.API.>").map_err(|e| invalid(&e.to_string()))?;
+        if subjects.iter().any(|s| overlap(s, &api)) {
+            return Err(invalid(
+                "subjects overlap with the JetStream API (`$JS.API.>`)",
+            ));
+        }
         if config.duplicate_window.is_zero() {
-            config.duplicate_window = DEFAULT_DUPLICATE_WINDOW;
+            // nats-server shortens its default window to a shorter `max_age`.
+            config.duplicate_window = match config.max_age {
+                age if !age.is_zero() && age < DEFAULT_DUPLICATE_WINDOW => age,
+                _ => DEFAULT_DUPLICATE_WINDOW,
+            };
         }
         if !config.max_age.is_zero() && config.duplicate_window > config.max_age {
             return Err(invalid("duplicate_window can not be larger than max_age"));
@@ -154,6 +173,15 @@ impl Stream {
         payload: &Bytes,
         now: Instant,
     ) -> Result<(PubAck, Vec<u64>), SimError> {
+        let size = payload.len() + headers.map_or(0, crate::routing::headers_len);
+        let max = self.config.max_message_size;
+        if max > 0 && size as i64 > i64::from(max) {
+            return Err(SimError::MessageTooLarge {
+                stream: self.config.name.clone(),
+                size,
+                max_message_size: max,
+            });
+        }
         let window = self.config.duplicate_window;
         self.seen
             .retain(|_, (_, at)| now.saturating_duration_since(*at) < window);

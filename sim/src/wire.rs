@@ -50,7 +50,8 @@ impl AckKind {
     }
 }
 
-/// A pull request, as `CONSUMER.MSG.NEXT` takes it (`{"batch": n, "expires": ns, "no_wait": b}`).
+/// A pull request, as `CONSUMER.MSG.NEXT` takes it (`{"batch": n, "expires": ns, "no_wait": b,
+/// "idle_heartbeat": ns}`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
 pub struct PullRequest {
     /// How many messages, at least 1.
@@ -62,6 +63,10 @@ pub struct PullRequest {
     /// End at once with `404` when nothing is there.
     #[serde(default)]
     pub no_wait: bool,
+    /// How often the server sends `100 Idle Heartbeat` while the request waits with nothing
+    /// to deliver, in nanoseconds on the wire; `None`: never.
+    #[serde(default, with = "nanos")]
+    pub idle_heartbeat: Option<Duration>,
 }
 
 fn one() -> usize {

@@ -395,3 +395,61 @@ fn health_times_are_virtual_on_the_simulator() {
         );
     });
 }
+
+/// `drop_connections` closes every connection at once: none is open after it, a publish right
+/// after reaches no subscriber, and the journal has the disconnections first. The app then
+/// reconnects and receives again.
+#[test]
+fn dropped_connections_are_gone_at_once_and_come_back() {
+    Sim::run(|sim| async move {
+        let runs: NamedRuns = Arc::default();
+        let running = App::new(&sim.url())
+            .mount(
+                Mount::core_subject("jobs", "jobs.in"),
+                job(&runs, &sim, "a"),
+            )
+            .start()
+            .await
+            .unwrap();
+        assert_eq!(sim.connections().len(), 1, "the app's connection");
+        let dropped = sim.drop_connections();
+        assert_eq!(dropped.len(), 1);
+        assert!(sim.connections().is_empty(), "{:?}", sim.connections());
+        let published = sim.publish("jobs.in", "while-down").unwrap();
+        assert_eq!(
+            published.receivers, 0,
+            "nobody is subscribed while the app is down"
+        );
+        let journal = sim.journal();
+        let down = journal
+            .iter()
+            .position(|r| matches!(r, Record::Disconnected { .. }))
+            .expect("recorded");
+        let while_down = journal
+            .iter()
+            .position(
+                |r| matches!(r, Record::Published { payload, .. } if &payload[..] == b"while-down"),
+            )
+            .expect("recorded");
+        assert!(down < while_down, "{journal:#?}");
+        sim.run_until("the app back", Duration::from_secs(10), |s| {
+            s.connections().len() == 1
+        })
+        .await
+        .unwrap();
+        sim.advance(Duration::from_millis(100)).await;
+        sim.publish("jobs.in", "after").unwrap();
+        sim.run_until("the run", Duration::from_secs(10), |_| {
+            !runs.lock().unwrap().is_empty()
+        })
+        .await
+        .unwrap();
+        let ran: Vec<String> = runs.lock().unwrap().iter().map(|r| r.0.clone()).collect();
+        assert_eq!(
+            ran,
+            ["after@a"],
+            "what was published while down is lost (Core)"
+        );
+        running.shutdown().await;
+    });
+}

@@ -1001,3 +1001,172 @@ fn backoff_without_max_deliver_by_version() {
     let err = old.create_consumer("ORDERS", config).unwrap_err();
     assert!(err.to_string().contains("max deliver"), "{err}");
 }
+
+/// A stream with a `max_age` under the default duplicate window (2 min) and none of its own:
+/// nats-server takes it and shortens the window to `max_age`.
+#[test]
+fn a_short_max_age_shortens_the_default_duplicate_window() {
+    let mut server = Server::new(Instant::now());
+    server
+        .create_stream(stream::Config {
+            name: "SHORT".into(),
+            subjects: vec!["short".into()],
+            max_age: ms(10_000),
+            ..Default::default()
+        })
+        .expect("taken, as nats-server takes it");
+    assert_eq!(
+        server.stream_config("SHORT").unwrap().duplicate_window,
+        ms(10_000)
+    );
+}
+
+/// Settings the model does not follow are refused, naming them, never taken and ignored;
+/// names and subjects nats-server refuses are refused.
+#[test]
+fn settings_the_model_does_not_follow_are_refused() {
+    let mut server = Server::new(Instant::now());
+    let base = || stream::Config {
+        name: "S".into(),
+        subjects: vec!["s.>".into()],
+        ..Default::default()
+    };
+    for (config, named) in [
+        (
+            stream::Config {
+                num_replicas: 3,
+                ..base()
+            },
+            "num_replicas",
+        ),
+        (
+            stream::Config {
+                subjects: vec!["$JS.API.>".into()],
+                ..base()
+            },
+            "JetStream API",
+        ),
+        (
+            stream::Config {
+                allow_direct: true,
+                ..base()
+            },
+            "allow_direct",
+        ),
+    ] {
+        let err = server.create_stream(config).unwrap_err();
+        assert!(err.to_string().contains(named), "{named}: {err}");
+    }
+    server.create_stream(base()).unwrap();
+    for (config, named) in [
+        (
+            pull::Config {
+                durable_name: Some("h".into()),
+                headers_only: true,
+                ..Default::default()
+            },
+            "headers_only",
+        ),
+        (
+            pull::Config {
+                durable_name: Some("r".into()),
+                rate_limit: 1000,
+                ..Default::default()
+            },
+            "rate_limit",
+        ),
+        (
+            pull::Config {
+                durable_name: Some("o".into()),
+                replay_policy: async_nats::jetstream::consumer::ReplayPolicy::Original,
+                ..Default::default()
+            },
+            "replay_policy",
+        ),
+        (
+            pull::Config {
+                durable_name: Some("bad.name".into()),
+                ..Default::default()
+            },
+            "name",
+        ),
+    ] {
+        let err = server.create_consumer("S", config).unwrap_err();
+        assert!(err.to_string().contains(named), "{named}: {err}");
+    }
+    let app = server.connect();
+    let err = server
+        .publish(
+            app,
+            Publish::new("s.a", "x").reply("foo bar"),
+            Instant::now(),
+        )
+        .unwrap_err();
+    assert!(matches!(err, SimError::Subject { .. }), "{err}");
+}
+
+/// `max_message_size` refuses a larger message (nats-server answers the JetStream publish
+/// with an error); `no_ack` stores without answering.
+#[test]
+fn a_streams_max_message_size_and_no_ack() {
+    let mut w = World::new();
+    w.server
+        .create_stream(stream::Config {
+            name: "SMALL".into(),
+            subjects: vec!["small".into()],
+            max_message_size: 10,
+            ..Default::default()
+        })
+        .unwrap();
+    w.server
+        .create_stream(stream::Config {
+            name: "QUIET".into(),
+            subjects: vec!["quiet".into()],
+            no_ack: true,
+            ..Default::default()
+        })
+        .unwrap();
+    w.server.subscribe(w.app, INBOX, None).unwrap();
+    let err = w
+        .server
+        .publish(
+            w.app,
+            Publish::new("small", "x".repeat(100)).reply(INBOX),
+            w.at(0),
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("max_message_size"), "{err}");
+    assert!(w.server.stream_messages("SMALL").unwrap().is_empty());
+    let published = w
+        .server
+        .publish(w.app, Publish::new("quiet", "x").reply(INBOX), w.at(0))
+        .unwrap();
+    assert!(published.stored.is_some(), "stored");
+    assert!(w.drain().is_empty(), "no PubAck for a no_ack stream");
+}
+
+/// A pull request with `idle_heartbeat` gets `100 Idle Heartbeat` every interval while it
+/// waits with nothing to deliver, as nats-server sends it (async-nats' `messages()` fails a
+/// request that misses two).
+#[test]
+fn a_waiting_pull_request_gets_idle_heartbeats() {
+    let mut w = World::jetstream(pull::Config::default());
+    w.pull(
+        r#"{"batch":5,"expires":30000000000,"idle_heartbeat":5000000000}"#,
+        0,
+    );
+    assert!(w.drain().is_empty());
+    assert_eq!(w.server.poll_timeout(), Some(w.at(5_000)));
+    w.advance(5_000);
+    let beats = w.drain();
+    assert_eq!(beats.len(), 1, "{beats:?}");
+    assert_eq!(beats[0].message.status.map(|s| s.as_u16()), Some(100));
+    assert_eq!(
+        beats[0].message.description.as_deref(),
+        Some("Idle Heartbeat")
+    );
+    // A delivery puts the next heartbeat off.
+    w.publish("orders.a", "1", 7_000);
+    assert_eq!(w.drain().len(), 1);
+    assert_eq!(w.server.poll_timeout(), Some(w.at(12_000)));
+}
