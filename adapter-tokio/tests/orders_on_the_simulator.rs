@@ -62,14 +62,29 @@ fn attempts(sim: &Sim, sequence: u64) -> Vec<(u64, Duration, AckKind, Duration)>
     out
 }
 
-#[test]
-fn a_stuck_order_is_dead_lettered_after_four_attempts_with_the_backoffs_delays() {
+/// Runs `test` on the orders service started on a new simulation, shuts the service down,
+/// and prints the real time it all took.
+fn on_the_orders_service<F, Fut>(test: F)
+where
+    F: FnOnce(Sim) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
     let real = std::time::Instant::now();
     Sim::run(|sim| async move {
         let running = orders::orders_service(App::new(&sim.url()))
             .start()
             .await
             .expect("the service starts on the simulator");
+        test(sim).await;
+        let report = running.shutdown().await;
+        assert!(report.abandoned.is_empty(), "{report:?}");
+    });
+    eprintln!("real time: {:?}", real.elapsed());
+}
+
+#[test]
+fn a_stuck_order_is_dead_lettered_after_four_attempts_with_the_backoffs_delays() {
+    on_the_orders_service(|sim| async move {
         let order = r#"{"id":5,"sku":"stuck-fig","quantity":1}"#;
         sim.publish("orders.new", order).unwrap();
         sim.run_until("the dead letter", Duration::from_secs(10), |s| {
@@ -120,19 +135,12 @@ fn a_stuck_order_is_dead_lettered_after_four_attempts_with_the_backoffs_delays()
         assert_eq!(value("Ruststream-Reason"), "handler-error");
         assert_eq!(value("Ruststream-Attempt"), "4");
         assert!(value("Ruststream-Error").contains("inventory timed out reserving stuck-fig"));
-        running.shutdown().await;
     });
-    eprintln!("real time: {:?}", real.elapsed());
 }
 
 #[test]
 fn a_flaky_order_is_accepted_on_its_third_attempt_and_a_poison_one_rejected_at_once() {
-    let real = std::time::Instant::now();
-    Sim::run(|sim| async move {
-        let running = orders::orders_service(App::new(&sim.url()))
-            .start()
-            .await
-            .expect("the service starts on the simulator");
+    on_the_orders_service(|sim| async move {
         sim.publish("orders.new", r#"{"id":3,"sku":"flaky-plum","quantity":3}"#)
             .unwrap();
         sim.publish("orders.new", r#"{"id":4,"sku":"kiwi","quantity":0}"#)
@@ -186,7 +194,5 @@ fn a_flaky_order_is_accepted_on_its_third_attempt_and_a_poison_one_rejected_at_o
             .expect("answered");
         let count: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
         assert_eq!(count["accepted"], 1);
-        running.shutdown().await;
     });
-    eprintln!("real time: {:?}", real.elapsed());
 }
