@@ -453,3 +453,61 @@ fn dropped_connections_are_gone_at_once_and_come_back() {
         running.shutdown().await;
     });
 }
+
+/// Messages up to `max_payload` pass the endpoint whole, Core and JetStream, headers and all.
+#[test]
+fn large_messages_pass_the_endpoint_whole() {
+    Sim::run(|sim| async move {
+        let sizes: Arc<Mutex<Vec<(String, usize)>>> = Arc::default();
+        let (core_sink, js_sink) = (sizes.clone(), sizes.clone());
+        let running = App::new(&sim.url())
+            .stream(stream("BIG", &["big.js"]))
+            .mount(
+                Mount::core_subject("big-core", "big.core"),
+                move |d: Delivery| {
+                    core_sink
+                        .lock()
+                        .unwrap()
+                        .push(("core".into(), d.payload.len()));
+                    std::future::ready(Outcome::Ack)
+                },
+            )
+            .mount(
+                Mount::jetstream("big-js", "BIG", "worker"),
+                move |d: Delivery| {
+                    js_sink.lock().unwrap().push(("js".into(), d.payload.len()));
+                    std::future::ready(Outcome::Ack)
+                },
+            )
+            .start()
+            .await
+            .unwrap();
+        let client = async_nats::connect(sim.url()).await.unwrap();
+        let big = bytes::Bytes::from(vec![b'x'; 1_000_000]);
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("k", "v");
+        client
+            .publish_with_headers("big.core", headers.clone(), big.clone())
+            .await
+            .unwrap();
+        client.flush().await.unwrap();
+        let js = async_nats::jetstream::new(client.clone());
+        js.publish_with_headers("big.js", headers, big)
+            .await
+            .unwrap()
+            .await
+            .expect("stored");
+        sim.run_until("both", Duration::from_secs(10), |_| {
+            sizes.lock().unwrap().len() == 2
+        })
+        .await
+        .unwrap();
+        let mut got = sizes.lock().unwrap().clone();
+        got.sort();
+        assert_eq!(
+            got,
+            [("core".to_owned(), 1_000_000), ("js".to_owned(), 1_000_000)]
+        );
+        running.shutdown().await;
+    });
+}
