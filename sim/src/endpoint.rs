@@ -36,6 +36,43 @@ pub(crate) fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
 
+/// What a client must give in its `CONNECT` to be let in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Authorization {
+    /// A user and password (`user`, `pass`), as `nats://user:password@host` gives them.
+    UserPassword {
+        /// The user.
+        user: String,
+        /// The password.
+        password: String,
+    },
+    /// A token (`auth_token`), as `nats://token@host` gives it.
+    Token(String),
+}
+
+impl Authorization {
+    /// Whether a `CONNECT`'s JSON options give what this requires.
+    fn admits(&self, options: &str) -> bool {
+        let options: serde_json::Value = serde_json::from_str(options).unwrap_or_default();
+        let field = |name: &str| options.get(name).and_then(serde_json::Value::as_str);
+        match self {
+            Self::UserPassword { user, password } => {
+                field("user") == Some(user.as_str()) && field("pass") == Some(password.as_str())
+            }
+            Self::Token(token) => field("auth_token") == Some(token.as_str()),
+        }
+    }
+}
+
+/// How the endpoint lets clients in: what it requires, whether JetStream is on, whether it is
+/// up.
+#[derive(Debug, Clone)]
+pub(crate) struct Access {
+    pub(crate) authorization: Option<Authorization>,
+    pub(crate) jetstream: bool,
+    pub(crate) up: bool,
+}
+
 /// What the endpoint's tasks and the test share.
 pub(crate) struct Shared {
     inner: Mutex<Inner>,
@@ -45,12 +82,15 @@ pub(crate) struct Shared {
 
 pub(crate) struct Inner {
     pub(crate) server: Server,
+    pub(crate) access: Access,
     clients: BTreeMap<ConnectionId, Client>,
     routes: BTreeMap<SubscriptionId, Route>,
 }
 
 /// A client connection's socket side.
 struct Client {
+    /// Its `CONNECT` was taken (always, with no authorization required).
+    admitted: bool,
     out: mpsc::UnboundedSender<Bytes>,
     sids: HashMap<String, SubscriptionId>,
     close: Arc<Notify>,
@@ -70,6 +110,11 @@ impl Shared {
         Arc::new(Self {
             inner: Mutex::new(Inner {
                 server,
+                access: Access {
+                    authorization: None,
+                    jetstream: true,
+                    up: true,
+                },
                 clients: BTreeMap::new(),
                 routes: BTreeMap::new(),
             }),
@@ -109,6 +154,15 @@ impl Shared {
         };
         self.changed.notify_one();
         dropped
+    }
+
+    /// Goes down (`up` false: every connection closed, new ones closed at once, as a stopped
+    /// server's port refuses them) or comes back up.
+    pub(crate) fn set_up(&self, up: bool) {
+        self.lock().access.up = up;
+        if !up {
+            self.drop_clients();
+        }
     }
 
     /// The open client connections, in the order they connected.
@@ -165,8 +219,37 @@ impl Inner {
 
     /// Applies one operation of `connection`. `Err` closes the connection after its `-ERR`.
     fn apply(&mut self, connection: ConnectionId, op: ClientOp) -> Result<(), ()> {
+        let admitted = self.clients.get(&connection).is_some_and(|c| c.admitted);
         match op {
-            ClientOp::Connect | ClientOp::Pong => {}
+            ClientOp::Connect(options) => {
+                let admits = self
+                    .access
+                    .authorization
+                    .as_ref()
+                    .is_none_or(|a| a.admits(&options));
+                if !admits {
+                    self.send(connection, &b"-ERR 'Authorization Violation'\r\n"[..]);
+                    return Err(());
+                }
+                if let Some(client) = self.clients.get_mut(&connection) {
+                    client.admitted = true;
+                }
+                return Ok(());
+            }
+            ClientOp::Pong => return Ok(()),
+            ClientOp::Ping if admitted => {
+                self.send(connection, &b"PONG\r\n"[..]);
+                return Ok(());
+            }
+            _ if !admitted => {
+                // nats-server wants `CONNECT` first where it requires authorization.
+                self.send(connection, &b"-ERR 'Authorization Violation'\r\n"[..]);
+                return Err(());
+            }
+            _ => {}
+        }
+        match op {
+            ClientOp::Connect(_) | ClientOp::Pong => {}
             ClientOp::Ping => self.send(connection, &b"PONG\r\n"[..]),
             ClientOp::Sub {
                 subject,
@@ -222,6 +305,14 @@ impl Inner {
         headers: Option<async_nats::HeaderMap>,
         payload: Bytes,
     ) -> Result<(), ()> {
+        if subject.starts_with(API_PREFIX) && !self.access.jetstream {
+            // A server without JetStream has no responder for its API, pull requests
+            // included.
+            if let Some(reply) = reply {
+                self.server.no_responders(&reply);
+            }
+            return Ok(());
+        }
         if subject.starts_with(DIRECT_GET_PREFIX) {
             // A stream without `allow_direct` (the model refuses it) has no direct-get
             // responder: nats-server answers `503 No Responders`.
@@ -328,6 +419,10 @@ async fn serve(shared: Arc<Shared>, socket: TcpStream, addr: SocketAddr, client_
     let close = Arc::new(Notify::new());
     let connection = {
         let mut inner = shared.lock();
+        if !inner.access.up {
+            // Down: the connection closes before the server says anything.
+            return;
+        }
         let connection = inner.server.connect();
         let info = serde_json::json!({
             "server_id": "RUSTSTREAMSIM",
@@ -339,13 +434,16 @@ async fn serve(shared: Arc<Shared>, socket: TcpStream, addr: SocketAddr, client_
             "port": addr.port(),
             "headers": true,
             "max_payload": inner.server.max_payload(),
-            "jetstream": true,
+            "jetstream": inner.access.jetstream,
+            "auth_required": inner.access.authorization.is_some(),
             "client_id": client_id,
         });
         let _ = out.send(Bytes::from(format!("INFO {info}\r\n")));
+        let admitted = inner.access.authorization.is_none();
         inner.clients.insert(
             connection,
             Client {
+                admitted,
                 out,
                 sids: HashMap::new(),
                 close: close.clone(),

@@ -9,7 +9,7 @@ use async_nats::jetstream::stream;
 use bytes::Bytes;
 
 use crate::consumer::ConsumerState;
-use crate::endpoint::{self, Shared};
+use crate::endpoint::{self, Authorization, Shared};
 use crate::error::SimError;
 use crate::faults::Faults;
 use crate::ids::ConnectionId;
@@ -382,6 +382,32 @@ impl Sim {
     /// waiting pull requests end, and async-nats reconnects. Returns the connections closed.
     pub fn drop_connections(&self) -> Vec<ConnectionId> {
         self.shared.drop_clients()
+    }
+
+    /// From now on, a client must give `authorization` in its `CONNECT`; one that does not
+    /// is refused with `-ERR 'Authorization Violation'`, as nats-server refuses it (the
+    /// connections already open stay).
+    pub fn require(&self, authorization: Authorization) {
+        self.shared.lock().access.authorization = Some(authorization);
+    }
+
+    /// JetStream off, as on a nats-server started without it: its API has no responders
+    /// (`503`) and `INFO` says `"jetstream": false`. The model's streams stay, for when it
+    /// is turned on again with `jetstream(true)`.
+    pub fn jetstream(&self, on: bool) {
+        self.shared.lock().access.jetstream = on;
+    }
+
+    /// Takes the server down, as a stopped process: every connection closes, and new ones
+    /// close before the server says anything, until [`come_up`](Self::come_up). The model
+    /// keeps its streams and consumers (a server on its file store).
+    pub fn go_down(&self) {
+        self.shared.set_up(false);
+    }
+
+    /// Brings the server back after [`go_down`](Self::go_down): clients connect again.
+    pub fn come_up(&self) {
+        self.shared.set_up(true);
     }
 
     /// The open client connections (the simulation's own aside), in the order they

@@ -109,7 +109,7 @@
 //!
 //! # What it does not model
 //! Push consumers, interest retention, byte limits, mirrors and sources, clustering, flow
-//! control and heartbeats, authorization: a configuration that asks for one is refused with
+//! control, accounts and TLS: a configuration that asks for one is refused with
 //! [`SimError::NotModelled`] naming the setting (on the wire, a JetStream API error naming
 //! it), never silently ignored. An ephemeral consumer is not removed after its
 //! `inactive_threshold`. Messages are async-nats messages, so bytes async-nats cannot read
@@ -143,6 +143,7 @@ pub use server::{DEFAULT_MAX_PAYLOAD, EPOCH_NANOS, PULL_PREFIX, Server, ServerVe
 pub use stream::{DEFAULT_DUPLICATE_WINDOW, PubAck, StoredMessage, StreamState};
 pub use wire::{AckKind, PullRequest};
 
+pub use endpoint::Authorization;
 pub use harness::{MAX_STEP, STEP, Sim, TimedOut};
 pub use runtime::Runtime;
 

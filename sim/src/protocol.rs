@@ -13,7 +13,8 @@ pub(crate) const MAX_CONTROL_LINE: usize = 4096;
 /// One operation a client sent.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum ClientOp {
-    Connect,
+    /// `CONNECT` with its JSON options.
+    Connect(String),
     Ping,
     Pong,
     Sub {
@@ -71,7 +72,13 @@ pub(crate) fn parse(buf: &mut BytesMut) -> Result<Option<ClientOp>, ProtocolErro
         Ok(Some(op))
     };
     match op.as_str() {
-        "CONNECT" => simple(ClientOp::Connect, buf),
+        "CONNECT" => {
+            let options = line
+                .split_once(char::is_whitespace)
+                .map(|(_, json)| json.trim().to_owned())
+                .unwrap_or_default();
+            simple(ClientOp::Connect(options), buf)
+        }
         "PING" => simple(ClientOp::Ping, buf),
         "PONG" => simple(ClientOp::Pong, buf),
         "SUB" => {
@@ -283,7 +290,7 @@ mod tests {
               HPUB a.c 26 28\r\nNATS/1.0\r\nK: v1\r\nK: v2\r\n\r\nhi\r\n",
         )
         .unwrap();
-        assert_eq!(ops[0], ClientOp::Connect);
+        assert_eq!(ops[0], ClientOp::Connect(r#"{"verbose":false}"#.into()));
         assert_eq!(ops[1], ClientOp::Ping);
         assert_eq!(
             ops[2],

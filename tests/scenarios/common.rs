@@ -15,10 +15,9 @@ pub(crate) use adapter::async_nats::HeaderMap;
 pub(crate) use adapter::{
     App, DeclarationErrorKind, Delivery, Disposition, Mount, Outcome, Running, Settled, StartError,
 };
-pub(crate) use ruststream_tests::{TestClient, Wire, capture_logs, eventually, logged};
-on_real_server! {
-    pub(crate) use ruststream_tests::ServerOptions;
-}
+pub(crate) use ruststream_tests::{
+    ServerOptions, TestClient, Wire, capture_logs, eventually, logged,
+};
 
 /// Handler runs: (attempt, payload, when).
 pub(crate) type Runs = Arc<Mutex<Vec<(u64, String, Instant)>>>;
@@ -201,11 +200,8 @@ pub(crate) fn log_lines_for(mount: &str, text: &str) -> Vec<String> {
     ruststream_tests::log_lines(&[&format!("mount={mount}"), text])
 }
 
-// Not on the simulator: the model has no authorization.
-on_real_server! {
 pub(crate) fn secured(options: ServerOptions) -> NatsServer {
     NatsServer::start_with(options)
-}
 }
 
 /// Waits until `wire` has seen as many ack payloads as `expected` holds, then asserts they are

@@ -430,8 +430,6 @@ fn rule_20_a_handler_running_when_the_client_dies_settles_through_the_new_client
 }
 }
 
-// Not on the simulator: the simulated server is never down: it has no process to stop.
-on_real_server! {
 #[test]
 fn rule_20_an_app_whose_server_stays_down_ends_with_an_error() {
     run(async {
@@ -457,7 +455,6 @@ fn rule_20_an_app_whose_server_stays_down_ends_with_an_error() {
             "ended {took:?} after the server stopped"
         );
     });
-}
 }
 
 // Not on the simulator: a message async-nats cannot read is raw bytes on the wire; the model stores async-nats messages, which cannot hold one.

@@ -121,8 +121,6 @@ impl<F: std::future::Future<Output = ()>> PublishUntil for F {
     }
 }
 
-// Not on the simulator: the model has no authorization.
-on_real_server! {
 #[test]
 fn a_url_with_user_and_password_reaches_a_secured_server_through_a_list() {
     run(async {
@@ -174,10 +172,7 @@ fn a_url_with_user_and_password_reaches_a_secured_server_through_a_list() {
         app.shutdown().await;
     });
 }
-}
 
-// Not on the simulator: the model has no authorization.
-on_real_server! {
 #[test]
 fn a_url_with_a_token_reaches_a_secured_server() {
     run(async {
@@ -203,7 +198,6 @@ fn a_url_with_a_token_reaches_a_secured_server() {
         );
         app.shutdown().await;
     });
-}
 }
 
 #[test]

@@ -266,8 +266,6 @@ fn rule_11_refused_mount_consumes_nothing() {
     });
 }
 
-// Not on the simulator: the model always has JetStream.
-on_real_server! {
 #[test]
 fn server_without_jetstream_refuses_a_jetstream_mount_saying_why_and_runs_core() {
     run(async {
@@ -308,7 +306,6 @@ fn server_without_jetstream_refuses_a_jetstream_mount_saying_why_and_runs_core()
         );
         app.shutdown().await;
     });
-}
 }
 
 /// Whether the server this suite runs on accepts a `BackOff` list without `max_deliver`

@@ -3,7 +3,7 @@
 //!
 //! [`NatsServer`]: crate::NatsServer
 
-use ruststream_sim::{Server, Sim};
+use ruststream_sim::{Authorization, Server, Sim};
 
 use crate::{Endpoint, ServerOptions};
 
@@ -20,12 +20,63 @@ impl SimServer {
     /// # Panics
     /// Outside a tokio runtime, or when loopback cannot be bound.
     pub fn start() -> Self {
+        Self::start_with(ServerOptions::default())
+    }
+
+    /// A simulated server without JetStream.
+    ///
+    /// # Panics
+    /// As [`start`](Self::start).
+    pub fn start_without_jetstream() -> Self {
+        Self::start_with(ServerOptions {
+            without_jetstream: true,
+            ..ServerOptions::default()
+        })
+    }
+
+    /// A simulated server set up as `options` says: without JetStream, requiring a user and
+    /// password or a token.
+    ///
+    /// # Panics
+    /// As [`start`](Self::start); for a configuration file's text, which the simulator does
+    /// not read.
+    pub fn start_with(options: ServerOptions) -> Self {
+        assert!(
+            options.config.is_none(),
+            "the simulator reads no nats-server configuration file"
+        );
         let sim = Sim::open(Server::new(tokio::time::Instant::now().into_std()))
             .unwrap_or_else(|e| panic!("the simulator's endpoint: {e}"));
-        Self {
-            sim,
-            options: ServerOptions::default(),
+        sim.jetstream(!options.without_jetstream);
+        if let Some((user, password)) = &options.user_password {
+            sim.require(Authorization::UserPassword {
+                user: user.clone(),
+                password: password.clone(),
+            });
+        } else if let Some(token) = &options.token {
+            sim.require(Authorization::Token(token.clone()));
         }
+        Self { sim, options }
+    }
+
+    /// The URL to connect to, with the server's user and password or token in it.
+    pub fn url_with_credentials(&self) -> String {
+        let address = self.url().trim_start_matches("nats://").to_owned();
+        match (&self.options.user_password, &self.options.token) {
+            (Some((user, password)), _) => format!("nats://{user}:{password}@{address}"),
+            (None, Some(token)) => format!("nats://{token}@{address}"),
+            (None, None) => self.url(),
+        }
+    }
+
+    /// Takes the server down, as killing its process would; the model stays.
+    pub fn stop(&mut self) {
+        self.sim.go_down();
+    }
+
+    /// Brings it back after [`stop`](Self::stop).
+    pub fn start_again(&mut self) {
+        self.sim.come_up();
     }
 
     /// The simulation, for what only it can do (its journal, its faults).
@@ -38,7 +89,7 @@ impl SimServer {
         self.sim.url()
     }
 
-    /// How the server was set up: always the defaults (the model has no authorization).
+    /// How the server was set up.
     pub fn options(&self) -> &ServerOptions {
         &self.options
     }

@@ -4,8 +4,7 @@
 //! makes the suite's waits free.
 //!
 //! Scenarios inside `on_real_server!` are not compiled here: each says why at its wrapper
-//! (what they exercise is a real server's process, its authorization or its cluster, which
-//! the model does not have).
+//! (bytes async-nats cannot read, which the model cannot store; a domain's ack replies).
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
@@ -24,7 +23,7 @@ fn run<F: std::future::Future<Output = ()>>(scenario: F) {
         .block_on(scenario);
 }
 
-/// Scenarios of a real server's process, authorization or cluster: not on the simulator.
+/// Scenarios the model cannot play (each says why): not on the simulator.
 macro_rules! on_real_server {
     ($($item:item)*) => {};
 }
