@@ -4,9 +4,12 @@
 //! Answered: `STREAM.CREATE`, `STREAM.UPDATE` (to the same configuration only), `STREAM.INFO`,
 //! `STREAM.DELETE`, `STREAM.NAMES` (with a subject filter), `STREAM.LIST`, `STREAM.MSG.GET`
 //! (by sequence), `CONSUMER.CREATE` and `CONSUMER.DURABLE.CREATE` (pull consumers),
-//! `CONSUMER.INFO`, `CONSUMER.DELETE`, `CONSUMER.NAMES`, and `INFO` (the account). Every other
-//! request gets a JetStream error naming it as not modelled, never a silent success.
-//! (`CONSUMER.MSG.NEXT`, the pull request, is the model's own: [`Server::publish`].)
+//! `CONSUMER.INFO`, `CONSUMER.DELETE`, `CONSUMER.NAMES`, `CONSUMER.LIST`, and `INFO` (the
+//! account). Every other request gets a JetStream error naming it as not modelled, never a
+//! silent success (among them `STREAM.PURGE`, `STREAM.MSG.DELETE`, a get by subject).
+//! `CONSUMER.MSG.NEXT`, the pull request, is the model's own ([`Server::publish`]); a direct
+//! get (`DIRECT.GET`) is answered `503 No Responders`, as nats-server answers it for a stream
+//! without `allow_direct`, which the model refuses.
 
 use async_nats::jetstream::consumer::{self, IntoConsumerConfig, pull};
 use async_nats::jetstream::{ErrorCode, stream};
@@ -206,6 +209,14 @@ impl Server {
                 let names = self.stream_state(stream)?.consumers;
                 Ok(page("consumers", json!(names), names.len()))
             }
+            ["CONSUMER", "LIST", stream] => {
+                let names = self.stream_state(stream)?.consumers;
+                let infos = names
+                    .iter()
+                    .map(|n| self.consumer_info(stream, n))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(page("consumers", json!(infos), names.len()))
+            }
             _ => Err(ApiError::not_modelled(&format!("$JS.API.{subject}"))),
         }
     }
@@ -323,6 +334,7 @@ fn response_type(subject: &str) -> &'static str {
         ["CONSUMER", "INFO", ..] => "consumer_info",
         ["CONSUMER", "DELETE", ..] => "consumer_delete",
         ["CONSUMER", "NAMES", ..] => "consumer_names",
+        ["CONSUMER", "LIST", ..] => "consumer_list",
         _ => "error",
     }
 }
@@ -421,6 +433,8 @@ mod tests {
         );
         assert!(consumer.get("error").is_none(), "{consumer}");
         assert_eq!(consumer["config"]["ack_wait"], 30_000_000_000u64);
+        let listed = server.answer_api("CONSUMER.LIST.MIN", b"");
+        assert_eq!(listed["consumers"][0]["name"], "w", "{listed}");
         let refused = server.answer_api("STREAM.PURGE.MIN", b"");
         assert_eq!(refused["error"]["code"], 400);
         assert!(

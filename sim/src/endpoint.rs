@@ -353,6 +353,11 @@ impl Inner {
                     let (code, err_code) = match e {
                         SimError::StreamFull(_) => (503, 10077),
                         SimError::MessageTooLarge { .. } => (400, 10054),
+                        SimError::WrongExpectation { header, .. } => match header {
+                            "Nats-Expected-Stream" => (400, 10060),
+                            "Nats-Expected-Last-Msg-Id" => (400, 10070),
+                            _ => (400, 10071),
+                        },
                         _ => (503, 10000),
                     };
                     let body = serde_json::json!({"error": {

@@ -90,6 +90,16 @@ pub enum SimError {
     /// A stream with `DiscardPolicy::New` is full: the publish is refused.
     #[error("stream `{0}`: maximum messages exceeded")]
     StreamFull(String),
+    /// A publish directive (`Nats-Expected-…`) the stream does not meet: nothing is stored.
+    #[error("stream `{stream}`: {header}: {problem}")]
+    WrongExpectation {
+        /// The stream.
+        stream: String,
+        /// The header.
+        header: &'static str,
+        /// What nats-server says of it (`wrong last sequence: 2`, …).
+        problem: String,
+    },
     /// A message over a stream's `max_message_size` (payload and headers), which it does not
     /// store.
     #[error(

@@ -48,8 +48,9 @@
 //! (their duplicate window and `Nats-Msg-Id`, `max_messages`, `max_age`, work-queue
 //! retention), and pull consumers (ack policies explicit, all and none; `ack_wait`,
 //! `BackOff`, `max_deliver`, `max_ack_pending`, `+ACK`, `-NAK`, `-NAK {"delay": ns}`, `+TERM`,
-//! `+WPI`, pull requests and their `404`/`408`/`409` ends, updates of a consumer's
-//! `ack_wait` and the like).
+//! `+WPI`, pull requests with their idle heartbeats and their `404`/`408`/`409` ends,
+//! updates of a consumer's `ack_wait` and the like), and the publish directives
+//! (`Nats-Expected-Stream`, `-Last-Sequence`, `-Last-Msg-Id`, `-Last-Subject-Sequence`).
 //!
 //! The model is sans-io in the way `ruststream-core` is: no async, no clock, no network.
 //! Every input takes the current instant, [`Server::poll_timeout`] says when something next
@@ -108,8 +109,10 @@
 //! ```
 //!
 //! # What it does not model
-//! Push consumers, interest retention, byte limits, mirrors and sources, clustering, flow
-//! control, accounts and TLS: a configuration that asks for one is refused with
+//! Push consumers, interest retention, byte limits, `max_messages_per_subject` (and so the
+//! KV store), direct get (and so the object store), mirrors and sources, clustering, flow
+//! control, accounts and TLS; stream purges, message deletes, gets by subject and stream
+//! updates that change anything: a configuration or request that asks for one is refused with
 //! [`SimError::NotModelled`] naming the setting (on the wire, a JetStream API error naming
 //! it), never silently ignored. An ephemeral consumer is not removed after its
 //! `inactive_threshold`. Messages are async-nats messages, so bytes async-nats cannot read

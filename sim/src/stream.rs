@@ -62,6 +62,8 @@ pub(crate) struct Stream {
     subjects: Vec<Wildcard>,
     messages: BTreeMap<u64, StoredMessage>,
     last_sequence: u64,
+    /// The `Nats-Msg-Id` of the last message stored, for `Nats-Expected-Last-Msg-Id`.
+    last_msg_id: Option<String>,
     /// `Nats-Msg-Id` to the sequence it stored and when.
     seen: HashMap<String, (u64, Instant)>,
 }
@@ -146,6 +148,7 @@ impl Stream {
             subjects,
             messages: BTreeMap::new(),
             last_sequence: 0,
+            last_msg_id: None,
             seen: HashMap::new(),
         })
     }
@@ -157,6 +160,68 @@ impl Stream {
     /// The stream's subjects.
     pub(crate) fn subjects(&self) -> &[Wildcard] {
         &self.subjects
+    }
+
+    /// The publish directives nats-server checks before it stores a message:
+    /// `Nats-Expected-Stream`, `Nats-Expected-Last-Sequence`, `Nats-Expected-Last-Msg-Id` and
+    /// `Nats-Expected-Last-Subject-Sequence`. A message that fails one is not stored.
+    fn check_expectations(&self, subject: &Subject, headers: &HeaderMap) -> Result<(), SimError> {
+        let wrong = |header: &'static str, problem: String| SimError::WrongExpectation {
+            stream: self.config.name.clone(),
+            header,
+            problem,
+        };
+        let value = |name: &str| headers.get(name).map(|v| v.as_str().to_owned());
+        let number = |header: &'static str| -> Result<Option<u64>, SimError> {
+            value(header)
+                .map(|v| {
+                    v.parse::<u64>()
+                        .map_err(|_| wrong(header, format!("`{v}` is not a sequence")))
+                })
+                .transpose()
+        };
+        if let Some(expected) = value("Nats-Expected-Stream")
+            && expected != self.config.name
+        {
+            return Err(wrong(
+                "Nats-Expected-Stream",
+                "expected stream does not match".to_owned(),
+            ));
+        }
+        if let Some(expected) = number("Nats-Expected-Last-Sequence")?
+            && expected != self.last_sequence
+        {
+            return Err(wrong(
+                "Nats-Expected-Last-Sequence",
+                format!("wrong last sequence: {}", self.last_sequence),
+            ));
+        }
+        if let Some(expected) = value("Nats-Expected-Last-Msg-Id")
+            && Some(&expected) != self.last_msg_id.as_ref()
+        {
+            return Err(wrong(
+                "Nats-Expected-Last-Msg-Id",
+                format!(
+                    "wrong last msg ID: {}",
+                    self.last_msg_id.as_deref().unwrap_or_default()
+                ),
+            ));
+        }
+        if let Some(expected) = number("Nats-Expected-Last-Subject-Sequence")? {
+            let last = self
+                .messages
+                .values()
+                .rev()
+                .find(|m| m.subject == *subject)
+                .map_or(0, |m| m.sequence);
+            if expected != last {
+                return Err(wrong(
+                    "Nats-Expected-Last-Subject-Sequence",
+                    format!("wrong last sequence: {last}"),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Whether it stores messages published to `subject`.
@@ -201,6 +266,9 @@ impl Stream {
                 Vec::new(),
             ));
         }
+        if let Some(headers) = headers {
+            self.check_expectations(subject, headers)?;
+        }
         let max = u64::try_from(self.config.max_messages)
             .ok()
             .filter(|m| *m > 0);
@@ -231,9 +299,10 @@ impl Stream {
                 stored_at: now,
             },
         );
-        if let Some(id) = msg_id {
-            self.seen.insert(id, (sequence, now));
+        if let Some(id) = &msg_id {
+            self.seen.insert(id.clone(), (sequence, now));
         }
+        self.last_msg_id = msg_id;
         Ok((
             PubAck {
                 stream: self.config.name.clone(),

@@ -1170,3 +1170,57 @@ fn a_waiting_pull_request_gets_idle_heartbeats() {
     assert_eq!(w.drain().len(), 1);
     assert_eq!(w.server.poll_timeout(), Some(w.at(12_000)));
 }
+
+/// The publish directives: a message whose `Nats-Expected-…` header the stream does not meet
+/// is refused and not stored, as nats-server refuses it.
+#[test]
+fn publish_directives_are_checked_before_storing() {
+    let mut w = World::jetstream(pull::Config::default());
+    let publish = |w: &mut World, subject: &str, pairs: &[(&str, &str)]| {
+        let mut headers = HeaderMap::new();
+        for (n, v) in pairs {
+            headers.insert(*n, *v);
+        }
+        let at = w.at(0);
+        w.server
+            .publish(w.app, Publish::new(subject, "x").headers(headers), at)
+    };
+    publish(&mut w, "orders.a", &[("Nats-Msg-Id", "one")]).unwrap();
+    publish(&mut w, "orders.b", &[]).unwrap();
+    for (pairs, says) in [
+        (
+            vec![("Nats-Expected-Stream", "OTHER")],
+            "expected stream does not match",
+        ),
+        (
+            vec![("Nats-Expected-Last-Sequence", "1")],
+            "wrong last sequence: 2",
+        ),
+        (
+            vec![("Nats-Expected-Last-Msg-Id", "one")],
+            "wrong last msg ID: ",
+        ),
+        (
+            vec![("Nats-Expected-Last-Subject-Sequence", "2")],
+            "wrong last sequence: 1",
+        ),
+    ] {
+        let err = publish(&mut w, "orders.a", &pairs).unwrap_err();
+        assert!(
+            matches!(err, SimError::WrongExpectation { .. }) && err.to_string().contains(says),
+            "{pairs:?}: {err}"
+        );
+    }
+    assert_eq!(w.server.stream_state("ORDERS").unwrap().last_sequence, 2);
+    let ok = publish(
+        &mut w,
+        "orders.a",
+        &[
+            ("Nats-Expected-Stream", "ORDERS"),
+            ("Nats-Expected-Last-Sequence", "2"),
+            ("Nats-Expected-Last-Subject-Sequence", "1"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(ok.stored.unwrap().sequence, 3);
+}
