@@ -1,7 +1,7 @@
 //! The app: its builder, and start-up (declarations validated, the connection made, every
 //! mount checked against the server, then the mount loops started).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,6 +33,21 @@ pub enum StartError {
     /// Two mounts have the same name.
     #[error("two mounts are named `{0}`; mount names must be unique")]
     DuplicateMount(String),
+    /// Two mounts bind the same JetStream consumer: each would take part of the other's
+    /// messages. Give each mount a durable of its own.
+    #[error(
+        "mounts `{first}` and `{second}` both bind consumer `{consumer}` of stream `{stream}`: each would take part of the other's messages; give each mount its own durable"
+    )]
+    SharedConsumer {
+        /// The stream.
+        stream: String,
+        /// The consumer.
+        consumer: String,
+        /// The first mount binding it.
+        first: String,
+        /// The second.
+        second: String,
+    },
     /// The server URL (or one of a comma-separated list) does not parse. The message names
     /// the entry and the part that is wrong, never the URL or a credential.
     #[error("bad server URL: {0}")]
@@ -295,12 +310,24 @@ impl<R: Runtime> App<R> {
 
     async fn start_here(self, reactor: R::Reactor) -> Result<Running<R>, StartError> {
         let mut names = HashSet::new();
+        let mut consumers: HashMap<(String, String), String> = HashMap::new();
         let mut declared = Vec::with_capacity(self.mounts.len());
         for (mount, handler) in self.mounts {
             if !names.insert(mount.name().to_owned()) {
                 return Err(StartError::DuplicateMount(mount.name().to_owned()));
             }
             let policy = mount.declaration.validate()?;
+            if let Descriptor::JetStream { stream, consumer } = policy.descriptor() {
+                let key = (stream.clone(), consumer.clone());
+                if let Some(first) = consumers.insert(key, mount.name().to_owned()) {
+                    return Err(StartError::SharedConsumer {
+                        stream: stream.clone(),
+                        consumer: consumer.clone(),
+                        first,
+                        second: mount.name().to_owned(),
+                    });
+                }
+            }
             if mount.concurrency.get() > crate::MAX_CONCURRENCY {
                 return Err(StartError::Setting {
                     mount: mount.name().to_owned(),

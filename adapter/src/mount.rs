@@ -185,8 +185,10 @@ impl Mount {
         self
     }
 
-    /// The filter subject of a consumer the runtime creates; an existing consumer keeps its
-    /// own.
+    /// The filter subject of a consumer the runtime creates. An existing consumer keeps its
+    /// own, and must have this one: start-up refuses the mount
+    /// ([`StartError::Setting`](crate::StartError::Setting)) when it has another, none, or
+    /// several.
     #[must_use]
     pub fn filter_subject(mut self, subject: &str) -> Self {
         self.filter_subject = Some(subject.to_owned());

@@ -183,7 +183,8 @@ async fn remove_created(created: &[(async_nats::jetstream::stream::Stream, Strin
 
 /// Binds the mount's durable, or creates it (explicit ack, the mount's `ack_wait`, no
 /// `max_deliver`; recorded in `created`), and checks it against rule 11. An existing
-/// consumer is never changed.
+/// consumer is never changed; one whose filter subject is not the one the mount declares
+/// (when it declares one) is refused.
 async fn bind_consumer(
     js: &async_nats::jetstream::Context,
     mount: &Mount,
@@ -230,6 +231,20 @@ async fn bind_consumer(
         Err(e) => return Err(refused(&e)),
     };
     let info = &bound.cached_info().config;
+    if let Some(wanted) = &mount.filter_subject
+        && info.filter_subject != *wanted
+    {
+        let has = match info.filter_subject.as_str() {
+            "" => "no filter subject (or several filter subjects)".to_owned(),
+            other => format!("filter subject `{other}`"),
+        };
+        return Err(StartError::Setting {
+            mount: name.to_owned(),
+            reason: format!(
+                "consumer `{consumer}` on stream `{stream}` exists with {has}, not the mount's `{wanted}`: an existing consumer is never changed, and it would deliver other messages than the mount declares; change the mount's filter_subject, or the consumer"
+            ),
+        });
+    }
     let facts = ConsumerFacts {
         ack_policy: ack_policy(info.ack_policy),
         max_deliver: info.max_deliver,

@@ -411,3 +411,57 @@ fn core_only_settings_on_a_jetstream_mount_are_warned_about() {
         app.shutdown().await;
     });
 }
+
+/// A mount that declares a filter subject its existing consumer does not have is refused,
+/// naming both (an existing consumer is never changed, and it would deliver other messages
+/// than the mount says); the same filter binds. Two mounts of one app on the same consumer
+/// are refused too: each would take part of the other's messages.
+#[test]
+fn a_filter_the_consumer_does_not_have_and_a_shared_consumer_are_refused() {
+    run(async {
+        let (server, tc, _acks, _r, _ev) = js_case().await;
+        let orders = tc.js.get_stream("ORDERS").await.unwrap();
+        orders
+            .create_consumer(adapter::async_nats::jetstream::consumer::pull::Config {
+                durable_name: Some("worker".into()),
+                ack_policy: adapter::async_nats::jetstream::consumer::AckPolicy::Explicit,
+                filter_subject: "orders.a".into(),
+                ..Default::default()
+            })
+            .await
+            .expect("the consumer");
+        let noop = |_: Delivery| async { Outcome::Ack };
+        let e = start_err(&server, |a| {
+            a.mount(js_mount("filter-other").filter_subject("orders.b"), noop)
+        })
+        .await;
+        match &e {
+            StartError::Setting { mount, reason } => {
+                assert_eq!(mount, "filter-other", "{e}");
+                assert!(
+                    reason.contains("`orders.a`") && reason.contains("`orders.b`"),
+                    "{reason}"
+                );
+            }
+            other => panic!("not refused for its filter: {other}"),
+        }
+        let app = start(&server, &events(), |a| {
+            a.mount(js_mount("filter-same").filter_subject("orders.a"), noop)
+        })
+        .await;
+        app.shutdown().await;
+        let e = start_err(&server, |a| {
+            a.mount(js_mount("share-1"), noop)
+                .mount(js_mount("share-2"), noop)
+        })
+        .await;
+        let text = e.to_string();
+        assert!(
+            matches!(e, StartError::SharedConsumer { .. })
+                && text.contains("share-1")
+                && text.contains("share-2")
+                && text.contains("`worker`"),
+            "{text}"
+        );
+    });
+}
