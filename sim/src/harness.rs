@@ -79,13 +79,15 @@ impl Sim {
     /// with the default model ([`Server::new`]). Returns what `scenario` returns.
     ///
     /// Give it the app of this crate ([`App`](crate::App)): `ruststream-tokio`'s would run
-    /// too, its timers virtual, but read the system clock and take real time. A task that
+    /// too, its timers virtual, but read the system clock and take real time. Shut the app
+    /// down inside `scenario`: the simulation, and the app's tasks with it, end when `run`
+    /// returns. A task that
     /// never waits (a handler spinning in a loop) keeps the clock from moving, and so every
     /// deadline, the test's own included.
     ///
     /// # Panics
     /// If the runtime cannot be built or the endpoint cannot listen on loopback; when called
-    /// inside a tokio runtime (use [`start`](Self::start) there).
+    /// inside a tokio runtime, saying to use [`start`](Self::start) there.
     pub fn run<F, Fut>(scenario: F) -> Fut::Output
     where
         F: FnOnce(Sim) -> Fut,
@@ -105,6 +107,12 @@ impl Sim {
         F: FnOnce(Sim) -> Fut,
         Fut: Future,
     {
+        assert!(
+            tokio::runtime::Handle::try_current().is_err(),
+            "Sim::run builds the simulation's own runtime, so it cannot run inside another \
+             (a #[tokio::test], say): there, use `#[tokio::test(start_paused = true)]` and \
+             `Sim::start(Server::new(tokio::time::Instant::now().into_std()))`"
+        );
         #[allow(clippy::expect_used)] // documented: no runtime, no simulation
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -511,3 +511,21 @@ fn large_messages_pass_the_endpoint_whole() {
         running.shutdown().await;
     });
 }
+
+/// `Sim::run` inside a tokio runtime says what to use instead.
+#[test]
+fn sim_run_inside_a_runtime_says_what_to_use_instead() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let panic = runtime.block_on(async {
+        std::panic::catch_unwind(|| Sim::run(|_| async {})).expect_err("refused")
+    });
+    let text = panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_default();
+    assert!(text.contains("Sim::start"), "{text}");
+}
