@@ -73,6 +73,7 @@ impl From<SimError> for ApiError {
             SimError::ConsumerExists { .. } => (400, ErrorCode::CONSUMER_ALREADY_EXISTS),
             SimError::StreamFull(_) => (503, ErrorCode::STREAM_STORE_FAILED),
             SimError::InvalidConfig { .. } => (400, ErrorCode::STREAM_INVALID_CONFIG),
+            SimError::WorkQueue { rule, .. } => (400, ErrorCode(rule.err_code())),
             _ => (400, ErrorCode::BAD_REQUEST),
         };
         Self {

@@ -90,6 +90,16 @@ pub enum SimError {
     /// A stream with `DiscardPolicy::New` is full: the publish is refused.
     #[error("stream `{0}`: maximum messages exceeded")]
     StreamFull(String),
+    /// A consumer a work-queue stream cannot have ([`WorkQueueRule`] says which rule).
+    #[error("consumer `{consumer}` on stream `{stream}`: {rule}")]
+    WorkQueue {
+        /// The stream.
+        stream: String,
+        /// The consumer.
+        consumer: String,
+        /// The rule it breaks.
+        rule: WorkQueueRule,
+    },
     /// A publish directive (`Nats-Expected-…`) the stream does not meet: nothing is stored.
     #[error("stream `{stream}`: {header}: {problem}")]
     WrongExpectation {
@@ -113,4 +123,30 @@ pub enum SimError {
         /// The stream's `max_message_size`.
         max_message_size: i32,
     },
+}
+
+/// The rules nats-server keeps for a work-queue stream's consumers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkQueueRule {
+    /// Its consumers acknowledge explicitly (error code 10098).
+    #[error("workqueue stream requires explicit ack")]
+    RequiresExplicitAck,
+    /// At most one consumer without a filter (10099).
+    #[error("multiple non-filtered consumers not allowed on workqueue stream")]
+    MultipleUnfiltered,
+    /// Filters that do not overlap (10100).
+    #[error("filtered consumer not unique on workqueue stream")]
+    NotUnique,
+}
+
+impl WorkQueueRule {
+    /// nats-server's error code for it.
+    pub fn err_code(self) -> u64 {
+        match self {
+            Self::RequiresExplicitAck => 10098,
+            Self::MultipleUnfiltered => 10099,
+            Self::NotUnique => 10100,
+        }
+    }
 }

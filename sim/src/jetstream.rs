@@ -4,12 +4,13 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use async_nats::jetstream::consumer::pull;
+use async_nats::jetstream::consumer::{AckPolicy, pull};
 use async_nats::jetstream::stream;
 use ruststream_core::{ACK_PREFIX, AckReply, Subject};
 
 use crate::SimError;
 use crate::consumer::{Consumer, ConsumerState, Send};
+use crate::error::WorkQueueRule;
 use crate::ids::ConnectionId;
 use crate::journal::{Publish, Record};
 use crate::routing::has_interest;
@@ -458,22 +459,24 @@ fn check_work_queue<'c>(
     consumer: &Consumer,
     others: impl Iterator<Item = &'c Consumer>,
 ) -> Result<(), SimError> {
-    let invalid = |problem: &str| SimError::InvalidConfig {
-        what: format!("consumer `{}` on stream `{stream}`", consumer.name),
-        problem: problem.to_owned(),
+    let broken = |rule| SimError::WorkQueue {
+        stream: stream.to_owned(),
+        consumer: consumer.name.clone(),
+        rule,
     };
+    if consumer.config.ack_policy != AckPolicy::Explicit {
+        return Err(broken(WorkQueueRule::RequiresExplicitAck));
+    }
     for other in others {
         if consumer.filters().is_empty() || other.filters().is_empty() {
-            return Err(invalid(
-                "multiple non-filtered consumers not allowed on workqueue stream",
-            ));
+            return Err(broken(WorkQueueRule::MultipleUnfiltered));
         }
         if consumer
             .filters()
             .iter()
             .any(|mine| other.filters().iter().any(|theirs| overlap(mine, theirs)))
         {
-            return Err(invalid("filtered consumer not unique on workqueue stream"));
+            return Err(broken(WorkQueueRule::NotUnique));
         }
     }
     Ok(())

@@ -138,7 +138,7 @@ mod wire;
 pub use consumer::{
     ConsumerState, DEFAULT_MAX_ACK_PENDING, DEFAULT_MAX_WAITING, SERVER_DEFAULT_ACK_WAIT, Sequences,
 };
-pub use error::SimError;
+pub use error::{SimError, WorkQueueRule};
 pub use faults::Faults;
 pub use ids::{ConnectionId, SubscriptionId};
 pub use journal::{Delivered, Publish, Published, Record};

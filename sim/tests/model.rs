@@ -842,12 +842,31 @@ fn a_work_queue_takes_a_second_consumer_only_on_a_subject_of_its_own() {
     };
     server.create_consumer("WQ", consumer("a", "wq.a")).unwrap();
     server.create_consumer("WQ", consumer("b", "wq.b")).unwrap();
+    let rule = |e: SimError| match e {
+        SimError::WorkQueue { rule, .. } => rule,
+        other => panic!("not a work-queue rule: {other}"),
+    };
     let err = server.create_consumer("WQ", consumer("c", "")).unwrap_err();
     assert!(err.to_string().contains("non-filtered"), "{err}");
+    assert_eq!(rule(err).err_code(), 10099);
     let err = server
         .create_consumer("WQ", consumer("d", "wq.*"))
         .unwrap_err();
     assert!(err.to_string().contains("not unique"), "{err}");
+    assert_eq!(rule(err).err_code(), 10100);
+    let err = server
+        .create_consumer(
+            "WQ",
+            pull::Config {
+                ack_policy: AckPolicy::None,
+                ..consumer("e", "wq.e")
+            },
+        )
+        .unwrap_err();
+    assert_eq!(
+        rule(err),
+        ruststream_sim::WorkQueueRule::RequiresExplicitAck
+    );
     assert_eq!(
         server.stream_state("WQ").unwrap().first_sequence,
         0,
