@@ -30,7 +30,7 @@ const PAGE: usize = 1024;
 const ZERO_TIME: &str = "0001-01-01T00:00:00Z";
 
 /// A JetStream API error, as nats-server answers one.
-struct ApiError {
+pub(crate) struct ApiError {
     code: u16,
     err_code: ErrorCode,
     description: String,
@@ -72,6 +72,14 @@ impl From<SimError> for ApiError {
             SimError::SubjectsOverlap { .. } => (400, ErrorCode::STREAM_SUBJECT_OVERLAP),
             SimError::ConsumerExists { .. } => (400, ErrorCode::CONSUMER_ALREADY_EXISTS),
             SimError::StreamFull(_) => (503, ErrorCode::STREAM_STORE_FAILED),
+            SimError::MessageTooLarge { .. } => (400, ErrorCode(10054)),
+            SimError::WrongExpectation { header, .. } => match header {
+                "Nats-Expected-Stream" => (400, ErrorCode(10060)),
+                "Nats-Expected-Last-Msg-Id" => (400, ErrorCode(10070)),
+                _ => (400, ErrorCode(10071)),
+            },
+            // A fault the test injected: no nats-server error is its twin.
+            SimError::PublishFailed { .. } => (503, ErrorCode(10000)),
             SimError::InvalidConfig { .. } => (400, ErrorCode::STREAM_INVALID_CONFIG),
             SimError::WorkQueue { rule, .. } => (400, ErrorCode(rule.err_code())),
             _ => (400, ErrorCode::BAD_REQUEST),
@@ -82,6 +90,17 @@ impl From<SimError> for ApiError {
             description,
         }
     }
+}
+
+/// A JetStream error answer, as nats-server writes one: `{"error": {"code", "err_code",
+/// "description"}}`; for an API request, or a JetStream publish the model refused.
+pub(crate) fn error_body(e: impl Into<ApiError>) -> Value {
+    let e = e.into();
+    json!({"error": {
+        "code": e.code,
+        "err_code": e.err_code.0,
+        "description": e.description,
+    }})
 }
 
 /// The RFC 3339 time of a virtual instant: the model's clock starts at [`EPOCH_NANOS`].
@@ -102,14 +121,7 @@ impl Server {
     /// JSON body of the response.
     pub(crate) fn answer_api(&mut self, subject: &str, payload: &[u8]) -> Value {
         let kind = response_type(subject);
-        let mut body = match self.api(subject, payload) {
-            Ok(body) => body,
-            Err(e) => json!({"error": {
-                "code": e.code,
-                "err_code": e.err_code.0,
-                "description": e.description,
-            }}),
-        };
+        let mut body = self.api(subject, payload).unwrap_or_else(error_body);
         if let Value::Object(map) = &mut body {
             map.insert(
                 "type".to_owned(),

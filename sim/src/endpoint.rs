@@ -350,22 +350,7 @@ impl Inner {
             // nats-server answers one: a JetStream error to the reply subject.
             Err(e) => {
                 if let Some(reply) = reply {
-                    let (code, err_code) = match e {
-                        SimError::StreamFull(_) => (503, 10077),
-                        SimError::MessageTooLarge { .. } => (400, 10054),
-                        SimError::WrongExpectation { header, .. } => match header {
-                            "Nats-Expected-Stream" => (400, 10060),
-                            "Nats-Expected-Last-Msg-Id" => (400, 10070),
-                            _ => (400, 10071),
-                        },
-                        _ => (503, 10000),
-                    };
-                    let body = serde_json::json!({"error": {
-                        "code": code,
-                        "err_code": err_code,
-                        "description": e.to_string(),
-                    }});
-                    self.respond(&reply, body.to_string());
+                    self.respond(&reply, crate::api::error_body(e).to_string());
                 }
                 Ok(())
             }

@@ -336,7 +336,7 @@ impl Server {
             && stored.is_none()
             && !message.subject.starts_with(PULL_PREFIX)
         {
-            self.send_status(reply, 503, "No Responders", None);
+            self.no_responders(reply);
         }
         self.pump(at);
         Ok(Published { receivers, stored })
