@@ -17,30 +17,32 @@
 //! async-nats runs its connection on Tokio, and some of its JetStream calls (request timeouts,
 //! publish acknowledgements, pull requests) need a Tokio timer. Each app provides one
 //! explicitly: [`App::start`] starts a small current-thread Tokio runtime on a thread of the
-//! app's own (`ruststream-tokio-reactor`), and the app owns its lifetime: the end of
-//! [`Running::shutdown`] stops it. Every future that touches async-nats (start and shutdown,
-//! each mount loop, each delivery and its handler) is polled inside that runtime's context,
-//! so a handler never panics for lack of a Tokio context, and may use Tokio types itself.
+//! app's own (`ruststream-nats`, a [`NatsThread`](ruststream_adapter::NatsThread)), and the
+//! app owns its lifetime: the end of [`Running::shutdown`] stops it. Every future that touches
+//! async-nats (start and shutdown, each mount loop, each delivery and its handler) is polled
+//! inside that runtime's context, so a handler never panics for lack of a Tokio context, and
+//! may use Tokio types itself.
 //!
-//! Everything else runs on smol and async-io:
-//! - **The mount loops** run on a `smol::Executor` that the same thread drives inside the Tokio
-//!   runtime, beside the connection. A handler is first polled there, on its mount's loop; a
-//!   delivery whose handler returns at once is planned and settled there too, so its message
-//!   and its ack never cross threads.
+//! - **The mount loops** run on that thread too, as tasks of its Tokio runtime beside the
+//!   connection. A handler is first polled there, on its mount's loop; a delivery whose
+//!   handler returns at once is planned and settled there too, so its message and its ack
+//!   never cross threads.
 //! - **A delivery that waits** (a handler still pending at its first poll, or a dead letter
 //!   waiting for its confirmation) moves to smol's global executor (`SMOL_THREADS` threads).
 //!
 //!   The cost of sharing the thread: a handler's code up to its first `.await` runs on the
-//!   reactor thread, and while it runs the app's connection waits (as on a current-thread
+//!   app's thread, and while it runs the app's connection waits (as on a current-thread
 //!   tokio runtime). Keep that part short; blocking or CPU-heavy work belongs in
 //!   `smol::unblock`.
 //! - **The delay queue's one timer, shutdown and signals** run on smol's global executor,
 //!   async-io timers and async-signal.
 //!
 //! When a shutdown's grace period ends with a handler still running on a mount's loop (a
-//! Core mount whose slots were all taken), that handler stops where it is, with the reactor
-//! thread: it is neither polled again nor dropped. It is reported in
-//! [`ShutdownReport::abandoned`] like any other. (On tokio it would run on, detached.)
+//! Core mount whose slots were all taken), that handler stops where it is, with the app's
+//! thread: it is not polled again, and its future is dropped with the thread's runtime. It is
+//! reported in
+//! [`ShutdownReport::abandoned`] like any other (as on tokio, whose apps have the same
+//! thread).
 //!
 //! If that thread ends under the app, [`Running::until_signal`] logs an error and returns at
 //! once with an [`AppFailed`] error whose report's [`ShutdownReport::failure`] says so,

@@ -9,7 +9,7 @@
 //! through `ruststream-smol`. The load (the publisher, the waits, the server checks) is the
 //! same for all three and runs on the bench's Tokio runtime; the smol app runs on a thread of
 //! its own, outside any Tokio context (`smol::block_on`), as a smol application would, with
-//! the app's own reactor thread.
+//! the app's own NATS thread.
 //!
 //! - **Core**: a subscriber on one subject whose handler acks. The publisher keeps at most
 //!   8,192 messages in flight (when the window is full it flushes and sleeps 1 ms until the
@@ -275,7 +275,7 @@ enum Side {
 
 /// Runs `load` while the app `start_*` gives runs: on this Tokio runtime, or, for smol, on a
 /// thread of its own outside any Tokio context (`smol::block_on`), as a smol application
-/// would, with the app's own reactor thread. Shuts the app down after `load`.
+/// would, with the app's own NATS thread. Shuts the app down after `load`.
 async fn with_app<L: Future<Output = f64>>(
     side: Side,
     url: &str,

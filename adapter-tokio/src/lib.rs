@@ -48,6 +48,15 @@
 //!   runtime's own come from `ruststream_adapter`): `RUST_LOG=ruststream=debug` shows them
 //!   all.
 //! - A handler that panics is logged at error level and counts as no outcome (rule 13).
+//! - Each app runs its NATS connection and its mount loops on a thread of its own
+//!   (`ruststream-nats`), so that a message is read and handled on one thread; everything
+//!   else is on your runtime. A handler is first polled on its mount's loop there, with your
+//!   runtime entered (what it spawns, and its timers, are your runtime's); one still pending
+//!   moves to a task on your runtime, where slow handlers run in parallel. Its code up to its
+//!   first `.await` holds up the app's connection while it runs: blocking or CPU-heavy work
+//!   belongs in `tokio::task::spawn_blocking` (`block_in_place` panics on that thread). The
+//!   end of a shutdown stops the thread; a handler still running on a loop then is dropped
+//!   with it, reported abandoned.
 //! - A JetStream mount pulls as many messages as it has free handler slots, plus a prefetch
 //!   sized from its handling rate so that a prefetched message waits a small share of
 //!   `ack_wait`, renewed with `+WPI` while it waits ([`Mount::concurrency`]).

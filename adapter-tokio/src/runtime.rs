@@ -3,7 +3,10 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-/// The runtime this crate runs ruststream on: tokio, the application's own.
+use ruststream_adapter::{Entered, NatsThread};
+
+/// The runtime this crate runs ruststream on: tokio, the application's own, with the app's
+/// connection and mount loops on a thread of their own (a [`NatsThread`]).
 ///
 /// It fixes `ruststream-adapter`'s generic [`App`](crate::App) and [`Running`](crate::Running);
 /// applications do not name it.
@@ -22,13 +25,15 @@ impl ruststream_adapter::Runtime for Runtime {
         tokio::spawn(future)
     }
 
-    /// As [`spawn`](ruststream_adapter::Runtime::spawn): the reactor is the application's
-    /// runtime, which runs every task.
-    fn spawn_next_to<F>(_reactor: &Reactor, future: F) -> Self::Task
+    /// Spawns `future` on the app's thread (its [`NatsThread`]), polled with the application's
+    /// runtime entered.
+    fn spawn_next_to<F>(reactor: &Reactor, future: F) -> Self::Task
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        tokio::spawn(future)
+        reactor
+            .thread
+            .spawn(Entered::new(reactor.application.clone(), future))
     }
 
     async fn join(task: Self::Task) {
@@ -71,29 +76,79 @@ impl ruststream_adapter::Runtime for Runtime {
     }
 }
 
-/// The Tokio runtime async-nats runs on. On tokio it is the application's own: nothing to
-/// start, watch or stop.
-#[derive(Debug, Clone, Copy)]
+/// The thread async-nats' connection runs on, and the app's mount loops beside it: a
+/// [`NatsThread`] of the app's own, started by [`App::start`](crate::App::start), so that a
+/// message is read and handled on one thread (see [`NatsThread`] for why).
+///
+/// The application's runtime (the one `App::start` is awaited on) keeps everything else: a
+/// mount loop is polled with it entered, so a delivery whose handler has to wait moves to a
+/// task on it (where slow handlers run in parallel), and what a handler spawns, and the
+/// timers it arms, belong to it too. A handler that finishes at its first poll runs in place
+/// on the app's thread, where [`tokio::task::block_in_place`] is not available (it panics,
+/// which the runtime reports as a panicked handler, rule 13): blocking work belongs in
+/// [`tokio::task::spawn_blocking`].
+///
+/// The thread ends at the end of the app's shutdown, when the application's runtime shuts
+/// down, or once the last handle to the app is gone; if it ends before that, the app reports it ([`AppFailed`](crate::AppFailed)) instead
+/// of hanging.
+#[derive(Debug, Clone)]
 #[allow(unreachable_pub)] // public only as `Runtime::Reactor`; applications never name it
-pub struct Reactor;
+pub struct Reactor {
+    thread: NatsThread,
+    /// The application's runtime, entered while a mount loop is polled.
+    application: tokio::runtime::Handle,
+}
 
 impl ruststream_adapter::Reactor for Reactor {
+    /// Starts the app's thread.
+    ///
+    /// # Errors
+    /// When called outside a Tokio runtime (`App::start` is awaited on one), or when the
+    /// thread or its runtime cannot be built.
     fn start() -> Result<Self, String> {
-        Ok(Self)
+        let application = tokio::runtime::Handle::try_current().map_err(|_| {
+            "App::start must be awaited inside a Tokio runtime (for example under #[tokio::main])"
+                .to_owned()
+        })?;
+        let thread = NatsThread::start("ruststream-nats")?;
+        // The app lives no longer than the application's runtime: when that runtime shuts
+        // down, it drops this task, which stops the thread (and with it the app's connection
+        // and loops, as if they had run on that runtime). The task ends with the thread.
+        let watched = StopOnDrop(thread.clone());
+        application.spawn(async move {
+            watched.0.failed().await;
+        });
+        Ok(Self {
+            thread,
+            application,
+        })
     }
 
-    /// Runs `future` as it is: the application's runtime is already there.
+    /// Runs `future` with the app's thread's runtime entered: the connection async-nats
+    /// opens in it runs on that thread.
     fn enter<F>(&self, future: F) -> impl Future<Output = F::Output> + Send
     where
         F: Future + Send,
     {
-        future
+        self.thread.enter(future)
     }
 
-    /// Never: the application owns its runtime, and the app runs on it.
+    /// Resolves, with why, once the app's thread has ended.
     fn failed(&self) -> impl Future<Output = String> + Send {
-        std::future::pending()
+        self.thread.failed()
     }
 
-    fn stop(&self) {}
+    /// Stops the app's thread (the end of a shutdown, or a test of what follows its loss).
+    fn stop(&self) {
+        self.thread.stop();
+    }
+}
+
+/// Stops the app's thread when dropped.
+struct StopOnDrop(NatsThread);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
 }

@@ -55,8 +55,9 @@ pub enum StartError {
     /// The connection could not be made. The message never holds the URL or credentials.
     #[error("cannot connect to NATS: {0}")]
     Connect(String),
-    /// The runtime the NATS connection needs could not be started (on smol: the app's Tokio
-    /// reactor thread).
+    /// The runtime the NATS connection needs could not be started (the app's NATS thread,
+    /// [`NatsThread`](crate::NatsThread)), or, on tokio, `App::start` was awaited outside a
+    /// Tokio runtime.
     #[error("cannot start the runtime: {0}")]
     Runtime(String),
     /// A mount's runtime setting cannot be used: its concurrency above

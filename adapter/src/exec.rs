@@ -153,9 +153,6 @@ pub(crate) fn copy_headers(msg: &Incoming, retry_count: RetryCount) -> (HeaderMa
     (map, size)
 }
 
-/// Publishes a Core copy of `msg` to `subject` at once (rule 4): its reply subject and payload
-/// unchanged, its headers as [`copy_headers`] gives them; refused, like every copy, when the
-/// server would refuse it for its size (rule 21).
 /// A Core copy built and checked against the server's `max_payload` (rule 21), ready to hand
 /// to the client.
 pub(crate) struct CopyNow {
@@ -215,6 +212,9 @@ impl CopyNow {
     }
 }
 
+/// Publishes a Core copy of `msg` to `subject` at once (rule 4): its reply subject and payload
+/// unchanged, its headers as [`copy_headers`] gives them; refused, like every copy, when the
+/// server would refuse it for its size (rule 21).
 async fn publish_copy(
     ctx: &MountContext,
     msg: &Incoming,

@@ -31,6 +31,7 @@ mod leases;
 pub mod metrics;
 mod mount;
 mod mount_context;
+mod nats_thread;
 mod pull_loop;
 mod report;
 mod running;
@@ -56,6 +57,7 @@ pub use mount::{
     DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY, DEFAULT_HANDLER_TIME_LIMIT, DEFAULT_SUBSCRIPTION_BUFFER,
     MAX_CONCURRENCY, Mount,
 };
+pub use nats_thread::{Entered, NatsThread};
 pub use report::Settled;
 pub use running::{AppFailed, Running, ShutdownHandle};
 pub use runtime::{Reactor, Runtime};

@@ -127,8 +127,8 @@ impl<R: Runtime> Running<R> {
     ///
     /// Also ends when the app cannot go on, logged as an error and reported in
     /// [`ShutdownReport::failure`]: when the runtime the NATS connection runs on ends under
-    /// the app (on smol, its Tokio reactor thread; the app then stops without waiting on the
-    /// dead connection), or when the supervisor gives up subscribing the mounts again (rule
+    /// the app (the app's NATS thread, [`NatsThread`](crate::NatsThread); the app then stops
+    /// without waiting on the dead connection), or when the supervisor gives up subscribing the mounts again (rule
     /// 20: see [`RECOVERY_LIMIT`](crate::RECOVERY_LIMIT),
     /// [`MAX_RECOVERIES`](crate::MAX_RECOVERIES) and
     /// [`SAME_SUSPECT_LIMIT`](crate::SAME_SUSPECT_LIMIT)).
@@ -177,8 +177,9 @@ impl<R: Runtime> Running<R> {
         self.shutdown_here(failure, reactor_dead, again).await
     }
 
-    /// Stops the runtime the NATS connection runs on, as if it had died: on smol, the app's
-    /// Tokio reactor thread; nothing on tokio. For tests of what follows that loss.
+    /// Stops the runtime the NATS connection runs on, as if it had died: the app's NATS
+    /// thread on tokio and smol; nothing on the simulator. For tests of what follows that
+    /// loss.
     #[doc(hidden)]
     pub fn stop_reactor(&self) {
         self.reactor.stop();

@@ -37,7 +37,7 @@ pub struct ShutdownReport {
     /// subscriptions it noticed and got over.
     pub recoveries: Vec<Recovery>,
     /// Why the app stopped on its own, if it did: the runtime the NATS connection ran on
-    /// ended under it (only possible on smol, whose app owns a Tokio reactor thread), or its
+    /// ended under it (the app's NATS thread, [`NatsThread`](crate::NatsThread)), or its
     /// mounts could not be subscribed again (rule 20).
     pub failure: Option<String>,
 }

@@ -392,3 +392,30 @@ fn rule_14_a_settlement_that_could_not_be_sent_is_not_reported_as_sent() {
         );
     });
 }
+
+on_real_server! {
+/// The app owns the thread its NATS connection and mount loops run on (its `NatsThread`). If
+/// that thread ends, the app reports it and stops; it does not hang. Not on the simulator,
+/// whose runtime has no thread of its own to lose.
+#[test]
+fn the_loss_of_the_app_s_nats_thread_is_reported_not_hung() {
+    run(async {
+        let server = NatsServer::start();
+        let running = App::new(&server.url())
+            .mount(
+                Mount::core_subject("nats-thread", "nats-thread.in"),
+                |_: Delivery| async { Outcome::Ack },
+            )
+            .start()
+            .await
+            .expect("the app starts");
+        running.stop_reactor();
+        let report = tokio::time::timeout(Duration::from_secs(20), running.until_signal())
+            .await
+            .expect("until_signal returns once the thread is gone, instead of hanging");
+        let failed = report.expect_err("the app stopped on its own: an error");
+        let failure = failed.report.failure.expect("the loss is reported");
+        assert!(failure.contains("NATS thread"), "{failure}");
+    });
+}
+}

@@ -26,30 +26,6 @@ use std::time::{Duration, Instant};
 
 use adapter::{App, Delivery, Mount, Outcome};
 
-/// smol only: the app owns the Tokio reactor thread its NATS connection runs on. If that
-/// thread ends, the app reports it and stops; it does not hang.
-#[test]
-fn smol_reactor_loss_is_reported_not_hung() {
-    run(async {
-        let server = NatsServer::start();
-        let running = App::new(&server.url())
-            .mount(
-                Mount::core_subject("reactor", "reactor.in"),
-                |_: Delivery| async { Outcome::Ack },
-            )
-            .start()
-            .await
-            .expect("the app starts");
-        running.stop_reactor();
-        let report = tokio::time::timeout(Duration::from_secs(20), running.until_signal())
-            .await
-            .expect("until_signal returns once the reactor is gone, instead of hanging");
-        let failed = report.expect_err("the app stopped on its own: an error");
-        let failure = failed.report.failure.expect("the loss is reported");
-        assert!(failure.contains("reactor"), "{failure}");
-    });
-}
-
 /// smol only: a user's own async-nats client, built in plain `smol::block_on` (no Tokio
 /// context around the test) with the crate's `Compat`, given to the app, and used outside
 /// any handler: a Core publish as it is, JetStream calls inside `Compat`.

@@ -1,0 +1,137 @@
+//! The thread an app's NATS connection runs on, with its mount loops beside it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+/// A thread of the app's own running a Tokio current-thread runtime: async-nats' connection
+/// task (opened inside [`enter`](Self::enter)) and the mount loops (given to
+/// [`spawn`](Self::spawn)) run on it, so that a message is read and handled on one thread.
+///
+/// A runtime crate's [`Reactor`](crate::Reactor) is built on it: `ruststream-tokio` and
+/// `ruststream-smol` both are. Why a thread of its own: when the connection's task and a
+/// mount's loop run on different threads, every message's bytes cross between cores' caches
+/// before its handler decodes them; measured in `BENCHMARKS.md` (issue 13), the same loop
+/// decoded the same payloads about 25 % slower that way.
+///
+/// Clones share the thread. It runs until [`stop`](Self::stop) is called or every clone is
+/// dropped, then drops its runtime, which cancels what still runs on it.
+#[derive(Debug, Clone)]
+pub struct NatsThread {
+    handle: tokio::runtime::Handle,
+    alive: tokio::sync::watch::Receiver<bool>,
+    stop: Arc<Mutex<Option<tokio::sync::oneshot::Sender<()>>>>,
+}
+
+impl NatsThread {
+    /// Starts the thread, named `name`.
+    ///
+    /// # Errors
+    /// The reason, when the thread or its runtime cannot be built.
+    pub fn start(name: &str) -> Result<Self, String> {
+        let (handle_tx, handle_rx) = std::sync::mpsc::channel();
+        let (alive_tx, alive) = tokio::sync::watch::channel(true);
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(move || {
+                match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => {
+                        let _ = handle_tx.send(Ok(runtime.handle().clone()));
+                        // Until asked to stop, or every clone is gone (the sender dropped).
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            runtime.block_on(async {
+                                let _ = stop_rx.await;
+                            })
+                        }));
+                    }
+                    Err(e) => {
+                        let _ = handle_tx.send(Err(e.to_string()));
+                    }
+                }
+                alive_tx.send_replace(false);
+            })
+            .map_err(|e| format!("cannot start the app's NATS thread: {e}"))?;
+        let handle = handle_rx
+            .recv()
+            .map_err(|_| "the app's NATS thread ended at start".to_owned())?
+            .map_err(|e| format!("cannot build the app's NATS runtime: {e}"))?;
+        Ok(Self {
+            handle,
+            alive,
+            stop: Arc::new(Mutex::new(Some(stop_tx))),
+        })
+    }
+
+    /// Runs `future` (on the caller's task) with the thread's runtime entered, so that a
+    /// connection async-nats opens in it, and its task, belong to the thread.
+    pub fn enter<F>(&self, future: F) -> Entered<F>
+    where
+        F: Future,
+    {
+        Entered::new(self.handle.clone(), future)
+    }
+
+    /// Spawns `future` on the thread.
+    pub fn spawn<F>(&self, future: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.handle.spawn(future)
+    }
+
+    /// Resolves, with why, once the thread has ended.
+    pub fn failed(&self) -> impl Future<Output = String> + Send + use<> {
+        let mut alive = self.alive.clone();
+        async move {
+            let _ = alive.wait_for(|alive| !*alive).await;
+            "the app's NATS thread, which runs its connection and mount loops, has ended".to_owned()
+        }
+    }
+
+    /// Stops the thread: what still runs on it is cancelled.
+    pub fn stop(&self) {
+        if let Ok(mut stop) = self.stop.lock()
+            && let Some(stop) = stop.take()
+        {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// A future polled with a Tokio runtime entered (see [`NatsThread::enter`]): what it spawns
+/// with `tokio::spawn`, and the timers and connections it makes, belong to that runtime.
+pub struct Entered<F> {
+    handle: tokio::runtime::Handle,
+    future: Pin<Box<F>>,
+}
+
+impl<F> Entered<F> {
+    /// `future`, to be polled with `handle`'s runtime entered.
+    pub fn new(handle: tokio::runtime::Handle, future: F) -> Self {
+        Self {
+            handle,
+            future: Box::pin(future),
+        }
+    }
+}
+
+impl<F: Future> Future for Entered<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let _context = self.handle.enter();
+        self.future.as_mut().poll(cx)
+    }
+}
+
+impl<F> std::fmt::Debug for Entered<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entered").finish_non_exhaustive()
+    }
+}
