@@ -35,7 +35,8 @@
 //!   tokio runtime). Keep that part short; blocking or CPU-heavy work belongs in
 //!   `smol::unblock`.
 //! - **The delay queue's one timer, shutdown and signals** run on smol's global executor,
-//!   async-io timers and async-signal.
+//!   async-io timers and async-signal. (The mount loops' own timers, such as a pull request's
+//!   deadline, are the app's thread's Tokio timers, so that they stay on that thread.)
 //!
 //! When a shutdown's grace period ends with a handler still running on a mount's loop (a
 //! Core mount whose slots were all taken), that handler stops where it is, with the app's

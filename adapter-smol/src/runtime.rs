@@ -90,15 +90,25 @@ impl ruststream_adapter::Runtime for Runtime {
         Instant::now()
     }
 
-    /// On async-io's timer.
+    /// On the app's NATS thread (where the mount loops run), on that thread's Tokio timer, so
+    /// that a mount loop's timers stay on its own thread (async-io's are registered with
+    /// async-io's thread and woken from it); everywhere else on async-io's timer.
     async fn sleep_until(at: Instant) {
-        smol::Timer::at(at).await;
+        if NatsThread::is_current() {
+            tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await;
+        } else {
+            smol::Timer::at(at).await;
+        }
     }
 
+    /// On the same timers as [`sleep_until`](ruststream_adapter::Runtime::sleep_until).
     async fn timeout<F>(limit: Duration, future: F) -> Option<F::Output>
     where
         F: Future + Send,
     {
+        if NatsThread::is_current() {
+            return tokio::time::timeout(limit, future).await.ok();
+        }
         smol::future::or(async { Some(future.await) }, async {
             smol::Timer::after(limit).await;
             None

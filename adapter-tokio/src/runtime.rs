@@ -46,15 +46,34 @@ impl ruststream_adapter::Runtime for Runtime {
         Instant::now()
     }
 
+    /// On the app's NATS thread (the mount loops' own timers, such as a pull request's
+    /// deadline), on that thread's runtime's timer, so that it is armed and fired on the
+    /// thread; elsewhere on the current runtime's.
     async fn sleep_until(at: Instant) {
-        tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await;
+        let at = tokio::time::Instant::from_std(at);
+        let sleep = match NatsThread::current_runtime() {
+            Some(own) => {
+                let _own = own.enter();
+                tokio::time::sleep_until(at)
+            }
+            None => tokio::time::sleep_until(at),
+        };
+        sleep.await;
     }
 
+    /// On the same timers as [`sleep_until`](ruststream_adapter::Runtime::sleep_until).
     async fn timeout<F>(limit: Duration, future: F) -> Option<F::Output>
     where
         F: Future + Send,
     {
-        tokio::time::timeout(limit, future).await.ok()
+        let timeout = match NatsThread::current_runtime() {
+            Some(own) => {
+                let _own = own.enter();
+                tokio::time::timeout(limit, future)
+            }
+            None => tokio::time::timeout(limit, future),
+        };
+        timeout.await.ok()
     }
 
     async fn termination_signal() -> std::io::Result<&'static str> {

@@ -41,6 +41,8 @@ impl NatsThread {
                     .build()
                 {
                     Ok(runtime) => {
+                        ON_A_NATS_THREAD.set(true);
+                        OWN_RUNTIME.set(Some(runtime.handle().clone()));
                         let _ = handle_tx.send(Ok(runtime.handle().clone()));
                         // Until asked to stop, or every clone is gone (the sender dropped).
                         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -48,12 +50,17 @@ impl NatsThread {
                                 let _ = stop_rx.await;
                             })
                         }));
+                        // Said before the runtime goes (cancelling what runs on it), so that
+                        // nothing sees the runtime gone while the thread still counts as
+                        // alive.
+                        alive_tx.send_replace(false);
+                        drop(runtime);
                     }
                     Err(e) => {
                         let _ = handle_tx.send(Err(e.to_string()));
+                        alive_tx.send_replace(false);
                     }
                 }
-                alive_tx.send_replace(false);
             })
             .map_err(|e| format!("cannot start the app's NATS thread: {e}"))?;
         let handle = handle_rx
@@ -65,6 +72,21 @@ impl NatsThread {
             alive,
             stop: Arc::new(Mutex::new(Some(stop_tx))),
         })
+    }
+
+    /// Whether the calling thread is an app's NATS thread (then its runtime is running: the
+    /// caller is on it). A runtime crate whose own timers live on another thread may use the
+    /// thread's Tokio timer there instead.
+    pub fn is_current() -> bool {
+        ON_A_NATS_THREAD.get()
+    }
+
+    /// The runtime of the NATS thread the caller is on, if it is on one: for a runtime crate
+    /// that polls the mount loops with another runtime entered, and wants their own timers on
+    /// the thread's (created with it entered: a Tokio timer belongs to the runtime current
+    /// where it is made).
+    pub fn current_runtime() -> Option<tokio::runtime::Handle> {
+        OWN_RUNTIME.with_borrow(Clone::clone)
     }
 
     /// Runs `future` (on the caller's task) with the thread's runtime entered, so that a
@@ -102,6 +124,14 @@ impl NatsThread {
             let _ = stop.send(());
         }
     }
+}
+
+thread_local! {
+    /// Set on each [`NatsThread`]'s thread, for [`NatsThread::is_current`].
+    static ON_A_NATS_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The thread's own runtime, for [`NatsThread::current_runtime`].
+    static OWN_RUNTIME: std::cell::RefCell<Option<tokio::runtime::Handle>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 /// A future polled with a Tokio runtime entered (see [`NatsThread::enter`]): what it spawns

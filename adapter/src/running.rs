@@ -146,7 +146,20 @@ impl<R: Runtime> Running<R> {
     async fn until_signal_here(self) -> ShutdownReport {
         let mut asked = self.shutdown.subscribe();
         let mut failed = self.failed.subscribe();
+        // Failures first: once the NATS thread is gone, listening for signals fails at once
+        // too (its runtime is gone), and must not be taken for a request to shut down.
         let (failure, reactor_dead) = tokio::select! {
+            biased;
+            why = self.reactor.failed() => {
+                tracing::error!(error = %why, "the app cannot go on; stopping");
+                (Some(why), true)
+            }
+            // The supervisor has logged why.
+            why = failed.wait_for(Option::is_some) => (why.ok().and_then(|why| (*why).clone()), false),
+            _ = asked.wait_for(|stop| *stop) => {
+                tracing::info!("shutdown requested");
+                (None, false)
+            }
             signal = R::termination_signal() => {
                 match signal {
                     Ok(name) => tracing::info!(signal = name, "shutting down"),
@@ -154,16 +167,6 @@ impl<R: Runtime> Running<R> {
                 }
                 (None, false)
             }
-            _ = asked.wait_for(|stop| *stop) => {
-                tracing::info!("shutdown requested");
-                (None, false)
-            }
-            why = self.reactor.failed() => {
-                tracing::error!(error = %why, "the app cannot go on; stopping");
-                (Some(why), true)
-            }
-            // The supervisor has logged why.
-            why = failed.wait_for(Option::is_some) => (why.ok().and_then(|why| (*why).clone()), false),
         };
         let again = async {
             match R::termination_signal().await {
