@@ -43,7 +43,10 @@
 //! thread: it is not polled again, and its future is dropped with the thread's runtime. It is
 //! reported in
 //! [`ShutdownReport::abandoned`] like any other (as on tokio, whose apps have the same
-//! thread).
+//! thread). An abandoned handler on smol's executor goes on, but without the thread's Tokio
+//! runtime: if it then arms a Tokio timer (or any async-nats call that needs one), that panics
+//! ("A Tokio 1.x context was found, but it is being shutdown"), and the runtime logs it as a
+//! panicked handler. Its delivery was already reported abandoned.
 //!
 //! If that thread ends under the app, [`Running::until_signal`] logs an error and returns at
 //! once with an [`AppFailed`] error whose report's [`ShutdownReport::failure`] says so,

@@ -53,8 +53,10 @@
 //!   else is on your runtime. A handler is first polled on its mount's loop there, with your
 //!   runtime entered (what it spawns, and its timers, are your runtime's); one still pending
 //!   moves to a task on your runtime, where slow handlers run in parallel. Its code up to its
-//!   first `.await` holds up the app's connection while it runs: blocking or CPU-heavy work
-//!   belongs in `tokio::task::spawn_blocking` (`block_in_place` panics on that thread). The
+//!   first `.await` that waits runs on that thread, which all of the app's mounts share, one
+//!   handler at a time, and holds up the app's connection while it runs: blocking or
+//!   CPU-heavy work belongs in `tokio::task::spawn_blocking` (`block_in_place` panics on that
+//!   thread, and the handler counts as panicked). The
 //!   end of a shutdown stops the thread; a handler still running on a loop then is dropped
 //!   with it, reported abandoned.
 //! - A JetStream mount pulls as many messages as it has free handler slots, plus a prefetch

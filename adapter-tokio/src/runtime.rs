@@ -103,12 +103,14 @@ impl ruststream_adapter::Runtime for Runtime {
 /// mount loop is polled with it entered, so a delivery whose handler has to wait moves to a
 /// task on it (where slow handlers run in parallel), and what a handler spawns, and the
 /// timers it arms, belong to it too. A handler that finishes at its first poll runs in place
-/// on the app's thread, where [`tokio::task::block_in_place`] is not available (it panics,
-/// which the runtime reports as a panicked handler, rule 13): blocking work belongs in
-/// [`tokio::task::spawn_blocking`].
+/// on the app's thread, which all of the app's mounts share: its code up to its first
+/// `.await` that waits (one that is ready at once, such as an uncontended lock, does not
+/// count) runs there, one handler at a time, and [`tokio::task::block_in_place`] is not
+/// available there (it panics, which the runtime reports as a panicked handler, rule 13):
+/// blocking or CPU-heavy work belongs in [`tokio::task::spawn_blocking`].
 ///
-/// The thread ends at the end of the app's shutdown, when the application's runtime shuts
-/// down, or once the last handle to the app is gone; if it ends before that, the app reports it ([`AppFailed`](crate::AppFailed)) instead
+/// The thread ends at the end of the app's shutdown, or when the application's runtime shuts
+/// down; if it ends before a shutdown, the app reports it ([`AppFailed`](crate::AppFailed)) instead
 /// of hanging.
 #[derive(Debug, Clone)]
 #[allow(unreachable_pub)] // public only as `Runtime::Reactor`; applications never name it

@@ -273,6 +273,8 @@ impl<R: Runtime> App<R> {
     /// Warnings (a consumer `BackOff`, a Core dead-letter subject no stream stores) are logged.
     ///
     /// # Errors
+    /// [`StartError::Runtime`] when the app's NATS thread cannot be started (or, on tokio,
+    /// `start` is awaited outside a Tokio runtime),
     /// [`StartError::Declaration`] or [`StartError::DuplicateMount`] for a bad declaration,
     /// [`StartError::Setting`] for a concurrency out of range,
     /// [`StartError::ServerUrl`] for a URL that does not parse, [`StartError::Connect`], and [`StartError::Server`] when the server lacks or refuses

@@ -14,6 +14,7 @@ use crate::exec::start_copy;
 use crate::incoming::Incoming;
 use crate::metrics::Loss;
 use crate::mount_context::MountContext;
+use crate::pull_loop::handles_gone;
 use crate::report::report;
 use crate::runtime::Runtime;
 
@@ -241,7 +242,12 @@ async fn consume<R: Runtime, S>(
         // Shutdown first, so that it wins over a subscription that always has a message.
         let next = tokio::select! {
             biased;
-            _ = shutdown.changed() => break,
+            changed = shutdown.changed() => {
+                if changed.is_err() {
+                    handles_gone(ctx);
+                }
+                break;
+            }
             next = handled => next,
         };
         // Shutdown has begun, or the subscription ended.

@@ -24,6 +24,13 @@ impl ShutdownHandle {
 }
 
 /// A started app, on the runtime `R` (named through the runtime crate's alias).
+///
+/// Keep it until the app is to stop, and stop it with [`shutdown`](Self::shutdown) or
+/// [`until_signal`](Self::until_signal). Dropping it, and every [`ShutdownHandle`], without
+/// a shutdown leaves an app nothing can shut down: its mounts stop consuming (each logs so, at
+/// warn level; what a JetStream mount's outstanding pull requests bring within
+/// [`PULL_EXPIRES`](ruststream_core::PULL_EXPIRES), 1 s, is still handled), with no grace period and no
+/// report.
 pub struct Running<R: Runtime> {
     pub(crate) reactor: R::Reactor,
     /// The app's current client: replaced when the supervisor connects a new one (rule 20).

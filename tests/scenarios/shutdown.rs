@@ -419,3 +419,53 @@ fn the_loss_of_the_app_s_nats_thread_is_reported_not_hung() {
     });
 }
 }
+
+/// Every handle to the app (its `Running`, no `ShutdownHandle`) dropped without a shutdown:
+/// the app can never be shut down gracefully, so every mount stops consuming, Core and
+/// JetStream alike, each saying so. (The pull loop used to go on consuming, spinning on the
+/// closed shutdown channel, while the Core loop had stopped.)
+#[test]
+fn dropping_every_handle_to_the_app_stops_every_mount_and_says_so() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = js_setup(&server).await;
+        let handled = Arc::new(Mutex::new(Vec::new()));
+        let (core_sink, js_sink) = (handled.clone(), handled.clone());
+        let ev = events();
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("dropped-core", "dropped.core"),
+                move |_d: Delivery| {
+                    core_sink.lock().unwrap().push("core");
+                    async { Outcome::Ack }
+                },
+            )
+            .mount(js_mount("dropped-js"), move |_d: Delivery| {
+                js_sink.lock().unwrap().push("jetstream");
+                async { Outcome::Ack }
+            })
+        })
+        .await;
+        drop(app);
+        // As at a shutdown, what the JetStream mount's outstanding pull requests bring is
+        // still handled: they end within PULL_EXPIRES (1 s).
+        quiet(1_500).await;
+        for _ in 0..3 {
+            tc.client.publish("dropped.core", "x".into()).await.unwrap();
+            tc.js_publish("orders.new", HeaderMap::new(), b"x").await;
+        }
+        tc.client.flush().await.unwrap();
+        quiet(1_000).await;
+        assert_eq!(
+            *handled.lock().unwrap(),
+            Vec::<&str>::new(),
+            "nothing handled once every handle is gone"
+        );
+        for mount in ["dropped-core", "dropped-js"] {
+            assert!(
+                !log_lines_for(mount, "was dropped without a shutdown").is_empty(),
+                "{mount} says why it stopped"
+            );
+        }
+    });
+}
