@@ -10,8 +10,8 @@ use futures_util::FutureExt;
 use ruststream_adapter::{Entered, NatsThread};
 
 /// The runtime this crate runs ruststream on: smol's global executor and async-io, and a
-/// thread per app that runs the Tokio reactor async-nats needs and, beside it on a smol
-/// executor of its own, the app's mount loops.
+/// thread per app (its NATS thread) that runs the Tokio reactor async-nats needs and, beside
+/// it as tasks of that runtime, the app's mount loops.
 ///
 /// It fixes `ruststream-adapter`'s generic [`App`](crate::App) and [`Running`](crate::Running);
 /// applications do not name it.
