@@ -67,6 +67,14 @@ macro_rules! phases {
                     let (s, f) = (s.clone(), f.clone());
                     async move {
                         s.store(true, Ordering::SeqCst);
+                        if sleep >= Duration::from_secs(60) {
+                            // The hung handler waits on no Tokio timer: on smol, an abandoned
+                            // handler's Tokio timer panics once the app's NATS thread (whose
+                            // runtime it is on) stops, and printing that panic's backtrace on
+                            // smol's one executor thread held up the end of the shutdown past
+                            // this test's 10 s once in CI (documented in ruststream-smol).
+                            std::future::pending::<()>().await;
+                        }
                         tokio::time::sleep(sleep).await;
                         f.store(true, Ordering::SeqCst);
                         Outcome::Ack
