@@ -41,7 +41,6 @@ impl NatsThread {
                     .build()
                 {
                     Ok(runtime) => {
-                        ON_A_NATS_THREAD.set(true);
                         OWN_RUNTIME.set(Some(runtime.handle().clone()));
                         let _ = handle_tx.send(Ok(runtime.handle().clone()));
                         // Until asked to stop, or every clone is gone (the sender dropped).
@@ -78,7 +77,7 @@ impl NatsThread {
     /// caller is on it). A runtime crate whose own timers live on another thread may use the
     /// thread's Tokio timer there instead.
     pub fn is_current() -> bool {
-        ON_A_NATS_THREAD.get()
+        OWN_RUNTIME.with_borrow(Option::is_some)
     }
 
     /// The runtime of the NATS thread the caller is on, if it is on one: for a runtime crate
@@ -127,9 +126,8 @@ impl NatsThread {
 }
 
 thread_local! {
-    /// Set on each [`NatsThread`]'s thread, for [`NatsThread::is_current`].
-    static ON_A_NATS_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    /// The thread's own runtime, for [`NatsThread::current_runtime`].
+    /// The thread's own runtime, set on each [`NatsThread`]'s thread, for
+    /// [`NatsThread::current_runtime`] and [`NatsThread::is_current`].
     static OWN_RUNTIME: std::cell::RefCell<Option<tokio::runtime::Handle>> =
         const { std::cell::RefCell::new(None) };
 }
