@@ -10,6 +10,7 @@ use crate::handler::{Delivery, Handled, JetStreamInfo};
 use crate::incoming::Incoming;
 use crate::mount_context::MountContext;
 
+#[inline]
 pub(crate) fn handler_delivery(
     ctx: &MountContext,
     msg: &Incoming,
@@ -57,10 +58,13 @@ pub(crate) fn start_handler(
     msg: &Incoming,
     delivery: &CoreDelivery<'_>,
 ) -> Result<HandlerRun, Event> {
-    let given = handler_delivery(ctx, msg, delivery);
+    // The delivery is built where the call takes it (it is over 200 bytes: built outside the
+    // closure it was moved twice more, measured as 1 % of a Core mount's thread, issue 13).
     match std::panic::catch_unwind(AssertUnwindSafe(|| {
-        ctx.handler
-            .call(given, ContextSource::new(&ctx.handler_context))
+        ctx.handler.call(
+            handler_delivery(ctx, msg, delivery),
+            ContextSource::new(&ctx.handler_context),
+        )
     })) {
         Ok(Ok(future)) => Ok(AssertUnwindSafe(future).catch_unwind()),
         Ok(Err(decode)) => {
