@@ -5,6 +5,20 @@ use std::time::{Duration, Instant};
 
 use ruststream_adapter::{Entered, NatsThread};
 
+/// Makes a Tokio timer future (`make`) on the runtime of the app's NATS thread when called on
+/// one, so that a mount loop's timer is armed and fired on its own thread; elsewhere on the
+/// current runtime. (A Tokio timer belongs to the runtime current where it is made, and the
+/// mount loops are polled with the application's runtime entered.)
+fn on_own_timer<T>(make: impl FnOnce() -> T) -> T {
+    match NatsThread::current_runtime() {
+        Some(own) => {
+            let _own = own.enter();
+            make()
+        }
+        None => make(),
+    }
+}
+
 /// The runtime this crate runs ruststream on: tokio, the application's own, with the app's
 /// connection and mount loops on a thread of their own (a [`NatsThread`]).
 ///
@@ -50,15 +64,7 @@ impl ruststream_adapter::Runtime for Runtime {
     /// deadline), on that thread's runtime's timer, so that it is armed and fired on the
     /// thread; elsewhere on the current runtime's.
     async fn sleep_until(at: Instant) {
-        let at = tokio::time::Instant::from_std(at);
-        let sleep = match NatsThread::current_runtime() {
-            Some(own) => {
-                let _own = own.enter();
-                tokio::time::sleep_until(at)
-            }
-            None => tokio::time::sleep_until(at),
-        };
-        sleep.await;
+        on_own_timer(|| tokio::time::sleep_until(tokio::time::Instant::from_std(at))).await;
     }
 
     /// On the same timers as [`sleep_until`](ruststream_adapter::Runtime::sleep_until).
@@ -66,14 +72,9 @@ impl ruststream_adapter::Runtime for Runtime {
     where
         F: Future + Send,
     {
-        let timeout = match NatsThread::current_runtime() {
-            Some(own) => {
-                let _own = own.enter();
-                tokio::time::timeout(limit, future)
-            }
-            None => tokio::time::timeout(limit, future),
-        };
-        timeout.await.ok()
+        on_own_timer(|| tokio::time::timeout(limit, future))
+            .await
+            .ok()
     }
 
     async fn termination_signal() -> std::io::Result<&'static str> {

@@ -14,7 +14,6 @@ use crate::exec::start_copy;
 use crate::incoming::Incoming;
 use crate::metrics::Loss;
 use crate::mount_context::MountContext;
-use crate::pull_loop::handles_gone;
 use crate::report::report;
 use crate::runtime::Runtime;
 
@@ -244,7 +243,7 @@ async fn consume<R: Runtime, S>(
             biased;
             changed = shutdown.changed() => {
                 if changed.is_err() {
-                    handles_gone(ctx);
+                    ctx.handles_gone();
                 }
                 break;
             }

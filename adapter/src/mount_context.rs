@@ -264,6 +264,13 @@ pub(crate) enum LiteralSubject {
 }
 
 impl MountContext {
+    /// Logs that the mount stops because every handle to its app (its `Running` and every
+    /// `ShutdownHandle`) was dropped without a shutdown: said by both mount loops.
+    pub(crate) fn handles_gone(&self) {
+        tracing::warn!(mount = %self.name,
+            "the app's Running (and every ShutdownHandle) was dropped without a shutdown: the mount stops consuming; keep the Running and call shutdown() or until_signal() to stop gracefully");
+    }
+
     /// The mount's lease settings now, locked: keep the guard short.
     pub(crate) fn lease_settings(&self) -> std::sync::MutexGuard<'_, LeaseSettings> {
         self.lease_settings

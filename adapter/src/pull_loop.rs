@@ -179,7 +179,7 @@ pub(crate) async fn pull_loop<R: Runtime>(
             // Every handle to the app is gone: it can never be shut down, so the mount stops
             // as at a shutdown (no new request; what is outstanding is handled) instead of
             // waking on the closed channel forever.
-            handles_gone(&ctx);
+            ctx.handles_gone();
             pulls.handle_shutdown();
         }
         // Messages that wait go first, on the slots that are free.
@@ -373,13 +373,6 @@ pub(crate) async fn pull_loop<R: Runtime>(
         };
         start_waiting::<R>(&ctx, &mut pulls, &busy, next, permit).await;
     }
-}
-
-/// Logs that a mount stops because every handle to its app (its `Running` and every
-/// `ShutdownHandle`) was dropped without a shutdown.
-pub(crate) fn handles_gone(ctx: &MountContext) {
-    tracing::warn!(mount = %ctx.name,
-        "the app's Running (and every ShutdownHandle) was dropped without a shutdown: the mount stops consuming; keep the Running and call shutdown() or until_signal() to stop gracefully");
 }
 
 /// Logs that the mount's pull inbox closed: an error while the app runs (the supervisor
