@@ -46,7 +46,15 @@ impl NatsThread {
                         // Until asked to stop, or every clone is gone (the sender dropped).
                         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                             runtime.block_on(async {
-                                let _ = stop_rx.await;
+                                if stop_rx.await.is_err() {
+                                    // Every clone is gone: the app's handles were dropped
+                                    // without a shutdown, and what they closed has woken the
+                                    // mount loops, which stop and say so. The runtime lets them
+                                    // run for a moment first: dropped at once, it cancelled a
+                                    // loop not yet polled, whose warning was then never
+                                    // logged (seen once in a full test run).
+                                    tokio::time::sleep(LAST_CLONE_GRACE).await;
+                                }
                             })
                         }));
                         // Said before the runtime goes (cancelling what runs on it), so that
@@ -124,6 +132,11 @@ impl NatsThread {
         }
     }
 }
+
+/// How long a NATS thread whose every clone is gone (no explicit stop) keeps running its
+/// tasks before its runtime is dropped, so that the mount loops woken by the app's handles
+/// going away log why they stop.
+const LAST_CLONE_GRACE: std::time::Duration = std::time::Duration::from_millis(100);
 
 thread_local! {
     /// The thread's own runtime, set on each [`NatsThread`]'s thread, for
