@@ -72,12 +72,12 @@ pub(crate) fn read_core<'m>(ctx: &MountContext, msg: &'m Incoming) -> Option<Cor
         None => RetryCountReading::default(),
         Some(_) => RetryCountReading::read(header_pairs(msg)),
     };
-    let delivery = CoreDelivery::core(&msg.subject, reading);
     // Rule 18's jitter tells Core messages apart by subject and payload; only a mount with a
-    // backoff pays for the hash.
+    // backoff pays for the hash. Built where it is returned: the delivery is as large as a
+    // JetStream one, and moving it costs (issue 13).
     Some(match ctx.policy.backoff() {
-        None => delivery,
-        Some(_) => delivery.keyed_by_payload(&msg.payload),
+        None => CoreDelivery::core(&msg.subject, reading),
+        Some(_) => CoreDelivery::core(&msg.subject, reading).keyed_by_payload(&msg.payload),
     })
 }
 
@@ -112,6 +112,7 @@ pub(crate) fn stream_sequence(delivery: &CoreDelivery<'_>) -> Option<u64> {
     }
 }
 
+#[inline]
 fn delivery_span(ctx: &MountContext, msg: &Incoming, delivery: &CoreDelivery<'_>) -> tracing::Span {
     let stream_sequence = stream_sequence(delivery);
     let attempt = delivery.attempt().get();

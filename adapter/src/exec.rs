@@ -332,13 +332,24 @@ async fn publish_dead_letter(ctx: &MountContext, p: Publication) -> Result<(), P
     }
 }
 
+#[inline]
 fn log(ctx: &MountContext, msg: &Incoming, delivery: &CoreDelivery<'_>, log: Log) {
-    let attempt = delivery.attempt().get();
     match log {
         // One per Core ack: debug, so that a healthy Core service does not flood its logs.
         Log::Unsupported(e) => {
-            tracing::debug!(mount = %ctx.name, subject = %msg.subject, attempt, error = %e, "AckError::Unsupported")
+            tracing::debug!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(), error = %e, "AckError::Unsupported")
         }
+        log => log_otherwise(ctx, msg, delivery, log),
+    }
+}
+
+/// [`log`] of anything but a Core ack's `AckError::Unsupported`, which [`log`] writes itself
+/// (it runs for every Core ack; the others are rare).
+#[cold]
+fn log_otherwise(ctx: &MountContext, msg: &Incoming, delivery: &CoreDelivery<'_>, log: Log) {
+    let attempt = delivery.attempt().get();
+    match log {
+        Log::Unsupported(_) => unreachable!("written by `log`"),
         Log::RetryCountIgnored { values } => {
             // Every value of the header as it came, so the bad ones can be seen.
             let header: Vec<String> = header_pairs(msg)
@@ -439,6 +450,7 @@ fn without_client(action: &Action<'_>) -> bool {
 /// Executes `plan` at once when nothing in it goes to the client (logs, and copies handed to
 /// the delay queue), as [`execute`] would: `Some` with the result. `None`, having done
 /// nothing, when the plan publishes or settles: then [`execute`] it.
+#[inline]
 pub(crate) fn execute_now(
     ctx: &MountContext,
     msg: &Incoming,
@@ -451,6 +463,7 @@ pub(crate) fn execute_now(
 /// Executes `actions` in order when none goes to the client (logs, and copies handed to the
 /// delay queue): `Some` with the result, stopping at the first that fails. `None`, having
 /// done nothing, when one publishes or settles.
+#[inline]
 fn execute_without_client(
     ctx: &MountContext,
     msg: &Incoming,
@@ -513,7 +526,22 @@ pub(crate) fn start_copy(
 /// Executes the logs of an arrival plan that runs the handler: the core plans only logs
 /// there (rule 3 lets the handler run, so nothing is settled or published yet). Anything else
 /// in it would be a planner bug; it is logged as an error, never silently skipped.
+#[inline(always)]
 pub(crate) fn execute_logs(
+    ctx: &MountContext,
+    msg: &Incoming,
+    delivery: &CoreDelivery<'_>,
+    plan: &Plan<'_>,
+) {
+    // Most arrival plans hold nothing: checked where it is called, with no call.
+    if !plan.actions().is_empty() {
+        execute_arrival_logs(ctx, msg, delivery, plan);
+    }
+}
+
+/// [`execute_logs`] of a plan that holds actions.
+#[inline(never)]
+fn execute_arrival_logs(
     ctx: &MountContext,
     msg: &Incoming,
     delivery: &CoreDelivery<'_>,
@@ -535,6 +563,7 @@ pub(crate) fn execute_logs(
 
 /// Whether executing `plan` waits for the server: a dead letter is confirmed (rule 8) before
 /// anything else happens. Every other action goes out without waiting for a reply.
+#[inline]
 pub(crate) fn waits_for_confirmation(plan: &Plan<'_>) -> bool {
     plan.actions().iter().any(|action| match action {
         Action::PublishDeadLetter { .. } => true,

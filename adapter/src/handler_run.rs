@@ -53,6 +53,7 @@ pub(crate) type HandlerRun =
 
 /// Starts the handler on the delivery: its run, or at once the event when it could not start
 /// (a payload that does not decode, or a panic in the call itself).
+#[inline]
 pub(crate) fn start_handler(
     ctx: &MountContext,
     msg: &Incoming,
@@ -67,18 +68,42 @@ pub(crate) fn start_handler(
         )
     })) {
         Ok(Ok(future)) => Ok(AssertUnwindSafe(future).catch_unwind()),
-        Ok(Err(decode)) => {
-            tracing::warn!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
-                error = %decode, "payload does not decode: at-limit path");
-            Err(Event::Undecodable)
-        }
+        Ok(Err(decode)) => Err(undecodable(ctx, msg, delivery, &decode)),
         Err(panic) => Err(panicked(ctx, msg, delivery, &*panic)),
     }
 }
 
+/// The event of a payload that does not decode for a typed handler (rule 17), logged.
+#[cold]
+fn undecodable(
+    ctx: &MountContext,
+    msg: &Incoming,
+    delivery: &CoreDelivery<'_>,
+    decode: &crate::DecodeError,
+) -> Event {
+    tracing::warn!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
+        error = %decode, "payload does not decode: at-limit path");
+    Event::Undecodable
+}
+
 /// The event of a handler run that ended, and the handler's error text when it returned an
 /// error and the mount asks for provenance headers (rule 19), which carry it.
+#[inline]
 pub(crate) fn handled(
+    ctx: &MountContext,
+    msg: &Incoming,
+    delivery: &CoreDelivery<'_>,
+    result: std::thread::Result<Handled>,
+) -> (Event, Option<Box<str>>) {
+    match result {
+        Ok(Handled::Outcome(outcome)) => (Event::Handled(outcome), None),
+        result => not_an_outcome(ctx, msg, delivery, result),
+    }
+}
+
+/// [`handled`] for a run that gave the runtime no outcome: an error, a reply, or a panic.
+#[cold]
+fn not_an_outcome(
     ctx: &MountContext,
     msg: &Incoming,
     delivery: &CoreDelivery<'_>,
@@ -128,6 +153,7 @@ fn error_outcome(
 }
 
 /// A handler that panicked counts as no outcome (rule 13).
+#[cold]
 fn panicked(
     ctx: &MountContext,
     msg: &Incoming,
