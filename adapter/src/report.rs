@@ -70,10 +70,7 @@ pub(crate) fn report_sent(
     decided: &Plan<'_>,
     sent: bool,
 ) {
-    let outcome = match event {
-        Some(Event::Handled(o)) => Some(o),
-        _ => None,
-    };
+    let outcome = handler_outcome(event);
     ctx.metrics.settled(event, decided, sent);
     let disposition = decided.disposition();
     if outcome == Some(Outcome::Retry) && disposition == Disposition::Unsupported {
@@ -89,6 +86,15 @@ pub(crate) fn report_sent(
     );
     if let Some(observer) = &ctx.observer {
         observe(observer, ctx, msg, delivery, event, decided, sent);
+    }
+}
+
+/// What the handler returned, when the event is its result.
+#[inline]
+fn handler_outcome(event: Option<Event>) -> Option<Outcome> {
+    match event {
+        Some(Event::Handled(o)) => Some(o),
+        _ => None,
     }
 }
 
@@ -114,10 +120,7 @@ fn observe(
     decided: &Plan<'_>,
     sent: bool,
 ) {
-    let outcome = match event {
-        Some(Event::Handled(o)) => Some(o),
-        _ => None,
-    };
+    let outcome = handler_outcome(event);
     let settled = Settled {
         mount: ctx.name,
         subject: msg.subject.clone(),
