@@ -170,6 +170,8 @@ async fn consume<R: Runtime, S>(
     // The copy a Core `retry` publishes at once, handed to the client inside the run: kept
     // here, borrowing nothing of its message, when the client cannot take it at once.
     let mut copying = std::pin::pin!(None);
+    // Where each delivery's handler runs (see `Handler::slot`).
+    let mut slot = ctx.handler.clone().slot();
     loop {
         let mut run = 0;
         // Out of Tokio's cooperative budget (a no-op elsewhere): a run of deliveries that
@@ -192,7 +194,7 @@ async fn consume<R: Runtime, S>(
                 };
                 // Ends every borrow of the message before it moves.
                 let next = 'delivery: {
-                    let Some((span, rest)) = begin::<R>(ctx, read_core, &msg, cx) else {
+                    let Some((span, rest)) = begin::<R>(ctx, read_core, &msg, &mut slot, cx) else {
                         continue 'run;
                     };
                     let (delivery, event, decided) = match rest.unexecuted() {

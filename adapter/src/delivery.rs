@@ -22,7 +22,8 @@ use crate::exec::{
     PublishFailed, Unpublished, execute, execute_logs, execute_now, header_pairs,
     waits_for_confirmation,
 };
-use crate::handler_run::{HandlerRun, handled, start_handler};
+use crate::handler::HandlerSlot;
+use crate::handler_run::{HandlerRun, handled, poll_slot, start_handler};
 use crate::incoming::Incoming;
 use crate::leases::run_leased;
 use crate::metrics::Loss;
@@ -186,11 +187,13 @@ impl<'m> Rest<'m> {
 ///
 /// This is a plain function, not a future, so that the common case (a handler that returns
 /// at once and a plan that only logs, as a Core ack does) costs no future to build or move,
-/// no allocation and no clock read.
+/// no allocation and no clock read. The handler runs in the calling loop's `slot`; a run
+/// still pending after its first poll takes the slot with it, and the loop gets a new one.
 pub(crate) fn begin<'m, R: Runtime>(
     ctx: &'m MountContext,
     read: impl Reader,
     msg: &'m Incoming,
+    slot: &mut HandlerSlot,
     cx: &mut Context<'_>,
 ) -> Option<(tracing::Span, Rest<'m>)> {
     // Borrowed where it was built: the delivery is large, and moving it costs.
@@ -199,7 +202,7 @@ pub(crate) fn begin<'m, R: Runtime>(
     ctx.metrics.consumed();
     let span = delivery_span(ctx, msg, delivery);
     let entered = span.enter();
-    match decide::<R>(ctx, msg, delivery, cx) {
+    match decide::<R>(ctx, msg, delivery, slot, cx) {
         None => None,
         Some(rest) => {
             drop(entered);
@@ -214,6 +217,7 @@ fn decide<'m, R: Runtime>(
     ctx: &'m MountContext,
     msg: &'m Incoming,
     delivery: &CoreDelivery<'m>,
+    slot: &mut HandlerSlot,
     cx: &mut Context<'_>,
 ) -> Option<Rest<'m>> {
     let arrival = plan_with_clock(delivery, Event::Arrived, &ctx.policy, R::now);
@@ -223,9 +227,9 @@ fn decide<'m, R: Runtime>(
         execute_logs(ctx, msg, delivery, &arrival);
         // Timed only with a recorder: an app without one reads no clock here.
         let started = ctx.metrics.timed().then(R::now);
-        Some(match start_handler(ctx, msg, delivery) {
+        Some(match start_handler(ctx, slot, msg, delivery) {
             Err(event) => event,
-            Ok(mut run) => match Pin::new(&mut run).poll(cx) {
+            Ok(()) => match poll_slot(ctx, slot, cx) {
                 Poll::Ready(result) => {
                     if let Some(started) = started {
                         ctx.metrics
@@ -237,6 +241,7 @@ fn decide<'m, R: Runtime>(
                 }
                 Poll::Pending => {
                     let started = started.unwrap_or_else(R::now);
+                    let run = HandlerRun(std::mem::replace(slot, ctx.handler.clone().slot()));
                     return Some(Rest::Waits(Stage::Handling(run, started)));
                 }
             },
@@ -316,16 +321,18 @@ async fn carry_on<R: Runtime>(
     None
 }
 
-/// Handles one delivery on the calling task: [`begin`], then [`carry_on`]. Returns the rest,
-/// boxed, when the handler has not finished at its first poll or the plan publishes a dead
-/// letter (confirmed before anything else, rule 8); the caller runs that where it decides.
+/// Handles one delivery on the calling task, its handler in the caller's `slot`: [`begin`],
+/// then [`carry_on`]. Returns the rest, boxed, when the handler has not finished at its first
+/// poll or the plan publishes a dead letter (confirmed before anything else, rule 8); the
+/// caller runs that where it decides.
 pub(crate) async fn process<R: Runtime>(
     ctx: &Arc<MountContext>,
     read: impl Reader,
     msg: Incoming,
+    slot: &mut HandlerSlot,
 ) -> Option<Waiting> {
     let (span, rest) =
-        std::future::poll_fn(|cx| Poll::Ready(begin::<R>(ctx, read, &msg, cx))).await?;
+        std::future::poll_fn(|cx| Poll::Ready(begin::<R>(ctx, read, &msg, slot, cx))).await?;
     let (span, stage) = carry_on::<R>(ctx, &msg, span, rest).await?;
     Some(waiting::<R>(ctx, read, msg, span, stage))
 }
@@ -476,16 +483,18 @@ async fn recover<'p, R: Runtime>(
     }
 }
 
-/// Starts handling one JetStream delivery in its slot: on the mount's own task first, and if
-/// it has to wait ([`process`]), the rest on a task of its own, so slow handlers run
-/// concurrently and in parallel. The slot is freed when the delivery is settled.
+/// Starts handling one JetStream delivery in its handler slot (`permit`): on the mount's own
+/// task first, the handler in the loop's `slot`, and if it has to wait ([`process`]), the rest
+/// on a task of its own, so slow handlers run concurrently and in parallel. The handler slot
+/// is freed when the delivery is settled.
 pub(crate) async fn start_delivery<R: Runtime>(
     ctx: Arc<MountContext>,
     read: impl Reader,
     msg: Incoming,
     permit: OwnedSemaphorePermit,
+    slot: &mut HandlerSlot,
 ) {
-    if let Some(rest) = process::<R>(&ctx, read, msg).await {
+    if let Some(rest) = process::<R>(&ctx, read, msg, slot).await {
         spawn_holding::<R>(rest, permit);
     }
 }

@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use async_nats::{HeaderMap, Subject};
 use bytes::Bytes;
-use futures_util::FutureExt;
 use ruststream_core::{Attempt, Outcome};
 use serde::de::DeserializeOwned;
 
@@ -173,6 +172,160 @@ pub trait Handler: Send + Sync + 'static {
     fn replies(&self) -> bool {
         false
     }
+
+    /// Where a mount keeps this handler's runs. A mount loop holds one slot, starts each
+    /// delivery's run in it and polls it there; only a run that does not finish at its first
+    /// poll leaves with its slot (the loop makes a new one, so one allocation per run that has
+    /// to wait).
+    ///
+    /// The default starts each run with [`call`](Self::call) and keeps the boxed future it
+    /// gives, so a handler of your own needs nothing more. The handlers this crate builds from
+    /// functions ([`IntoHandler`], [`Json`]) override it to keep their future unboxed in the
+    /// slot and use its storage again for the next delivery: no allocation and no dynamic call
+    /// per delivery that finishes at once (issue 13). [`HandlerSlot`] has no public
+    /// constructor: an override can only give another handler's slot (a wrapper delegating to
+    /// the handler it wraps).
+    fn slot(self: Arc<Self>) -> HandlerSlot {
+        HandlerSlot::new(BoxedSlot {
+            handler: self,
+            run: None,
+        })
+    }
+}
+
+/// A mount loop's place for one handler run at a time; see [`Handler::slot`]. Opaque.
+pub struct HandlerSlot(Pin<Box<dyn Slot>>);
+
+impl std::fmt::Debug for HandlerSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HandlerSlot(..)")
+    }
+}
+
+impl HandlerSlot {
+    fn new(slot: impl Slot + 'static) -> Self {
+        Self(Box::pin(slot))
+    }
+
+    /// Starts the handler on `delivery`, dropping any run the slot still held.
+    ///
+    /// # Errors
+    /// The handler's [`DecodeError`]: then nothing runs.
+    #[inline]
+    pub(crate) fn start(
+        &mut self,
+        delivery: Delivery,
+        context: ContextSource<'_>,
+    ) -> Result<(), DecodeError> {
+        self.0.as_mut().start(delivery, context)
+    }
+
+    /// Polls the run; once it is ready the slot is empty again. An empty slot is ready at
+    /// once with an error (the runtime never polls one).
+    #[inline]
+    pub(crate) fn poll_run(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Handled> {
+        self.0.as_mut().poll_run(cx)
+    }
+}
+
+/// What a [`HandlerSlot`] holds: a handler, and its run when one is started.
+trait Slot: Send {
+    fn start(
+        self: Pin<&mut Self>,
+        delivery: Delivery,
+        context: ContextSource<'_>,
+    ) -> Result<(), DecodeError>;
+
+    fn poll_run(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Handled>;
+}
+
+/// The text a slot polled with no run in it is ready with (a bug in the runtime, never seen).
+const NO_RUN: &str = "the runtime polled a handler slot with no run in it";
+
+/// [`Handler::slot`]'s default: each run is the boxed future [`Handler::call`] gives.
+struct BoxedSlot<H: ?Sized> {
+    handler: Arc<H>,
+    run: Option<HandledFuture>,
+}
+
+impl<H: Handler + ?Sized> Slot for BoxedSlot<H> {
+    fn start(
+        self: Pin<&mut Self>,
+        delivery: Delivery,
+        context: ContextSource<'_>,
+    ) -> Result<(), DecodeError> {
+        let this = self.get_mut();
+        this.run = None;
+        this.run = Some(this.handler.call(delivery, context)?);
+        Ok(())
+    }
+
+    fn poll_run(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Handled> {
+        let this = self.get_mut();
+        let Some(run) = this.run.as_mut() else {
+            return std::task::Poll::Ready(Handled::Error(NO_RUN.to_owned()));
+        };
+        let handled = std::task::ready!(run.as_mut().poll(cx));
+        this.run = None;
+        std::task::Poll::Ready(handled)
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The slot of a handler this crate builds: its run unboxed, in place, started by `start`
+    /// (monomorphised: no dynamic call inside).
+    struct InPlace<H, S, Run> {
+        handler: Arc<H>,
+        start: S,
+        #[pin]
+        run: Option<Run>,
+    }
+}
+
+impl<H, S, Run> Slot for InPlace<H, S, Run>
+where
+    H: Send + Sync + 'static,
+    S: Fn(&H, Delivery, ContextSource<'_>) -> Result<Run, DecodeError> + Send + 'static,
+    Run: Future<Output = Handled> + Send + 'static,
+{
+    #[inline]
+    fn start(
+        self: Pin<&mut Self>,
+        delivery: Delivery,
+        context: ContextSource<'_>,
+    ) -> Result<(), DecodeError> {
+        let mut this = self.project();
+        // Dropped before the handler is called: a run left over is never the one to keep.
+        this.run.set(None);
+        let run = (this.start)(this.handler, delivery, context)?;
+        this.run.set(Some(run));
+        Ok(())
+    }
+
+    #[inline]
+    fn poll_run(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Handled> {
+        let mut this = self.project();
+        let Some(run) = this.run.as_mut().as_pin_mut() else {
+            return std::task::Poll::Ready(Handled::Error(NO_RUN.to_owned()));
+        };
+        let handled = std::task::ready!(run.poll(cx));
+        this.run.set(None);
+        std::task::Poll::Ready(handled)
+    }
+}
+
+/// The slot of a handler this crate builds, whose runs `start` begins.
+fn in_place<H, S, Run>(handler: Arc<H>, start: S) -> HandlerSlot
+where
+    H: Send + Sync + 'static,
+    S: Fn(&H, Delivery, ContextSource<'_>) -> Result<Run, DecodeError> + Send + 'static,
+    Run: Future<Output = Handled> + Send + 'static,
+{
+    HandlerSlot::new(InPlace {
+        handler,
+        start,
+        run: None,
+    })
 }
 
 /// What [`App::mount`](crate::App::mount) takes: a [`Handler`], or an async function of
@@ -198,21 +351,53 @@ impl<H: Handler> IntoHandler<()> for H {
     }
 }
 
-/// The future of a handler whose output is `O`: a reply is sent through the delivery's
-/// context (built only for outputs that may be replies) before the runtime sees the outcome.
-fn handled_future<Fut>(future: Fut, context: Option<Context>) -> HandledFuture
+pin_project_lite::pin_project! {
+    /// A run of a handler this crate builds, kept in its [`HandlerSlot`]: the handler's
+    /// future, polled in place, then, for an output that may be a reply (`context` given),
+    /// the reply sent before the runtime sees the outcome. Written out rather than as an
+    /// `async fn`, whose first poll would move the handler's future into its own state.
+    struct Run<Fut> {
+        #[pin]
+        future: Fut,
+        context: Option<Context>,
+        // The reply being sent, once the handler gave one (boxed: only replies pay for it).
+        sending: Option<HandledFuture>,
+    }
+}
+
+/// The run of a handler whose future is `future`; `context` is given for an output that may
+/// be a reply.
+#[inline]
+fn run<Fut>(future: Fut, context: Option<Context>) -> Run<Fut> {
+    Run {
+        future,
+        context,
+        sending: None,
+    }
+}
+
+impl<Fut> Future for Run<Fut>
 where
-    Fut: Future + Send + 'static,
+    Fut: Future,
     Fut::Output: IntoHandled,
 {
-    match context {
-        None => Box::pin(future.map(IntoHandled::into_handled)),
-        Some(context) => Box::pin(async move {
-            match future.await.into_handled() {
-                Handled::Reply(payload) => send_reply(&context, payload).await,
-                handled => handled,
-            }
-        }),
+    type Output = Handled;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Handled> {
+        let this = self.project();
+        if let Some(sending) = this.sending {
+            return sending.as_mut().poll(cx);
+        }
+        let handled = std::task::ready!(this.future.poll(cx)).into_handled();
+        match (handled, this.context.take()) {
+            (Handled::Reply(payload), Some(context)) => this
+                .sending
+                .insert(Box::pin(async move { send_reply(&context, payload).await }))
+                .as_mut()
+                .poll(cx),
+            (handled, _) => std::task::Poll::Ready(handled),
+        }
     }
 }
 
@@ -253,12 +438,33 @@ where
         delivery: Delivery,
         context: ContextSource<'_>,
     ) -> Result<HandledFuture, DecodeError> {
-        let context = reply_context::<Fut::Output>(context, &delivery);
-        Ok(handled_future((self.0)(delivery), context))
+        Ok(Box::pin(self.begin_run(delivery, context)?))
     }
 
     fn replies(&self) -> bool {
         Fut::Output::REPLIES
+    }
+
+    fn slot(self: Arc<Self>) -> HandlerSlot {
+        in_place(self, Self::begin_run)
+    }
+}
+
+impl<F, Fut> DeliveryFn<F>
+where
+    F: Fn(Delivery) -> Fut + Send + Sync + 'static,
+    Fut: Future + Send + 'static,
+    Fut::Output: IntoHandled,
+{
+    /// The run of one delivery, for [`Handler::call`] and the slot.
+    #[inline]
+    fn begin_run(
+        &self,
+        delivery: Delivery,
+        context: ContextSource<'_>,
+    ) -> Result<impl Future<Output = Handled> + Send + use<F, Fut>, DecodeError> {
+        let context = reply_context::<Fut::Output>(context, &delivery);
+        Ok(run((self.0)(delivery), context))
     }
 }
 
@@ -289,13 +495,34 @@ where
         delivery: Delivery,
         context: ContextSource<'_>,
     ) -> Result<HandledFuture, DecodeError> {
-        let context = context.context(&delivery);
-        let reply = Fut::Output::REPLIES.then(|| context.clone());
-        Ok(handled_future((self.0)(delivery, context), reply))
+        Ok(Box::pin(self.begin_run(delivery, context)?))
     }
 
     fn replies(&self) -> bool {
         Fut::Output::REPLIES
+    }
+
+    fn slot(self: Arc<Self>) -> HandlerSlot {
+        in_place(self, Self::begin_run)
+    }
+}
+
+impl<F, Fut> ContextFn<F>
+where
+    F: Fn(Delivery, Context) -> Fut + Send + Sync + 'static,
+    Fut: Future + Send + 'static,
+    Fut::Output: IntoHandled,
+{
+    /// The run of one delivery, for [`Handler::call`] and the slot.
+    #[inline]
+    fn begin_run(
+        &self,
+        delivery: Delivery,
+        context: ContextSource<'_>,
+    ) -> Result<impl Future<Output = Handled> + Send + use<F, Fut>, DecodeError> {
+        let context = context.context(&delivery);
+        let reply = Fut::Output::REPLIES.then(|| context.clone());
+        Ok(run((self.0)(delivery, context), reply))
     }
 }
 
@@ -348,13 +575,35 @@ where
         delivery: Delivery,
         context: ContextSource<'_>,
     ) -> Result<HandledFuture, DecodeError> {
-        let value = serde_json::from_slice::<T>(&delivery.payload)?;
-        let context = reply_context::<Fut::Output>(context, &delivery);
-        Ok(handled_future((self.f)(value, delivery), context))
+        Ok(Box::pin(self.begin_run(delivery, context)?))
     }
 
     fn replies(&self) -> bool {
         Fut::Output::REPLIES
+    }
+
+    fn slot(self: Arc<Self>) -> HandlerSlot {
+        in_place(self, Self::begin_run)
+    }
+}
+
+impl<T, F, Fut> Json<T, F, (T, Delivery)>
+where
+    T: DeserializeOwned + Send + 'static,
+    F: Fn(T, Delivery) -> Fut + Send + Sync + 'static,
+    Fut: Future + Send + 'static,
+    Fut::Output: IntoHandled,
+{
+    /// The run of one delivery, for [`Handler::call`] and the slot.
+    #[inline]
+    fn begin_run(
+        &self,
+        delivery: Delivery,
+        context: ContextSource<'_>,
+    ) -> Result<impl Future<Output = Handled> + Send + use<T, F, Fut>, DecodeError> {
+        let value = serde_json::from_slice::<T>(&delivery.payload)?;
+        let context = reply_context::<Fut::Output>(context, &delivery);
+        Ok(run((self.f)(value, delivery), context))
     }
 }
 
@@ -370,14 +619,36 @@ where
         delivery: Delivery,
         context: ContextSource<'_>,
     ) -> Result<HandledFuture, DecodeError> {
-        let value = serde_json::from_slice::<T>(&delivery.payload)?;
-        let context = context.context(&delivery);
-        let reply = Fut::Output::REPLIES.then(|| context.clone());
-        Ok(handled_future((self.f)(value, delivery, context), reply))
+        Ok(Box::pin(self.begin_run(delivery, context)?))
     }
 
     fn replies(&self) -> bool {
         Fut::Output::REPLIES
+    }
+
+    fn slot(self: Arc<Self>) -> HandlerSlot {
+        in_place(self, Self::begin_run)
+    }
+}
+
+impl<T, F, Fut> Json<T, F, (T, Delivery, Context)>
+where
+    T: DeserializeOwned + Send + 'static,
+    F: Fn(T, Delivery, Context) -> Fut + Send + Sync + 'static,
+    Fut: Future + Send + 'static,
+    Fut::Output: IntoHandled,
+{
+    /// The run of one delivery, for [`Handler::call`] and the slot.
+    #[inline]
+    fn begin_run(
+        &self,
+        delivery: Delivery,
+        context: ContextSource<'_>,
+    ) -> Result<impl Future<Output = Handled> + Send + use<T, F, Fut>, DecodeError> {
+        let value = serde_json::from_slice::<T>(&delivery.payload)?;
+        let context = context.context(&delivery);
+        let reply = Fut::Output::REPLIES.then(|| context.clone());
+        Ok(run((self.f)(value, delivery, context), reply))
     }
 }
 

@@ -1,12 +1,14 @@
 //! Running a handler: the delivery it is given, and its panics caught (rule 13).
 
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
-use futures_util::FutureExt;
 use ruststream_core::{Delivery as CoreDelivery, Event, Outcome};
 
 use crate::context::ContextSource;
-use crate::handler::{Delivery, Handled, JetStreamInfo};
+use crate::handler::{Delivery, Handled, HandlerSlot, JetStreamInfo};
 use crate::incoming::Incoming;
 use crate::mount_context::MountContext;
 
@@ -47,29 +49,79 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
         .unwrap_or("(non-string panic payload)")
 }
 
-/// A handler that has started and not finished, its panic caught (rule 13).
-pub(crate) type HandlerRun =
-    futures_util::future::CatchUnwind<AssertUnwindSafe<crate::HandledFuture>>;
+/// A handler run that did not finish at its first poll: the slot it runs in, which the mount
+/// loop gave up for it (see [`Handler::slot`](crate::Handler::slot)). Its panic is caught
+/// (rule 13).
+pub(crate) struct HandlerRun(pub(crate) HandlerSlot);
 
-/// Starts the handler on the delivery: its run, or at once the event when it could not start
-/// (a payload that does not decode, or a panic in the call itself).
+impl Future for HandlerRun {
+    type Output = std::thread::Result<Handled>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        poll_caught(&mut self.get_mut().0, cx)
+    }
+}
+
+/// Polls the run in `slot`, its panic caught.
+#[inline]
+fn poll_caught(slot: &mut HandlerSlot, cx: &mut Context<'_>) -> Poll<std::thread::Result<Handled>> {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| slot.poll_run(cx))) {
+        Ok(Poll::Pending) => Poll::Pending,
+        Ok(Poll::Ready(handled)) => Poll::Ready(Ok(handled)),
+        Err(panic) => Poll::Ready(Err(panic)),
+    }
+}
+
+/// Polls the run in a mount loop's slot once, its panic caught (rule 13). A run that panicked
+/// is dropped with its slot, which is made again (a panic while dropping it is caught and
+/// logged too): the next delivery never meets what the panic left.
+#[inline]
+pub(crate) fn poll_slot(
+    ctx: &MountContext,
+    slot: &mut HandlerSlot,
+    cx: &mut Context<'_>,
+) -> Poll<std::thread::Result<Handled>> {
+    let polled = poll_caught(slot, cx);
+    if let Poll::Ready(Err(_)) = polled {
+        renew_slot(ctx, slot);
+    }
+    polled
+}
+
+/// Gives the mount loop a new slot in place of `slot`, dropping the old one (and what it
+/// holds) with its panic caught.
+#[cold]
+pub(crate) fn renew_slot(ctx: &MountContext, slot: &mut HandlerSlot) {
+    let old = std::mem::replace(slot, ctx.handler.clone().slot());
+    if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(|| drop(old))) {
+        tracing::error!(mount = %ctx.name, panic = panic_message(&*panic),
+            "a handler's future panicked while it was dropped");
+    }
+}
+
+/// Starts the handler on the delivery in the mount loop's `slot`, or gives at once the event
+/// when it could not start (a payload that does not decode, or a panic in the call itself).
 #[inline]
 pub(crate) fn start_handler(
     ctx: &MountContext,
+    slot: &mut HandlerSlot,
     msg: &Incoming,
     delivery: &CoreDelivery<'_>,
-) -> Result<HandlerRun, Event> {
+) -> Result<(), Event> {
     // The delivery is built where the call takes it (it is over 200 bytes: built outside the
     // closure it was moved twice more, measured as 1 % of a Core mount's thread, issue 13).
     match std::panic::catch_unwind(AssertUnwindSafe(|| {
-        ctx.handler.call(
+        slot.start(
             handler_delivery(ctx, msg, delivery),
             ContextSource::new(&ctx.handler_context),
         )
     })) {
-        Ok(Ok(future)) => Ok(AssertUnwindSafe(future).catch_unwind()),
+        Ok(Ok(())) => Ok(()),
         Ok(Err(decode)) => Err(undecodable(ctx, msg, delivery, &decode)),
-        Err(panic) => Err(panicked(ctx, msg, delivery, &*panic)),
+        Err(panic) => {
+            renew_slot(ctx, slot);
+            Err(panicked(ctx, msg, delivery, &*panic))
+        }
     }
 }
 

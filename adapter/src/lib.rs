@@ -48,7 +48,8 @@ pub use app::{App, RunError, StartError};
 pub use context::{Context, ContextError, ContextSource};
 pub use handler::{
     ContextFn, DecodeError, Delivery, DeliveryFn, ErrorPolicy, Handled, HandledFuture, Handler,
-    IntoHandled, IntoHandler, IntoJsonHandler, JetStreamInfo, Json, OutcomeFuture, Reply,
+    HandlerSlot, IntoHandled, IntoHandler, IntoJsonHandler, JetStreamInfo, Json, OutcomeFuture,
+    Reply,
 };
 pub use health::{
     ConnectionState, Health, HealthClosed, HealthWatch, LIVENESS_LIMIT, MountHealth, MountState,
@@ -98,9 +99,9 @@ macro_rules! reexport_api {
             DEFAULT_DISCONNECTED_LIMIT, DEFAULT_GRACE_PERIOD, DEFAULT_HANDLER_TIME_LIMIT,
             DEFAULT_SUBSCRIPTION_BUFFER, DeclarationError, DeclarationErrorKind, DecodeError,
             Delivery, DeliveryFn, Descriptor, Disposition, ErrorPolicy, Handled, HandledFuture,
-            Handler, Health, HealthClosed, HealthWatch, IntoHandled, IntoHandler, IntoJsonHandler,
-            JetStreamInfo, Json, LIVENESS_LIMIT, MAX_CONCURRENCY, MAX_RECOVERIES, Mount,
-            MountHealth, MountPolicy, MountState, Outcome, OutcomeFuture, RECOVERIES_KEPT,
+            Handler, HandlerSlot, Health, HealthClosed, HealthWatch, IntoHandled, IntoHandler,
+            IntoJsonHandler, JetStreamInfo, Json, LIVENESS_LIMIT, MAX_CONCURRENCY, MAX_RECOVERIES,
+            Mount, MountHealth, MountPolicy, MountState, Outcome, OutcomeFuture, RECOVERIES_KEPT,
             RECOVERY_LIMIT, RECOVERY_WINDOW, Recovery, Reply, RunError, SAME_SUSPECT_LIMIT,
             Settled, ShutdownHandle, ShutdownReport, StartError, async_nats, connect_url,
         };

@@ -10,6 +10,7 @@ use ruststream_core::{PENDING_MESSAGES_HEADER, PullAccounting, Receipt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 use crate::delivery::{read_jetstream, start_delivery};
+use crate::handler::HandlerSlot;
 use crate::incoming::Incoming;
 use crate::leases::{WaitEnd, WaitLease};
 use crate::mount_context::{InFlightGuard, MountContext};
@@ -97,6 +98,7 @@ async fn start_waiting<R: Runtime>(
     busy: &impl Fn(usize) -> usize,
     waiting: Waiting,
     permit: OwnedSemaphorePermit,
+    slot: &mut HandlerSlot,
 ) {
     let Waiting { msg, lease, .. } = waiting;
     if let Some(lease) = lease
@@ -105,7 +107,7 @@ async fn start_waiting<R: Runtime>(
         return;
     }
     pulls.handle_started(R::now(), busy(pulls.held()));
-    start_delivery::<R>(ctx.clone(), read_jetstream, msg, permit).await;
+    start_delivery::<R>(ctx.clone(), read_jetstream, msg, permit, slot).await;
 }
 
 /// A prefetched message that found no free slot: it waits, renewed, and is noted as received
@@ -170,6 +172,8 @@ pub(crate) async fn pull_loop<R: Runtime>(
     };
     let mut held = Held::default();
     let mut waiting: VecDeque<Waiting> = VecDeque::new();
+    // Where each delivery's handler runs (see `Handler::slot`).
+    let mut run_slot = ctx.handler.clone().slot();
     let mut backoff = Duration::from_millis(50);
     let mut watching = true;
     'pull: loop {
@@ -187,7 +191,7 @@ pub(crate) async fn pull_loop<R: Runtime>(
             && let Ok(permit) = slots.clone().try_acquire_owned()
             && let Some(next) = waiting.pop_front()
         {
-            start_waiting::<R>(&ctx, &mut pulls, &busy, next, permit).await;
+            start_waiting::<R>(&ctx, &mut pulls, &busy, next, permit, &mut run_slot).await;
         }
         // While the supervisor suspects a message of bringing the client down, one at a time,
         // and nothing prefetched.
@@ -245,7 +249,10 @@ pub(crate) async fn pull_loop<R: Runtime>(
                 // Nothing outstanding, messages waiting: the first takes the next free slot,
                 // shutdown or not.
                 match slots.clone().acquire_owned().await {
-                    Ok(permit) => start_waiting::<R>(&ctx, &mut pulls, &busy, next, permit).await,
+                    Ok(permit) => {
+                        start_waiting::<R>(&ctx, &mut pulls, &busy, next, permit, &mut run_slot)
+                            .await
+                    }
                     Err(_) => break,
                 }
                 continue;
@@ -264,7 +271,7 @@ pub(crate) async fn pull_loop<R: Runtime>(
             permit = slots.clone().acquire_owned(), if !waiting.is_empty() => {
                 match (permit, waiting.pop_front()) {
                     (Ok(permit), Some(next)) => {
-                        start_waiting::<R>(&ctx, &mut pulls, &busy, next, permit).await;
+                        start_waiting::<R>(&ctx, &mut pulls, &busy, next, permit, &mut run_slot).await;
                     }
                     (Err(_), _) => break,
                     (Ok(_), None) => {}
@@ -324,12 +331,27 @@ pub(crate) async fn pull_loop<R: Runtime>(
                         Some(permit) if !waiting.is_empty() => {
                             waiting.push_back(wait::<R>(&ctx, msg));
                             if let Some(first) = waiting.pop_front() {
-                                start_waiting::<R>(&ctx, &mut pulls, &busy, first, permit).await;
+                                start_waiting::<R>(
+                                    &ctx,
+                                    &mut pulls,
+                                    &busy,
+                                    first,
+                                    permit,
+                                    &mut run_slot,
+                                )
+                                .await;
                             }
                         }
                         Some(permit) => {
                             pulls.handle_started(R::now(), busy(pulls.held()));
-                            start_delivery::<R>(ctx.clone(), read_jetstream, msg, permit).await;
+                            start_delivery::<R>(
+                                ctx.clone(),
+                                read_jetstream,
+                                msg,
+                                permit,
+                                &mut run_slot,
+                            )
+                            .await;
                         }
                         None => waiting.push_back(wait::<R>(&ctx, msg)),
                     }
@@ -371,7 +393,7 @@ pub(crate) async fn pull_loop<R: Runtime>(
         let Ok(permit) = slots.clone().acquire_owned().await else {
             break;
         };
-        start_waiting::<R>(&ctx, &mut pulls, &busy, next, permit).await;
+        start_waiting::<R>(&ctx, &mut pulls, &busy, next, permit, &mut run_slot).await;
     }
 }
 

@@ -185,6 +185,152 @@ fn rule_13_core_panic_is_gone_and_the_service_goes_on() {
     });
 }
 
+/// A panic inside the handler's future, at its first poll or after it waited, is caught as a
+/// panic in the call is (rule 13), and the mount's next delivery runs in a clean slot
+/// (`Handler::slot`): each message is handled once, in order, and the service goes on.
+#[test]
+fn rule_13_core_panic_inside_the_future_is_caught_and_the_next_delivery_runs() {
+    run(async {
+        let (server, tc, r, ev) = core_case().await;
+        let runs = r.clone();
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("core-panic-13f", "c13f.in").max_attempts(3),
+                move |d: Delivery| {
+                    let runs = runs.clone();
+                    async move {
+                        let payload = String::from_utf8_lossy(&d.payload).into_owned();
+                        runs.lock().unwrap().push((
+                            d.attempt.get(),
+                            payload.clone(),
+                            Instant::now(),
+                        ));
+                        match payload.as_str() {
+                            "boom" => panic!("exploded at once"),
+                            "later" => {
+                                tokio::time::sleep(Duration::from_millis(30)).await;
+                                panic!("exploded after waiting")
+                            }
+                            _ => Outcome::Ack,
+                        }
+                    }
+                },
+            )
+        })
+        .await;
+        for payload in [&b"boom"[..], b"fine", b"later", b"fine too"] {
+            core_publish(&tc, "c13f.in", HeaderMap::new(), payload).await;
+        }
+        let e = settled(&ev, 4).await;
+        logged(&[
+            "ERROR",
+            "mount=core-panic-13f",
+            "handler panicked",
+            "exploded at once",
+        ])
+        .await;
+        logged(&[
+            "ERROR",
+            "mount=core-panic-13f",
+            "handler panicked",
+            "exploded after waiting",
+        ])
+        .await;
+        quiet(200).await;
+        let handled: Vec<String> = r.lock().unwrap().iter().map(|r| r.1.clone()).collect();
+        assert_eq!(
+            handled,
+            ["boom", "fine", "later", "fine too"],
+            "each handled once"
+        );
+        let count = |d: Disposition| e.iter().filter(|s| s.disposition == d).count();
+        assert_eq!(e.len(), 4, "{e:?}");
+        assert_eq!(count(Disposition::Acked), 2, "{e:?}");
+        assert_eq!(
+            count(Disposition::NoOutcome),
+            2,
+            "two panics, no outcome: {e:?}"
+        );
+        app.shutdown().await;
+    });
+}
+
+/// A `Handler` of the application's own, which implements only `call`, runs through the
+/// default slot (each run the boxed future it gives): one that finishes at once and one that
+/// waits are both settled with their outcomes, on Core and on JetStream.
+#[test]
+fn a_handler_of_the_applications_own_is_run_by_the_default_slot() {
+    struct Own(Runs);
+    impl adapter::Handler for Own {
+        fn call(
+            &self,
+            d: Delivery,
+            _context: adapter::ContextSource<'_>,
+        ) -> Result<adapter::HandledFuture, adapter::DecodeError> {
+            let payload = String::from_utf8_lossy(&d.payload).into_owned();
+            self.0
+                .lock()
+                .unwrap()
+                .push((d.attempt.get(), payload.clone(), Instant::now()));
+            Ok(Box::pin(async move {
+                if payload.starts_with("slow") {
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                }
+                if payload.ends_with("retry") && d.attempt.get() == 1 {
+                    adapter::Handled::Outcome(Outcome::Retry)
+                } else {
+                    adapter::Handled::Outcome(Outcome::Ack)
+                }
+            }))
+        }
+    }
+    run(async {
+        let (server, tc, acks, r, ev) = js_case().await;
+        let core_runs = runs();
+        let app = start(&server, &ev, |a| {
+            a.mount(js_mount("js-own"), Own(r.clone())).mount(
+                Mount::core_subject("core-own", "own.in").max_attempts(3),
+                Own(core_runs.clone()),
+            )
+        })
+        .await;
+        for payload in [&b"quick"[..], b"slow", b"slow retry", b"quick retry"] {
+            tc.js_publish("orders.new", HeaderMap::new(), payload).await;
+            core_publish(&tc, "own.in", HeaderMap::new(), payload).await;
+        }
+        // Four JetStream and four Core messages, two of each retried once.
+        settled(&ev, 12).await;
+        acks.at_least(6).await;
+        quiet(200).await;
+        let mut answers = acks.payloads();
+        answers.sort();
+        assert_eq!(answers, ["+ACK", "+ACK", "+ACK", "+ACK", "-NAK", "-NAK"]);
+        for runs in [&r, &core_runs] {
+            let mut handled: Vec<(u64, String)> = runs
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|r| (r.0, r.1.clone()))
+                .collect();
+            handled.sort();
+            assert_eq!(
+                handled,
+                [
+                    (1, "quick".to_owned()),
+                    (1, "quick retry".to_owned()),
+                    (1, "slow".to_owned()),
+                    (1, "slow retry".to_owned()),
+                    (2, "quick retry".to_owned()),
+                    (2, "slow retry".to_owned()),
+                ]
+            );
+        }
+        let e = ev.lock().unwrap().clone();
+        assert_eq!(e.len(), 12, "each delivery settled once: {e:?}");
+        app.shutdown().await;
+    });
+}
+
 #[test]
 fn typed_handler_undecodable_payload_is_dead_lettered() {
     #[derive(serde::Deserialize)]
