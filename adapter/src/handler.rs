@@ -149,7 +149,8 @@ pub struct Delivery {
 #[error("payload does not decode: {0}")]
 pub struct DecodeError(#[from] pub serde_json::Error);
 
-/// What the runtime calls for each delivery: it starts the handler's future.
+/// What the runtime runs for each delivery: the handler's future, started by
+/// [`call`](Self::call) in the mount loop's [`HandlerSlot`] (see [`slot`](Self::slot)).
 ///
 /// Applications rarely implement it: [`App::mount`](crate::App::mount) takes async functions
 /// (see [`IntoHandler`]) and [`App::mount_json`](crate::App::mount_json) typed ones, and
@@ -173,18 +174,23 @@ pub trait Handler: Send + Sync + 'static {
         false
     }
 
-    /// Where a mount keeps this handler's runs. A mount loop holds one slot, starts each
+    /// Where a mount keeps this handler's runs, called once when a mount loop starts and
+    /// again each time a run leaves its slot. A mount loop holds one slot, starts each
     /// delivery's run in it and polls it there; only a run that does not finish at its first
-    /// poll leaves with its slot (the loop makes a new one, so one allocation per run that has
-    /// to wait).
+    /// poll leaves with its slot, to finish on a task of its own, and the loop makes a new one.
     ///
     /// The default starts each run with [`call`](Self::call) and keeps the boxed future it
-    /// gives, so a handler of your own needs nothing more. The handlers this crate builds from
-    /// functions ([`IntoHandler`], [`Json`]) override it to keep their future unboxed in the
-    /// slot and use its storage again for the next delivery: no allocation and no dynamic call
-    /// per delivery that finishes at once (issue 13). [`HandlerSlot`] has no public
-    /// constructor: an override can only give another handler's slot (a wrapper delegating to
-    /// the handler it wraps).
+    /// gives: a handler of your own needs nothing more, and pays one allocation a delivery for
+    /// that future (two for a run that has to wait: its future and the loop's new slot). The
+    /// handlers this crate builds from functions ([`IntoHandler`], [`Json`]) override it to keep
+    /// their future unboxed in the slot and use its storage again for the next delivery: no
+    /// allocation and no dynamic call a delivery that finishes at once (one allocation a run
+    /// that has to wait), issue 13.
+    ///
+    /// Do not override it: [`HandlerSlot`] has no public constructor, so an override could
+    /// only give another handler's slot, and then the runtime would never call this handler's
+    /// own `call` (a wrapper's logging or checks there would be skipped). It should not panic
+    /// either: it runs outside the guard that catches a handler's panics (rule 13).
     fn slot(self: Arc<Self>) -> HandlerSlot {
         HandlerSlot::new(BoxedSlot {
             handler: self,
