@@ -241,7 +241,7 @@ fn decide<'m, R: Runtime>(
                 }
                 Poll::Pending => {
                     let started = started.unwrap_or_else(R::now);
-                    let run = HandlerRun(std::mem::replace(slot, ctx.handler.clone().slot()));
+                    let run = HandlerRun(slot.take_run(&ctx.handler));
                     return Some(Rest::Waits(Stage::Handling(run, started)));
                 }
             },

@@ -174,18 +174,18 @@ pub trait Handler: Send + Sync + 'static {
         false
     }
 
-    /// Where a mount keeps this handler's runs, called once when a mount loop starts and
-    /// again each time a run leaves its slot. A mount loop holds one slot, starts each
-    /// delivery's run in it and polls it there; only a run that does not finish at its first
-    /// poll leaves with its slot, to finish on a task of its own, and the loop makes a new one.
+    /// Where a mount keeps this handler's runs. A mount loop calls it when it starts, holds
+    /// the slot, starts each delivery's run in it and polls it there; a run that does not
+    /// finish at its first poll leaves the loop to finish on a task of its own.
     ///
     /// The default starts each run with [`call`](Self::call) and keeps the boxed future it
-    /// gives: a handler of your own needs nothing more, and pays one allocation a delivery for
-    /// that future (two for a run that has to wait: its future and the loop's new slot). The
-    /// handlers this crate builds from functions ([`IntoHandler`], [`Json`]) override it to keep
-    /// their future unboxed in the slot and use its storage again for the next delivery: no
-    /// allocation and no dynamic call a delivery that finishes at once (one allocation a run
-    /// that has to wait), issue 13.
+    /// gives; a run that waits leaves as that future, and the slot stays. A handler of your
+    /// own needs nothing more, and pays what it did before this method existed: one allocation
+    /// a delivery. The handlers this crate builds from functions ([`IntoHandler`], [`Json`])
+    /// override it to keep their future unboxed in the slot and use its storage again for the
+    /// next delivery: no allocation and no dynamic call a delivery that finishes at once; a
+    /// run that waits leaves with the slot it is kept in, and the loop asks for a new one (one
+    /// allocation a run that waits). Issue 13.
     ///
     /// Do not override it: [`HandlerSlot`] has no public constructor, so an override could
     /// only give another handler's slot, and then the runtime would never call this handler's
@@ -226,6 +226,17 @@ impl HandlerSlot {
         self.0.as_mut().start(delivery, context)
     }
 
+    /// Takes out the run that is still pending after its first poll, to finish on a task of
+    /// its own: the boxed future alone from the default slot (which stays, empty), or else
+    /// the whole slot, replaced by a new one of `handler`'s (a run kept in place cannot move
+    /// out of it).
+    pub(crate) fn take_run(&mut self, handler: &Arc<dyn Handler>) -> PendingRun {
+        match self.0.as_mut().take_boxed() {
+            Some(run) => PendingRun::Boxed(run),
+            None => PendingRun::InSlot(std::mem::replace(self, handler.clone().slot())),
+        }
+    }
+
     /// Polls the run; once it is ready the slot is empty again. An empty slot is ready at
     /// once with an error (the runtime never polls one).
     #[inline]
@@ -234,8 +245,21 @@ impl HandlerSlot {
     }
 }
 
+/// A handler run taken out of a mount loop's slot by [`HandlerSlot::take_run`].
+pub(crate) enum PendingRun {
+    /// The boxed future of the default slot.
+    Boxed(HandledFuture),
+    /// The slot the run is kept in.
+    InSlot(HandlerSlot),
+}
+
 /// What a [`HandlerSlot`] holds: a handler, and its run when one is started.
 trait Slot: Send {
+    /// The run, when it is a boxed future that can leave the slot by itself.
+    fn take_boxed(self: Pin<&mut Self>) -> Option<HandledFuture> {
+        None
+    }
+
     fn start(
         self: Pin<&mut Self>,
         delivery: Delivery,
@@ -255,6 +279,10 @@ struct BoxedSlot<H: ?Sized> {
 }
 
 impl<H: Handler + ?Sized> Slot for BoxedSlot<H> {
+    fn take_boxed(self: Pin<&mut Self>) -> Option<HandledFuture> {
+        self.get_mut().run.take()
+    }
+
     fn start(
         self: Pin<&mut Self>,
         delivery: Delivery,

@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use ruststream_core::{Delivery as CoreDelivery, Event, Outcome};
 
 use crate::context::ContextSource;
-use crate::handler::{Delivery, Handled, HandlerSlot, JetStreamInfo};
+use crate::handler::{Delivery, Handled, HandlerSlot, JetStreamInfo, PendingRun};
 use crate::incoming::Incoming;
 use crate::mount_context::MountContext;
 
@@ -49,16 +49,24 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
         .unwrap_or("(non-string panic payload)")
 }
 
-/// A handler run that did not finish at its first poll: the slot it runs in, which the mount
-/// loop gave up for it (see [`Handler::slot`](crate::Handler::slot)). Its panic is caught
-/// (rule 13).
-pub(crate) struct HandlerRun(pub(crate) HandlerSlot);
+/// A handler run that did not finish at its first poll, taken out of the mount loop's slot
+/// ([`HandlerSlot::take_run`]). Its panic is caught (rule 13).
+pub(crate) struct HandlerRun(pub(crate) PendingRun);
 
 impl Future for HandlerRun {
     type Output = std::thread::Result<Handled>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        poll_caught(&mut self.get_mut().0, cx)
+        match &mut self.get_mut().0 {
+            PendingRun::InSlot(slot) => poll_caught(slot, cx),
+            PendingRun::Boxed(run) => {
+                match std::panic::catch_unwind(AssertUnwindSafe(|| run.as_mut().poll(cx))) {
+                    Ok(Poll::Pending) => Poll::Pending,
+                    Ok(Poll::Ready(handled)) => Poll::Ready(Ok(handled)),
+                    Err(panic) => Poll::Ready(Err(panic)),
+                }
+            }
+        }
     }
 }
 
