@@ -188,7 +188,7 @@ impl<'m> Rest<'m> {
 /// This is a plain function, not a future, so that the common case (a handler that returns
 /// at once and a plan that only logs, as a Core ack does) costs no future to build or move,
 /// no allocation and no clock read. The handler runs in the calling loop's `slot`; a run
-/// still pending after its first poll takes the slot with it, and the loop gets a new one.
+/// still pending after its first poll is taken out of it ([`HandlerSlot::take_run`]).
 pub(crate) fn begin<'m, R: Runtime>(
     ctx: &'m MountContext,
     read: impl Reader,

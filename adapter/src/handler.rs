@@ -260,12 +260,15 @@ trait Slot: Send {
         None
     }
 
+    /// Starts a run on `delivery`. Drops the run it held before it calls the handler, so
+    /// that a handler panicking in the call leaves the slot empty and usable.
     fn start(
         self: Pin<&mut Self>,
         delivery: Delivery,
         context: ContextSource<'_>,
     ) -> Result<(), DecodeError>;
 
+    /// Polls the run; once it is ready the slot is empty again.
     fn poll_run(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Handled>;
 }
 

@@ -58,22 +58,16 @@ impl Future for HandlerRun {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match &mut self.get_mut().0 {
-            PendingRun::InSlot(slot) => poll_caught(slot, cx),
-            PendingRun::Boxed(run) => {
-                match std::panic::catch_unwind(AssertUnwindSafe(|| run.as_mut().poll(cx))) {
-                    Ok(Poll::Pending) => Poll::Pending,
-                    Ok(Poll::Ready(handled)) => Poll::Ready(Ok(handled)),
-                    Err(panic) => Poll::Ready(Err(panic)),
-                }
-            }
+            PendingRun::InSlot(slot) => caught(|| slot.poll_run(cx)),
+            PendingRun::Boxed(run) => caught(|| run.as_mut().poll(cx)),
         }
     }
 }
 
-/// Polls the run in `slot`, its panic caught.
+/// One poll of a handler's run, its panic caught.
 #[inline]
-fn poll_caught(slot: &mut HandlerSlot, cx: &mut Context<'_>) -> Poll<std::thread::Result<Handled>> {
-    match std::panic::catch_unwind(AssertUnwindSafe(|| slot.poll_run(cx))) {
+fn caught(poll: impl FnOnce() -> Poll<Handled>) -> Poll<std::thread::Result<Handled>> {
+    match std::panic::catch_unwind(AssertUnwindSafe(poll)) {
         Ok(Poll::Pending) => Poll::Pending,
         Ok(Poll::Ready(handled)) => Poll::Ready(Ok(handled)),
         Err(panic) => Poll::Ready(Err(panic)),
@@ -89,7 +83,7 @@ pub(crate) fn poll_slot(
     slot: &mut HandlerSlot,
     cx: &mut Context<'_>,
 ) -> Poll<std::thread::Result<Handled>> {
-    let polled = poll_caught(slot, cx);
+    let polled = caught(|| slot.poll_run(cx));
     if let Poll::Ready(Err(_)) = polled {
         renew_slot(ctx, slot);
     }
@@ -99,7 +93,7 @@ pub(crate) fn poll_slot(
 /// Gives the mount loop a new slot in place of `slot`, dropping the old one (and what it
 /// holds) with its panic caught.
 #[cold]
-pub(crate) fn renew_slot(ctx: &MountContext, slot: &mut HandlerSlot) {
+fn renew_slot(ctx: &MountContext, slot: &mut HandlerSlot) {
     let old = std::mem::replace(slot, ctx.handler.clone().slot());
     if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(|| drop(old))) {
         tracing::error!(mount = %ctx.name, panic = panic_message(&*panic),
@@ -126,10 +120,9 @@ pub(crate) fn start_handler(
     })) {
         Ok(Ok(())) => Ok(()),
         Ok(Err(decode)) => Err(undecodable(ctx, msg, delivery, &decode)),
-        Err(panic) => {
-            renew_slot(ctx, slot);
-            Err(panicked(ctx, msg, delivery, &*panic))
-        }
+        // Every slot drops the run it held before it calls the handler: one that panicked in
+        // the call holds none, and is used again as it is.
+        Err(panic) => Err(panicked(ctx, msg, delivery, &*panic)),
     }
 }
 
