@@ -413,9 +413,17 @@ impl<R: Runtime> App<R> {
             .iter()
             .map(|(_, _, policy)| policy.copy_subject().cloned())
             .collect();
+        let names = records.iter().map(|m| m.name).collect();
         let delay_task = R::spawn(async move {
-            let lost =
-                delay_loop::<R>(delay_clients, delay_rx, finish_rx, losses, copy_subjects).await;
+            let lost = delay_loop::<R>(
+                delay_clients,
+                delay_rx,
+                finish_rx,
+                losses,
+                copy_subjects,
+                names,
+            )
+            .await;
             let _ = lost_tx.send(lost);
         });
         let supervisor = Supervisor::<R> {

@@ -172,6 +172,9 @@ async fn consume<R: Runtime, S>(
     let mut copying = std::pin::pin!(None);
     // Where each delivery's handler runs (see `Handler::slot`).
     let mut slot = ctx.handler.clone().slot();
+    // Every handle to the app is gone (the shutdown channel closed), and what is buffered
+    // was counted already.
+    let (mut gone, mut reported) = (false, false);
     loop {
         let mut run = 0;
         // Out of Tokio's cooperative budget (a no-op elsewhere): a run of deliveries that
@@ -244,7 +247,8 @@ async fn consume<R: Runtime, S>(
         let next = tokio::select! {
             biased;
             changed = shutdown.changed() => {
-                if changed.is_err() {
+                gone = changed.is_err();
+                if gone {
                     ctx.handles_gone();
                 }
                 break;
@@ -287,17 +291,31 @@ async fn consume<R: Runtime, S>(
             () = &mut holding => {}
             // Never ends: takes in what arrives meanwhile, up to the mount's buffer.
             () = messages.hold(ctx) => {}
-            _ = shutdown.changed() => {
+            changed = shutdown.changed() => {
                 // Shutdown began while a delivery holds this loop (every slot taken): what is
                 // buffered will never be handled, so it is counted now, not when (or if) that
                 // delivery ends within the grace period.
+                gone = changed.is_err();
+                if gone {
+                    ctx.handles_gone();
+                }
                 report_unhandled(ctx, &mut messages).await;
+                reported = true;
                 holding.await;
-                return;
+                break;
             }
         }
     }
-    report_unhandled(ctx, &mut messages).await;
+    if !reported {
+        report_unhandled(ctx, &mut messages).await;
+    }
+    if gone {
+        // Unsubscribed first: what would arrive while the running deliveries settle would
+        // never be handled, nor counted.
+        drop(messages);
+        ctx.settle_after_handles_gone::<R>(crate::shutdown::FINAL_FLUSH)
+            .await;
+    }
 }
 
 /// Counts and logs the Core messages received but not handed to a handler when shutdown

@@ -12,22 +12,36 @@ use crate::runtime::Runtime;
 
 /// The delay queue of Core copies (one per app, one timer): publishes each copy when due.
 ///
+/// `losses`, `copy_subjects` and `names` are by mount index.
+///
 /// Runs until `finish` holds a deadline, then until no copy left falls due by then, or the
 /// deadline has passed (the end of the shutdown grace period, or now when a second signal cut
 /// it short). Gives how many copies were still
 /// waiting then, per mount index: those are lost (SETTLEMENT.md, rule 14).
+///
+/// When `finish` closes instead (every handle to the app dropped without a shutdown, so no
+/// grace period will come), it publishes the copies that fall due while the mounts still run
+/// (they settle what they received), and ends when the last mount's sender closes; the
+/// copies still waiting then are lost, counted, and logged here at warn level per mount, as
+/// no shutdown report will say so.
 pub(crate) async fn delay_loop<R: Runtime>(
     clients: watch::Receiver<async_nats::Client>,
     mut incoming: mpsc::UnboundedReceiver<(PendingCopy, std::time::Instant)>,
     mut finish: watch::Receiver<Option<std::time::Instant>>,
     losses: Vec<Arc<Losses>>,
     copy_subjects: Vec<Option<Subject>>,
+    names: Vec<&'static str>,
 ) -> Vec<usize> {
     let mut queue = ruststream_core::DelayQueue::new();
     // The mounts' senders close with their loops, at shutdown, before the deadline is set:
     // copies already queued are still published until then.
     let mut open = true;
+    // `finish` closed: the app's handles are gone.
+    let mut orphaned = false;
     loop {
+        if orphaned && !open {
+            break;
+        }
         let end = *finish.borrow();
         if let Some(end) = end {
             while let Ok((copy, at)) = incoming.try_recv() {
@@ -44,7 +58,7 @@ pub(crate) async fn delay_loop<R: Runtime>(
         let next = queue.poll_timeout();
         tokio::select! {
             biased;
-            changed = finish.changed() => if changed.is_err() { break },
+            changed = finish.changed(), if !orphaned => orphaned = changed.is_err(),
             item = incoming.recv(), if open => match item {
                 Some((copy, at)) => {
                     queued(&losses, &copy);
@@ -100,6 +114,11 @@ pub(crate) async fn delay_loop<R: Runtime>(
         if let Some(losses) = losses.get(mount).filter(|_| n > 0) {
             losses.metrics().delayed(-(n as f64));
             losses.add(Loss::CopyAtShutdown, n as u64);
+            if orphaned {
+                let name = names.get(mount).copied().unwrap_or("?");
+                tracing::warn!(mount = %name, copies = n,
+                    "delayed Core copies lost: every handle to the app was dropped without a shutdown, and its mounts have stopped");
+            }
         }
     }
     lost

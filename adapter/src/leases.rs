@@ -152,19 +152,26 @@ fn renew(clients: &watch::Receiver<Client>, reply: Subject) -> bool {
 /// (`+WPI` on the delivery's ack reply subject) and fires each time limit. Ends when `finish`
 /// holds a deadline (the shutdown has accounted for every handler): leases still held then
 /// belong to abandoned handlers, whose results will come late and not be sent.
+///
+/// When `finish` closes instead (every handle to the app dropped without a shutdown), the
+/// mounts stop consuming but settle what they received: the loop keeps renewing and
+/// enforcing time limits until nothing else holds `room` (every mount loop and delivery has
+/// ended), looked at every [`ORPHANED_CHECK`].
 pub(crate) async fn lease_loop<R: Runtime>(
     room: Arc<LeaseRoom>,
     clients: watch::Receiver<Client>,
     mut finish: watch::Receiver<Option<Instant>>,
 ) {
+    let mut orphaned = false;
     loop {
-        if finish.borrow().is_some() {
+        if finish.borrow().is_some() || (orphaned && Arc::strong_count(&room) == 1) {
             break;
         }
         let next = room.lock().poll_timeout();
         tokio::select! {
             biased;
-            changed = finish.changed() => if changed.is_err() { break },
+            changed = finish.changed(), if !orphaned => orphaned = changed.is_err(),
+            () = R::sleep_until(R::now() + ORPHANED_CHECK), if orphaned => {}
             () = room.started.notified() => {}
             () = R::sleep_until(next.unwrap_or_else(R::now)), if next.is_some() => {
                 let due = room.lock().handle_timeout(R::now());
@@ -191,6 +198,10 @@ pub(crate) async fn lease_loop<R: Runtime>(
         }
     }
 }
+
+/// How often the lease loop of an app whose every handle is gone looks whether its mounts
+/// have all ended (see [`lease_loop`]).
+const ORPHANED_CHECK: Duration = Duration::from_millis(100);
 
 /// How long a prefetched message that waits for a handler slot is renewed at most: a day. Its
 /// handler's own time limit starts when it starts; the prefetch is sized so that a message

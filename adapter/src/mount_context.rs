@@ -271,6 +271,33 @@ impl MountContext {
             "the app's Running (and every ShutdownHandle) was dropped without a shutdown: the mount stops consuming; keep the Running and call shutdown() or until_signal() to stop gracefully");
     }
 
+    /// The end of a mount loop that stopped because every handle to its app is gone (see
+    /// [`handles_gone`](Self::handles_gone)): waits for the mount's deliveries still running
+    /// to settle (each bounded by its handler's time limit, rule 16), then flushes the app's
+    /// current client, for at most `flush_limit`, so that their settlements and copies reach
+    /// the server before the loop ends and, with the last loop, the app's NATS thread and its
+    /// connection. A flush that fails or times out is logged at warn level: what it held may
+    /// not have arrived.
+    pub(crate) async fn settle_after_handles_gone<R: crate::runtime::Runtime>(
+        &self,
+        flush_limit: std::time::Duration,
+    ) {
+        let running = self.in_flight.count();
+        if running > 0 {
+            tracing::info!(mount = %self.name, running,
+                "waiting for the mount's running deliveries to settle before it stops");
+        }
+        self.in_flight.idle().await;
+        let client = self.clients.borrow().clone();
+        match R::timeout(flush_limit, client.flush()).await {
+            Some(Ok(())) => {}
+            Some(Err(e)) => tracing::warn!(mount = %self.name, error = %e,
+                "flush failed as the mount stopped: its last settlements may not have reached the server"),
+            None => tracing::warn!(mount = %self.name,
+                "flush timed out as the mount stopped: its last settlements may not have reached the server"),
+        }
+    }
+
     /// The mount's lease settings now, locked: keep the guard short.
     pub(crate) fn lease_settings(&self) -> std::sync::MutexGuard<'_, LeaseSettings> {
         self.lease_settings

@@ -15,13 +15,20 @@ use std::task::{Context, Poll};
 /// before its handler decodes them; measured in `BENCHMARKS.md` (issue 13), the same loop
 /// decoded the same payloads about 25 % slower that way.
 ///
-/// Clones share the thread. It runs until [`stop`](Self::stop) is called or every clone is
-/// dropped, then drops its runtime, which cancels what still runs on it.
+/// Clones share the thread. It runs until [`stop`](Self::stop) is called, then drops its
+/// runtime, which cancels what still runs on it. When every clone is dropped instead (an app
+/// whose handles were all dropped without a shutdown), it first lets what was given to
+/// [`spawn`](Self::spawn) end on its own, however long that takes (the mount loops, which
+/// then stop consuming, settle what they received and flush), so that no settlement is cut
+/// off with the connection's task.
 #[derive(Debug, Clone)]
 pub struct NatsThread {
     handle: tokio::runtime::Handle,
     alive: tokio::sync::watch::Receiver<bool>,
     stop: Arc<Mutex<Option<tokio::sync::oneshot::Sender<()>>>>,
+    /// Held by every task given to [`spawn`](Self::spawn) until it ends: the thread's
+    /// receiver sees the channel close once they all have and every clone is gone.
+    spawned: tokio::sync::mpsc::Sender<std::convert::Infallible>,
 }
 
 impl NatsThread {
@@ -33,6 +40,7 @@ impl NatsThread {
         let (handle_tx, handle_rx) = std::sync::mpsc::channel();
         let (alive_tx, alive) = tokio::sync::watch::channel(true);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let (spawned, mut spawned_rx) = tokio::sync::mpsc::channel(1);
         std::thread::Builder::new()
             .name(name.to_owned())
             .spawn(move || {
@@ -49,11 +57,16 @@ impl NatsThread {
                                 if stop_rx.await.is_err() {
                                     // Every clone is gone: the app's handles were dropped
                                     // without a shutdown, and what they closed has woken the
-                                    // mount loops, which stop and say so. The runtime lets them
-                                    // run for a moment first: dropped at once, it cancelled a
-                                    // loop not yet polled, whose warning was then never
-                                    // logged (seen once in a full test run).
-                                    tokio::time::sleep(LAST_CLONE_GRACE).await;
+                                    // mount loops, which stop consuming, say so, and end once
+                                    // what they received is settled and flushed. The runtime
+                                    // (and the connection's task on it) stays until they have
+                                    // ended: dropped a fixed 100 ms later, it cut off the
+                                    // settlements of handlers still running, and once a
+                                    // loop's warning.
+                                    tracing::debug!(
+                                        "every handle to the app's NATS thread is gone: it ends once its mount loops have"
+                                    );
+                                    let _ = spawned_rx.recv().await;
                                 }
                             })
                         }));
@@ -78,6 +91,7 @@ impl NatsThread {
             handle,
             alive,
             stop: Arc::new(Mutex::new(Some(stop_tx))),
+            spawned,
         })
     }
 
@@ -105,13 +119,20 @@ impl NatsThread {
         Entered::new(self.handle.clone(), future)
     }
 
-    /// Spawns `future` on the thread.
+    /// Spawns `future` on the thread. When every clone of the thread is dropped, the thread
+    /// waits for `future` to end before it drops its runtime (see [`NatsThread`]); after
+    /// [`stop`](Self::stop) it does not.
     pub fn spawn<F>(&self, future: F) -> tokio::task::JoinHandle<F::Output>
     where
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        self.handle.spawn(future)
+        let spawned = self.spawned.clone();
+        self.handle.spawn(async move {
+            let output = future.await;
+            drop(spawned);
+            output
+        })
     }
 
     /// Resolves, with why, once the thread has ended.
@@ -132,11 +153,6 @@ impl NatsThread {
         }
     }
 }
-
-/// How long a NATS thread whose every clone is gone (no explicit stop) keeps running its
-/// tasks before its runtime is dropped, so that the mount loops woken by the app's handles
-/// going away log why they stop.
-const LAST_CLONE_GRACE: std::time::Duration = std::time::Duration::from_millis(100);
 
 thread_local! {
     /// The thread's own runtime, set on each [`NatsThread`]'s thread, for

@@ -176,6 +176,8 @@ pub(crate) async fn pull_loop<R: Runtime>(
     let mut run_slot = ctx.handler.clone().slot();
     let mut backoff = Duration::from_millis(50);
     let mut watching = true;
+    // Every handle to the app is gone (the shutdown channel closed).
+    let mut gone = false;
     'pull: loop {
         if *shutdown.borrow() {
             pulls.handle_shutdown();
@@ -184,6 +186,7 @@ pub(crate) async fn pull_loop<R: Runtime>(
             // as at a shutdown (no new request; what is outstanding is handled) instead of
             // waking on the closed channel forever.
             ctx.handles_gone();
+            gone = true;
             pulls.handle_shutdown();
         }
         // Messages that wait go first, on the slots that are free.
@@ -394,6 +397,10 @@ pub(crate) async fn pull_loop<R: Runtime>(
             break;
         };
         start_waiting::<R>(&ctx, &mut pulls, &busy, next, permit, &mut run_slot).await;
+    }
+    if gone {
+        ctx.settle_after_handles_gone::<R>(crate::shutdown::FINAL_FLUSH)
+            .await;
     }
 }
 

@@ -28,9 +28,13 @@ impl ShutdownHandle {
 /// Keep it until the app is to stop, and stop it with [`shutdown`](Self::shutdown) or
 /// [`until_signal`](Self::until_signal). Dropping it, and every [`ShutdownHandle`], without
 /// a shutdown leaves an app nothing can shut down: its mounts stop consuming (each logs so, at
-/// warn level; what a JetStream mount's outstanding pull requests bring within
-/// [`PULL_EXPIRES`](ruststream_core::PULL_EXPIRES), 1 s, is still handled), with no grace period and no
-/// report.
+/// warn level), and what they received is still handled and settled: what a JetStream
+/// mount's outstanding pull requests bring within
+/// [`PULL_EXPIRES`](ruststream_core::PULL_EXPIRES), 1 s, and every delivery still running,
+/// whose lease is renewed and whose handler time limit holds as before. Each mount then
+/// flushes the client and ends, and the app's NATS thread with the last of them. There is no
+/// grace period and no report: a delayed Core copy not yet due when the last mount ends is
+/// lost, counted (`copy_at_shutdown`) and logged at warn level with its mount.
 pub struct Running<R: Runtime> {
     pub(crate) reactor: R::Reactor,
     /// The app's current client: replaced when the supervisor connects a new one (rule 20).

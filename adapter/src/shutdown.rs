@@ -15,7 +15,7 @@ use crate::runtime::{Reactor, Runtime};
 use crate::supervisor::Recovery;
 
 /// How long the final flush and drain of a shutdown may take.
-const FINAL_FLUSH: Duration = Duration::from_secs(5);
+pub(crate) const FINAL_FLUSH: Duration = Duration::from_secs(5);
 
 /// How long a graceful shutdown lets in-flight handlers finish, by default: 10 seconds.
 pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(10);

@@ -469,3 +469,137 @@ fn dropping_every_handle_to_the_app_stops_every_mount_and_says_so() {
         }
     });
 }
+
+/// Every handle dropped while a JetStream handler runs: the delivery still settles, its lease
+/// is still renewed, and its `+ACK` reaches the server. (The app's NATS thread used to drop its runtime, and with it the
+/// connection's task, a fixed 100 ms after the last handle went, so the handler's `+ACK` was
+/// never sent and the message came back after `ack_wait`.)
+#[test]
+fn a_jetstream_delivery_running_when_every_handle_drops_is_still_acked() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = js_setup(&server).await;
+        let acks = Wire::watch(&tc.client, "$JS.ACK.ORDERS.>").await;
+        let ev = events();
+        let started = Arc::new(Mutex::new(0_u32));
+        let count = started.clone();
+        let app = start(&server, &ev, |a| {
+            a.mount(js_mount("dropped-slow-js"), move |_d: Delivery| {
+                *count.lock().unwrap() += 1;
+                async {
+                    tokio::time::sleep(Duration::from_millis(1_200)).await;
+                    Outcome::Ack
+                }
+            })
+        })
+        .await;
+        tc.js_publish("orders.new", HeaderMap::new(), b"slow").await;
+        eventually("the handler to start", || {
+            (*started.lock().unwrap() > 0).then_some(())
+        })
+        .await;
+        drop(app);
+        let info = eventually_info(&tc, |i| i.num_ack_pending == 0 && i.num_pending == 0).await;
+        assert_eq!(info.ack_floor.stream_sequence, 1, "{info:?}");
+        // The handler outlives ack_wait (700 ms): its lease is still renewed.
+        let payloads = acks.payloads();
+        assert_eq!(
+            payloads.last().map(String::as_str),
+            Some("+ACK"),
+            "{payloads:?}"
+        );
+        assert!(payloads.contains(&"+WPI".to_owned()), "{payloads:?}");
+        // Past ack_wait: nothing came back to be handled again.
+        quiet(1_000).await;
+        assert_eq!(*started.lock().unwrap(), 1, "handled once");
+    });
+}
+
+/// Every handle dropped while a Core handler runs that asks for a retry: its copy is still
+/// published (the last attempt's decision is not lost with the app's NATS thread).
+#[test]
+fn a_core_retry_decided_after_every_handle_drops_still_publishes_its_copy() {
+    run(async {
+        let (server, tc, _r, ev) = core_case().await;
+        let wire = Wire::watch(&tc.client, "dropped-retry.in").await;
+        let started = Arc::new(Mutex::new(0_u32));
+        let count = started.clone();
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("dropped-retry-core", "dropped-retry.in").max_attempts(3),
+                move |_d: Delivery| {
+                    *count.lock().unwrap() += 1;
+                    async {
+                        tokio::time::sleep(Duration::from_millis(400)).await;
+                        Outcome::Retry
+                    }
+                },
+            )
+        })
+        .await;
+        core_publish(&tc, "dropped-retry.in", HeaderMap::new(), b"x").await;
+        eventually("the handler to start", || {
+            (*started.lock().unwrap() > 0).then_some(())
+        })
+        .await;
+        drop(app);
+        let copies = eventually("the retry's copy on the wire", || {
+            let all = wire.all();
+            (all.len() >= 2).then_some(all)
+        })
+        .await;
+        assert!(
+            copies[1]
+                .headers
+                .contains(&("x-ruststream-retry-count".to_owned(), "1".to_owned())),
+            "{copies:?}"
+        );
+        quiet(300).await;
+        assert_eq!(
+            *started.lock().unwrap(),
+            1,
+            "the stopped mount does not handle its copy"
+        );
+    });
+}
+
+/// Every handle dropped while a Core handler runs that asks for a delayed retry: its copy
+/// falls due after the mount has stopped, so no grace period can publish it; it is lost, and
+/// not silently (counted, and logged per mount).
+#[test]
+fn a_delayed_core_copy_left_when_every_handle_drops_is_counted_and_logged() {
+    run(async {
+        let (server, tc, _r, ev) = core_case().await;
+        let started = Arc::new(Mutex::new(false));
+        let flag = started.clone();
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("dropped-delayed-core", "dropped-delayed.in").max_attempts(3),
+                move |_d: Delivery| {
+                    *flag.lock().unwrap() = true;
+                    async {
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                        Outcome::RetryAfter(Duration::from_secs(60))
+                    }
+                },
+            )
+        })
+        .await;
+        core_publish(&tc, "dropped-delayed.in", HeaderMap::new(), b"x").await;
+        eventually("the handler to start", || {
+            (*started.lock().unwrap()).then_some(())
+        })
+        .await;
+        drop(app);
+        logged(&[
+            "WARN",
+            "mount=dropped-delayed-core",
+            "delayed Core copies lost: every handle to the app was dropped",
+        ])
+        .await;
+        assert_eq!(
+            super::losses::core_losses_metric("dropped-delayed-core", "copy_at_shutdown"),
+            1
+        );
+    });
+}
