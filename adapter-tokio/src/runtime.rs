@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use ruststream_adapter::{Entered, NatsThread};
+use ruststream_adapter::{Entered, NatsThread, ThreadStopper};
 
 /// Makes a Tokio timer future (`make`) on the runtime of the app's NATS thread when called on
 /// one, so that a mount loop's timer is armed and fired on its own thread; elsewhere on the
@@ -110,9 +110,10 @@ impl ruststream_adapter::Runtime for Runtime {
 /// available there (it panics, which the runtime reports as a panicked handler, rule 13):
 /// blocking or CPU-heavy work belongs in [`tokio::task::spawn_blocking`].
 ///
-/// The thread ends at the end of the app's shutdown, or when the application's runtime shuts
-/// down; if it ends before a shutdown, the app reports it ([`AppFailed`](crate::AppFailed)) instead
-/// of hanging.
+/// The thread ends at the end of the app's shutdown, when the application's runtime shuts
+/// down, or once every handle to the app is dropped and its mounts have settled what they
+/// received and stopped; if it ends before a shutdown, the app reports it
+/// ([`AppFailed`](crate::AppFailed)) instead of hanging.
 #[derive(Debug, Clone)]
 #[allow(unreachable_pub)] // public only as `Runtime::Reactor`; applications never name it
 pub struct Reactor {
@@ -135,10 +136,15 @@ impl ruststream_adapter::Reactor for Reactor {
         let thread = NatsThread::start("ruststream-nats")?;
         // The app lives no longer than the application's runtime: when that runtime shuts
         // down, it drops this task, which stops the thread (and with it the app's connection
-        // and loops, as if they had run on that runtime). The task ends with the thread.
-        let watched = StopOnDrop(thread.clone());
+        // and loops, as if they had run on that runtime). The task ends with the thread. It
+        // holds no clone of the thread, so that the thread still ends once every handle to
+        // the app is dropped and its mount loops have stopped (a clone here kept it, and the
+        // app's connection, until the application's runtime shut down).
+        let watched = StopOnDrop(thread.stopper());
+        let failed = thread.failed();
         application.spawn(async move {
-            watched.0.failed().await;
+            let _watched = watched;
+            failed.await;
         });
         Ok(Self {
             thread,
@@ -167,7 +173,7 @@ impl ruststream_adapter::Reactor for Reactor {
 }
 
 /// Stops the app's thread when dropped.
-struct StopOnDrop(NatsThread);
+struct StopOnDrop(ThreadStopper);
 
 impl Drop for StopOnDrop {
     fn drop(&mut self) {

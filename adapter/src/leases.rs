@@ -197,6 +197,11 @@ pub(crate) async fn lease_loop<R: Runtime>(
             }
         }
     }
+    if orphaned {
+        tracing::debug!(
+            "the lease loop ends: every mount of the app, whose handles are gone, has ended"
+        );
+    }
 }
 
 /// How often the lease loop of an app whose every handle is gone looks whether its mounts

@@ -20,12 +20,14 @@ use std::task::{Context, Poll};
 /// whose handles were all dropped without a shutdown), it first lets what was given to
 /// [`spawn`](Self::spawn) end on its own, however long that takes (the mount loops, which
 /// then stop consuming, settle what they received and flush), so that no settlement is cut
-/// off with the connection's task.
+/// off with the connection's task; then, for at most 5 s, the other tasks on its runtime
+/// (the connection's task ends once the app's clients are gone). A [`ThreadStopper`] does
+/// not count as a clone.
 #[derive(Debug, Clone)]
 pub struct NatsThread {
     handle: tokio::runtime::Handle,
     alive: tokio::sync::watch::Receiver<bool>,
-    stop: Arc<Mutex<Option<tokio::sync::oneshot::Sender<()>>>>,
+    stop: Arc<StopSender>,
     /// Held by every task given to [`spawn`](Self::spawn) until it ends: the thread's
     /// receiver sees the channel close once they all have and every clone is gone.
     spawned: tokio::sync::mpsc::Sender<std::convert::Infallible>,
@@ -67,6 +69,24 @@ impl NatsThread {
                                         "every handle to the app's NATS thread is gone: it ends once its mount loops have"
                                     );
                                     let _ = spawned_rx.recv().await;
+                                    // Then what the app spawned on the runtime (its lease and
+                                    // delay loops, on tokio) and the connection's task, which
+                                    // end once the mounts have: their last work (a lost
+                                    // copy's count and warning) is not cut off either.
+                                    let handle = tokio::runtime::Handle::current();
+                                    let until = tokio::time::Instant::now() + LAST_TASKS_LIMIT;
+                                    let mut left = handle.metrics().num_alive_tasks();
+                                    while left > 0 && tokio::time::Instant::now() < until {
+                                        tokio::time::sleep(LAST_TASKS_CHECK).await;
+                                        left = handle.metrics().num_alive_tasks();
+                                    }
+                                    if left > 0 {
+                                        tracing::warn!(tasks = left,
+                                            "the app's NATS thread ends with tasks still on it: a client of the app's still held elsewhere stops working");
+                                    }
+                                    tracing::debug!(
+                                        "the app's NATS thread ends: its mount loops have ended"
+                                    );
                                 }
                             })
                         }));
@@ -146,13 +166,48 @@ impl NatsThread {
 
     /// Stops the thread: what still runs on it is cancelled.
     pub fn stop(&self) {
-        if let Ok(mut stop) = self.stop.lock()
-            && let Some(stop) = stop.take()
-        {
-            let _ = stop.send(());
+        stop(&self.stop);
+    }
+
+    /// A handle that stops the thread as [`stop`](Self::stop) does, without counting as a
+    /// clone: held somewhere that outlives the app (a runtime crate's watch on the
+    /// application's runtime), it does not keep the thread from ending once every clone is
+    /// gone.
+    pub fn stopper(&self) -> ThreadStopper {
+        ThreadStopper(Arc::downgrade(&self.stop))
+    }
+}
+
+/// Stops a [`NatsThread`] without keeping it alive (see [`NatsThread::stopper`]).
+#[derive(Debug, Clone)]
+pub struct ThreadStopper(std::sync::Weak<StopSender>);
+
+impl ThreadStopper {
+    /// Stops the thread, if it still runs: what still runs on it is cancelled.
+    pub fn stop(&self) {
+        if let Some(sender) = self.0.upgrade() {
+            stop(&sender);
         }
     }
 }
+
+/// Where a [`NatsThread`]'s stop request is sent from, once.
+type StopSender = Mutex<Option<tokio::sync::oneshot::Sender<()>>>;
+
+/// Sends the stop request, if it was not sent.
+fn stop(sender: &StopSender) {
+    if let Ok(mut stop) = sender.lock()
+        && let Some(stop) = stop.take()
+    {
+        let _ = stop.send(());
+    }
+}
+
+/// How long a NATS thread whose every clone is gone, once its mount loops have ended, waits
+/// for the other tasks on its runtime (the app's lease and delay loops, the connection's
+/// task) to end before it drops the runtime, and how often it looks.
+const LAST_TASKS_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+const LAST_TASKS_CHECK: std::time::Duration = std::time::Duration::from_millis(10);
 
 thread_local! {
     /// The thread's own runtime, set on each [`NatsThread`]'s thread, for

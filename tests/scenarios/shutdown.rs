@@ -420,6 +420,27 @@ fn the_loss_of_the_app_s_nats_thread_is_reported_not_hung() {
 }
 }
 
+on_real_server! {
+/// Every handle dropped: the app's NATS thread (its connection's runtime) ends once its mount
+/// loops have, instead of lingering. Not on the simulator, whose runtime has no such thread.
+#[test]
+fn the_app_s_nats_thread_ends_once_every_handle_is_dropped_and_its_mounts_have_stopped() {
+    run(async {
+        let server = NatsServer::start();
+        let ev = events();
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("dropped-thread", "dropped-thread.in"),
+                |_: Delivery| async { Outcome::Ack },
+            )
+        })
+        .await;
+        drop(app);
+        logged(&["DEBUG", "the app's NATS thread ends: its mount loops have ended"]).await;
+    });
+}
+}
+
 /// Every handle to the app (its `Running`, no `ShutdownHandle`) dropped without a shutdown:
 /// the app can never be shut down gracefully, so every mount stops consuming, Core and
 /// JetStream alike, each saying so. (The pull loop used to go on consuming, spinning on the
@@ -512,6 +533,8 @@ fn a_jetstream_delivery_running_when_every_handle_drops_is_still_acked() {
         // Past ack_wait: nothing came back to be handled again.
         quiet(1_000).await;
         assert_eq!(*started.lock().unwrap(), 1, "handled once");
+        // And the app's lease loop, kept for the running handler, ended after it.
+        logged(&["DEBUG", "the lease loop ends: every mount of the app"]).await;
     });
 }
 
