@@ -309,12 +309,13 @@ async fn consume<R: Runtime, S>(
     if !reported {
         report_unhandled(ctx, &mut messages).await;
     }
-    if gone {
+    // Stopped for a shutdown (not a subscription that ended while the app runs, which the
+    // supervisor subscribes again at once, rule 20): what runs is settled first.
+    if gone || *shutdown.borrow() {
         // Unsubscribed first: what would arrive while the running deliveries settle would
         // never be handled, nor counted.
         drop(messages);
-        ctx.settle_after_handles_gone::<R>(crate::shutdown::FINAL_FLUSH)
-            .await;
+        ctx.settle_at_stop::<R>(crate::shutdown::FINAL_FLUSH).await;
     }
 }
 

@@ -271,14 +271,17 @@ impl MountContext {
             "the app's Running (and every ShutdownHandle) was dropped without a shutdown: the mount stops consuming; keep the Running and call shutdown() or until_signal() to stop gracefully");
     }
 
-    /// The end of a mount loop that stopped because every handle to its app is gone (see
-    /// [`handles_gone`](Self::handles_gone)): waits for the mount's deliveries still running
-    /// to settle (each bounded by its handler's time limit, rule 16), then flushes the app's
-    /// current client, for at most `flush_limit`, so that their settlements and copies reach
-    /// the server before the loop ends and, with the last loop, the app's NATS thread and its
-    /// connection. A flush that fails or times out is logged at warn level: what it held may
-    /// not have arrived.
-    pub(crate) async fn settle_after_handles_gone<R: crate::runtime::Runtime>(
+    /// The end of a mount loop that stops for a shutdown, asked for or because every handle
+    /// to its app is gone (see [`handles_gone`](Self::handles_gone)): waits for the mount's
+    /// deliveries still running to settle (each bounded by its handler's time limit, rule
+    /// 16), then, while the connection is up, flushes the app's current client for at most
+    /// `flush_limit`, so that their settlements and copies reach the server before the loop
+    /// ends. When nothing runs the app's graceful shutdown (its `Running` was dropped, before
+    /// or after a `ShutdownHandle` asked for it), the app's NATS thread, and its connection,
+    /// end only once every mount loop has; when a graceful shutdown runs, its grace period
+    /// bounds this wait and the thread's stop cancels what is left of it. A flush that fails
+    /// or times out is logged at warn level: what it held may not have arrived.
+    pub(crate) async fn settle_at_stop<R: crate::runtime::Runtime>(
         &self,
         flush_limit: std::time::Duration,
     ) {
@@ -289,6 +292,13 @@ impl MountContext {
         }
         self.in_flight.idle().await;
         let client = self.clients.borrow().clone();
+        if client.connection_state() != async_nats::connection::State::Connected {
+            if running > 0 {
+                tracing::warn!(mount = %self.name,
+                    "the connection is down as the mount stops: its last settlements wait in the client");
+            }
+            return;
+        }
         match R::timeout(flush_limit, client.flush()).await {
             Some(Ok(())) => {}
             Some(Err(e)) => tracing::warn!(mount = %self.name, error = %e,

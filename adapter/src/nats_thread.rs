@@ -82,7 +82,7 @@ impl NatsThread {
                                     }
                                     if left > 0 {
                                         tracing::warn!(tasks = left,
-                                            "the app's NATS thread ends with tasks still on it: a client of the app's still held elsewhere stops working");
+                                            "the app's NATS thread ends with tasks still running on it, which are cancelled: what they had not yet sent is not sent, and a client of the app's still held elsewhere stops working");
                                     }
                                     tracing::debug!(
                                         "the app's NATS thread ends: its mount loops have ended"

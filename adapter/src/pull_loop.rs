@@ -398,9 +398,10 @@ pub(crate) async fn pull_loop<R: Runtime>(
         };
         start_waiting::<R>(&ctx, &mut pulls, &busy, next, permit, &mut run_slot).await;
     }
-    if gone {
-        ctx.settle_after_handles_gone::<R>(crate::shutdown::FINAL_FLUSH)
-            .await;
+    // Stopped for a shutdown (not an inbox that closed while the app runs, which the
+    // supervisor subscribes again at once, rule 20): what runs is settled first.
+    if gone || *shutdown.borrow() {
+        ctx.settle_at_stop::<R>(crate::shutdown::FINAL_FLUSH).await;
     }
 }
 

@@ -17,7 +17,9 @@ pub struct ShutdownHandle(Arc<watch::Sender<bool>>);
 
 impl ShutdownHandle {
     /// Asks the app to stop: it stops consuming, and [`Running::until_signal`] returns after
-    /// the graceful shutdown.
+    /// the graceful shutdown. If the app's [`Running`] was dropped, no graceful shutdown runs
+    /// (no grace period, no report): the mounts stop consuming, settle what they received and
+    /// is still running, and end, as when every handle is dropped (see [`Running`]).
     pub fn shutdown(&self) {
         self.0.send_replace(true);
     }

@@ -491,45 +491,74 @@ fn dropping_every_handle_to_the_app_stops_every_mount_and_says_so() {
     });
 }
 
+/// A started app whose one JetStream mount, `name`, counts its handler's runs (the count, given
+/// back) and sleeps `handler` before it acks; the consumer's ack subjects watched (the
+/// [`Wire`], given back); one message published, and its handler started.
+async fn slow_jetstream_app(
+    server: &NatsServer,
+    tc: &TestClient,
+    name: &str,
+    handler: Duration,
+) -> (Running, Arc<Mutex<u32>>, Wire) {
+    let acks = Wire::watch(&tc.client, "$JS.ACK.ORDERS.>").await;
+    let ev = events();
+    let started = Arc::new(Mutex::new(0_u32));
+    let count = started.clone();
+    let app = start(server, &ev, |a| {
+        a.mount(js_mount(name), move |_d: Delivery| {
+            *count.lock().unwrap() += 1;
+            async move {
+                tokio::time::sleep(handler).await;
+                Outcome::Ack
+            }
+        })
+    })
+    .await;
+    tc.js_publish("orders.new", HeaderMap::new(), b"slow").await;
+    eventually("the handler to start", || {
+        (*started.lock().unwrap() > 0).then_some(())
+    })
+    .await;
+    (app, started, acks)
+}
+
+/// The one message of [`slow_jetstream_app`] was handled once and acked, the `+ACK` last.
+async fn acked_once(tc: &TestClient, acks: &Wire, started: &Mutex<u32>) {
+    let info = eventually_info(tc, |i| i.num_ack_pending == 0 && i.num_pending == 0).await;
+    assert_eq!(info.ack_floor.stream_sequence, 1, "{info:?}");
+    let payloads = acks.payloads();
+    assert_eq!(
+        payloads.last().map(String::as_str),
+        Some("+ACK"),
+        "{payloads:?}"
+    );
+    assert_eq!(*started.lock().unwrap(), 1, "handled once");
+}
+
 /// Every handle dropped while a JetStream handler runs: the delivery still settles, its lease
-/// is still renewed, and its `+ACK` reaches the server. (The app's NATS thread used to drop its runtime, and with it the
-/// connection's task, a fixed 100 ms after the last handle went, so the handler's `+ACK` was
-/// never sent and the message came back after `ack_wait`.)
+/// is still renewed, and its `+ACK` reaches the server. (The app's NATS thread used to drop
+/// its runtime, and with it the connection's task, a fixed 100 ms after the last handle went,
+/// so the handler's `+ACK` was never sent and the message came back after `ack_wait`.)
 #[test]
 fn a_jetstream_delivery_running_when_every_handle_drops_is_still_acked() {
     run(async {
         let server = NatsServer::start();
         let tc = js_setup(&server).await;
-        let acks = Wire::watch(&tc.client, "$JS.ACK.ORDERS.>").await;
-        let ev = events();
-        let started = Arc::new(Mutex::new(0_u32));
-        let count = started.clone();
-        let app = start(&server, &ev, |a| {
-            a.mount(js_mount("dropped-slow-js"), move |_d: Delivery| {
-                *count.lock().unwrap() += 1;
-                async {
-                    tokio::time::sleep(Duration::from_millis(1_200)).await;
-                    Outcome::Ack
-                }
-            })
-        })
-        .await;
-        tc.js_publish("orders.new", HeaderMap::new(), b"slow").await;
-        eventually("the handler to start", || {
-            (*started.lock().unwrap() > 0).then_some(())
-        })
+        let (app, started, acks) = slow_jetstream_app(
+            &server,
+            &tc,
+            "dropped-slow-js",
+            Duration::from_millis(1_200),
+        )
         .await;
         drop(app);
-        let info = eventually_info(&tc, |i| i.num_ack_pending == 0 && i.num_pending == 0).await;
-        assert_eq!(info.ack_floor.stream_sequence, 1, "{info:?}");
-        // The handler outlives ack_wait (700 ms): its lease is still renewed.
-        let payloads = acks.payloads();
-        assert_eq!(
-            payloads.last().map(String::as_str),
-            Some("+ACK"),
-            "{payloads:?}"
+        acked_once(&tc, &acks, &started).await;
+        // The handler outlives ack_wait (700 ms): its lease was still renewed.
+        assert!(
+            acks.payloads().contains(&"+WPI".to_owned()),
+            "{:?}",
+            acks.payloads()
         );
-        assert!(payloads.contains(&"+WPI".to_owned()), "{payloads:?}");
         // Past ack_wait: nothing came back to be handled again.
         quiet(1_000).await;
         assert_eq!(*started.lock().unwrap(), 1, "handled once");
@@ -624,5 +653,26 @@ fn a_delayed_core_copy_left_when_every_handle_drops_is_counted_and_logged() {
             super::losses::core_losses_metric("dropped-delayed-core", "copy_at_shutdown"),
             1
         );
+    });
+}
+
+/// The app's `Running` dropped while a `ShutdownHandle` is kept, then the handle asks for the
+/// shutdown while a JetStream handler runs: with no `Running`, no graceful shutdown waits for
+/// the handler, yet it still settles, and its `+ACK` reaches the server. (The mount loop used
+/// to end without waiting for it, and the app's NATS thread, with the connection, ended
+/// before the handler did: its result came after its lease had stopped, and was discarded.)
+#[test]
+fn a_shutdown_asked_through_a_handle_after_running_is_dropped_still_settles_what_runs() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = js_setup(&server).await;
+        let (app, started, acks) =
+            slow_jetstream_app(&server, &tc, "handle-kept-js", Duration::from_secs(8)).await;
+        let handle = app.shutdown_handle();
+        drop(app);
+        handle.shutdown();
+        // The handler ends 8 s after it started: past PATIENCE from here only if it hangs.
+        quiet(6_000).await;
+        acked_once(&tc, &acks, &started).await;
     });
 }
