@@ -19,11 +19,12 @@ use crate::runtime::Runtime;
 /// it short). Gives how many copies were still
 /// waiting then, per mount index: those are lost (SETTLEMENT.md, rule 14).
 ///
-/// When `finish` closes instead (every handle to the app dropped without a shutdown, so no
-/// grace period will come), it publishes the copies that fall due while the mounts still run
-/// (they settle what they received), and ends when the last mount's sender closes; the
-/// copies still waiting then are lost, counted, and logged here at warn level per mount, as
-/// no shutdown report will say so.
+/// When `finish` closes instead (the app's `Running` dropped without a shutdown, so no grace
+/// period will come), it publishes the copies that fall due while the mounts still run (a
+/// kept `ShutdownHandle` may keep them consuming; once stopped, they settle what they
+/// received), and ends when the last mount's sender closes; the copies still waiting then
+/// are lost, counted, and logged here at warn level per mount, as no shutdown report will
+/// say so.
 pub(crate) async fn delay_loop<R: Runtime>(
     clients: watch::Receiver<async_nats::Client>,
     mut incoming: mpsc::UnboundedReceiver<(PendingCopy, std::time::Instant)>,
@@ -117,7 +118,7 @@ pub(crate) async fn delay_loop<R: Runtime>(
             if orphaned {
                 let name = names.get(mount).copied().unwrap_or("?");
                 tracing::warn!(mount = %name, copies = n,
-                    "delayed Core copies lost: every handle to the app was dropped without a shutdown, and its mounts have stopped");
+                    "delayed Core copies lost: the app's Running was dropped without a shutdown, so none publishes them, and its mounts have stopped");
             }
         }
     }

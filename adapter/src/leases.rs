@@ -153,10 +153,10 @@ fn renew(clients: &watch::Receiver<Client>, reply: Subject) -> bool {
 /// holds a deadline (the shutdown has accounted for every handler): leases still held then
 /// belong to abandoned handlers, whose results will come late and not be sent.
 ///
-/// When `finish` closes instead (every handle to the app dropped without a shutdown), the
-/// mounts stop consuming but settle what they received: the loop keeps renewing and
-/// enforcing time limits until nothing else holds `room` (every mount loop and delivery has
-/// ended), looked at every [`ORPHANED_CHECK`].
+/// When `finish` closes instead (the app's `Running` dropped without a shutdown), the mounts
+/// go on while a kept `ShutdownHandle` lets them, and once stopped settle what they
+/// received: the loop keeps renewing and enforcing time limits until nothing else holds
+/// `room` (every mount loop and delivery has ended), looked at every [`ORPHANED_CHECK`].
 pub(crate) async fn lease_loop<R: Runtime>(
     room: Arc<LeaseRoom>,
     clients: watch::Receiver<Client>,
@@ -199,7 +199,7 @@ pub(crate) async fn lease_loop<R: Runtime>(
     }
     if orphaned {
         tracing::debug!(
-            "the lease loop ends: every mount of the app, whose handles are gone, has ended"
+            "the lease loop ends: every mount of the app, whose Running is gone, has ended"
         );
     }
 }

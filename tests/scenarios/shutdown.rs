@@ -646,7 +646,7 @@ fn a_delayed_core_copy_left_when_every_handle_drops_is_counted_and_logged() {
         logged(&[
             "WARN",
             "mount=dropped-delayed-core",
-            "delayed Core copies lost: every handle to the app was dropped",
+            "delayed Core copies lost: the app's Running was dropped without a shutdown",
         ])
         .await;
         assert_eq!(
