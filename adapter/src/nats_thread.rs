@@ -178,7 +178,10 @@ impl NatsThread {
     }
 }
 
-/// Stops a [`NatsThread`] without keeping it alive (see [`NatsThread::stopper`]).
+/// Stops a [`NatsThread`] without keeping it alive (see [`NatsThread::stopper`]). Once every
+/// clone of the thread is gone it does nothing: the thread then ends on its own, after its
+/// mount loops (see [`NatsThread`]), even if the runtime the stopper was kept for has shut
+/// down first.
 #[derive(Debug, Clone)]
 pub struct ThreadStopper(std::sync::Weak<StopSender>);
 
