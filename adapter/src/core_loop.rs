@@ -172,9 +172,8 @@ async fn consume<R: Runtime, S>(
     let mut copying = std::pin::pin!(None);
     // Where each delivery's handler runs (see `Handler::slot`).
     let mut slot = ctx.handler.clone().slot();
-    // Every handle to the app is gone (the shutdown channel closed), and what is buffered
-    // was counted already.
-    let (mut gone, mut reported) = (false, false);
+    // What is buffered was counted already (a shutdown while a delivery held this loop).
+    let mut reported = false;
     loop {
         let mut run = 0;
         // Out of Tokio's cooperative budget (a no-op elsewhere): a run of deliveries that
@@ -247,8 +246,7 @@ async fn consume<R: Runtime, S>(
         let next = tokio::select! {
             biased;
             changed = shutdown.changed() => {
-                gone = changed.is_err();
-                if gone {
+                if changed.is_err() {
                     ctx.handles_gone();
                 }
                 break;
@@ -295,8 +293,7 @@ async fn consume<R: Runtime, S>(
                 // Shutdown began while a delivery holds this loop (every slot taken): what is
                 // buffered will never be handled, so it is counted now, not when (or if) that
                 // delivery ends within the grace period.
-                gone = changed.is_err();
-                if gone {
+                if changed.is_err() {
                     ctx.handles_gone();
                 }
                 report_unhandled(ctx, &mut messages).await;
@@ -311,11 +308,11 @@ async fn consume<R: Runtime, S>(
     }
     // Stopped for a shutdown (not a subscription that ended while the app runs, which the
     // supervisor subscribes again at once, rule 20): what runs is settled first.
-    if gone || *shutdown.borrow() {
+    if crate::shutdown::asked_to_stop(&shutdown) {
         // Unsubscribed first: what would arrive while the running deliveries settle would
         // never be handled, nor counted.
         drop(messages);
-        ctx.settle_at_stop::<R>(crate::shutdown::FINAL_FLUSH).await;
+        ctx.settle_at_stop::<R>().await;
     }
 }
 

@@ -275,16 +275,13 @@ impl MountContext {
     /// to its app is gone (see [`handles_gone`](Self::handles_gone)): waits for the mount's
     /// deliveries still running to settle (each bounded by its handler's time limit, rule
     /// 16), then, while the connection is up, flushes the app's current client for at most
-    /// `flush_limit`, so that their settlements and copies reach the server before the loop
+    /// [`FINAL_FLUSH`](crate::shutdown::FINAL_FLUSH), 5 s, so that their settlements and copies reach the server before the loop
     /// ends. When nothing runs the app's graceful shutdown (its `Running` was dropped, before
     /// or after a `ShutdownHandle` asked for it), the app's NATS thread, and its connection,
     /// end only once every mount loop has; when a graceful shutdown runs, its grace period
     /// bounds this wait and the thread's stop cancels what is left of it. A flush that fails
     /// or times out is logged at warn level: what it held may not have arrived.
-    pub(crate) async fn settle_at_stop<R: crate::runtime::Runtime>(
-        &self,
-        flush_limit: std::time::Duration,
-    ) {
+    pub(crate) async fn settle_at_stop<R: crate::runtime::Runtime>(&self) {
         let running = self.in_flight.count();
         if running > 0 {
             tracing::info!(mount = %self.name, running,
@@ -299,7 +296,7 @@ impl MountContext {
             }
             return;
         }
-        match R::timeout(flush_limit, client.flush()).await {
+        match R::timeout(crate::shutdown::FINAL_FLUSH, client.flush()).await {
             Some(Ok(())) => {}
             Some(Err(e)) => tracing::warn!(mount = %self.name, error = %e,
                 "flush failed as the mount stopped: its last settlements may not have reached the server"),

@@ -176,8 +176,6 @@ pub(crate) async fn pull_loop<R: Runtime>(
     let mut run_slot = ctx.handler.clone().slot();
     let mut backoff = Duration::from_millis(50);
     let mut watching = true;
-    // Every handle to the app is gone (the shutdown channel closed).
-    let mut gone = false;
     'pull: loop {
         if *shutdown.borrow() {
             pulls.handle_shutdown();
@@ -186,7 +184,6 @@ pub(crate) async fn pull_loop<R: Runtime>(
             // as at a shutdown (no new request; what is outstanding is handled) instead of
             // waking on the closed channel forever.
             ctx.handles_gone();
-            gone = true;
             pulls.handle_shutdown();
         }
         // Messages that wait go first, on the slots that are free.
@@ -400,8 +397,8 @@ pub(crate) async fn pull_loop<R: Runtime>(
     }
     // Stopped for a shutdown (not an inbox that closed while the app runs, which the
     // supervisor subscribes again at once, rule 20): what runs is settled first.
-    if gone || *shutdown.borrow() {
-        ctx.settle_at_stop::<R>(crate::shutdown::FINAL_FLUSH).await;
+    if crate::shutdown::asked_to_stop(&shutdown) {
+        ctx.settle_at_stop::<R>().await;
     }
 }
 

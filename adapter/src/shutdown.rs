@@ -17,6 +17,13 @@ use crate::supervisor::Recovery;
 /// How long the final flush and drain of a shutdown may take.
 pub(crate) const FINAL_FLUSH: Duration = Duration::from_secs(5);
 
+/// Whether a mount loop's `shutdown` channel says the app is stopping: a shutdown was asked
+/// for, or every handle to the app is gone (the channel closed), as opposed to a loop that
+/// ends while the app runs (its subscription or inbox ended, rule 20).
+pub(crate) fn asked_to_stop(shutdown: &tokio::sync::watch::Receiver<bool>) -> bool {
+    *shutdown.borrow() || shutdown.has_changed().is_err()
+}
+
 /// How long a graceful shutdown lets in-flight handlers finish, by default: 10 seconds.
 pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(10);
 

@@ -567,32 +567,54 @@ fn a_jetstream_delivery_running_when_every_handle_drops_is_still_acked() {
     });
 }
 
+/// A started app whose one Core mount, `(name, subject)` with `max_attempts` 3, counts its
+/// handler's runs (the count, given back) and sleeps `handler` before it returns `outcome`;
+/// one message published, and its handler started.
+async fn slow_core_app(
+    server: &NatsServer,
+    tc: &TestClient,
+    (name, subject): (&str, &str),
+    handler: Duration,
+    outcome: Outcome,
+) -> (Running, Arc<Mutex<u32>>) {
+    let ev = events();
+    let started = Arc::new(Mutex::new(0_u32));
+    let count = started.clone();
+    let app = start(server, &ev, |a| {
+        a.mount(
+            Mount::core_subject(name, subject).max_attempts(3),
+            move |_d: Delivery| {
+                *count.lock().unwrap() += 1;
+                async move {
+                    tokio::time::sleep(handler).await;
+                    outcome
+                }
+            },
+        )
+    })
+    .await;
+    core_publish(tc, subject, HeaderMap::new(), b"x").await;
+    eventually("the handler to start", || {
+        (*started.lock().unwrap() > 0).then_some(())
+    })
+    .await;
+    (app, started)
+}
+
 /// Every handle dropped while a Core handler runs that asks for a retry: its copy is still
 /// published (the last attempt's decision is not lost with the app's NATS thread).
 #[test]
 fn a_core_retry_decided_after_every_handle_drops_still_publishes_its_copy() {
     run(async {
-        let (server, tc, _r, ev) = core_case().await;
+        let (server, tc, _r, _ev) = core_case().await;
         let wire = Wire::watch(&tc.client, "dropped-retry.in").await;
-        let started = Arc::new(Mutex::new(0_u32));
-        let count = started.clone();
-        let app = start(&server, &ev, |a| {
-            a.mount(
-                Mount::core_subject("dropped-retry-core", "dropped-retry.in").max_attempts(3),
-                move |_d: Delivery| {
-                    *count.lock().unwrap() += 1;
-                    async {
-                        tokio::time::sleep(Duration::from_millis(400)).await;
-                        Outcome::Retry
-                    }
-                },
-            )
-        })
-        .await;
-        core_publish(&tc, "dropped-retry.in", HeaderMap::new(), b"x").await;
-        eventually("the handler to start", || {
-            (*started.lock().unwrap() > 0).then_some(())
-        })
+        let (app, started) = slow_core_app(
+            &server,
+            &tc,
+            ("dropped-retry-core", "dropped-retry.in"),
+            Duration::from_millis(400),
+            Outcome::Retry,
+        )
         .await;
         drop(app);
         let copies = eventually("the retry's copy on the wire", || {
@@ -621,26 +643,14 @@ fn a_core_retry_decided_after_every_handle_drops_still_publishes_its_copy() {
 #[test]
 fn a_delayed_core_copy_left_when_every_handle_drops_is_counted_and_logged() {
     run(async {
-        let (server, tc, _r, ev) = core_case().await;
-        let started = Arc::new(Mutex::new(false));
-        let flag = started.clone();
-        let app = start(&server, &ev, |a| {
-            a.mount(
-                Mount::core_subject("dropped-delayed-core", "dropped-delayed.in").max_attempts(3),
-                move |_d: Delivery| {
-                    *flag.lock().unwrap() = true;
-                    async {
-                        tokio::time::sleep(Duration::from_millis(300)).await;
-                        Outcome::RetryAfter(Duration::from_secs(60))
-                    }
-                },
-            )
-        })
-        .await;
-        core_publish(&tc, "dropped-delayed.in", HeaderMap::new(), b"x").await;
-        eventually("the handler to start", || {
-            (*started.lock().unwrap()).then_some(())
-        })
+        let (server, tc, _r, _ev) = core_case().await;
+        let (app, _started) = slow_core_app(
+            &server,
+            &tc,
+            ("dropped-delayed-core", "dropped-delayed.in"),
+            Duration::from_millis(300),
+            Outcome::RetryAfter(Duration::from_secs(60)),
+        )
         .await;
         drop(app);
         logged(&[
