@@ -28,6 +28,8 @@ pub struct NatsThread {
     handle: tokio::runtime::Handle,
     alive: tokio::sync::watch::Receiver<bool>,
     stop: Arc<StopSender>,
+    /// Woken by a [`ThreadStopper`]: it ends the wait of a thread whose every clone is gone.
+    halt: Arc<tokio::sync::Notify>,
     /// Held by every task given to [`spawn`](Self::spawn) until it ends: the thread's
     /// receiver sees the channel close once they all have and every clone is gone.
     spawned: tokio::sync::mpsc::Sender<std::convert::Infallible>,
@@ -43,6 +45,8 @@ impl NatsThread {
         let (alive_tx, alive) = tokio::sync::watch::channel(true);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let (spawned, mut spawned_rx) = tokio::sync::mpsc::channel(1);
+        let halt = Arc::new(tokio::sync::Notify::new());
+        let thread_halt = halt.clone();
         std::thread::Builder::new()
             .name(name.to_owned())
             .spawn(move || {
@@ -68,21 +72,12 @@ impl NatsThread {
                                     tracing::debug!(
                                         "every handle to the app's NATS thread is gone: it ends once its mount loops have"
                                     );
-                                    let _ = spawned_rx.recv().await;
-                                    // Then what the app spawned on the runtime (its lease and
-                                    // delay loops, on tokio) and the connection's task, which
-                                    // end once the mounts have: their last work (a lost
-                                    // copy's count and warning) is not cut off either.
-                                    let handle = tokio::runtime::Handle::current();
-                                    let until = tokio::time::Instant::now() + LAST_TASKS_LIMIT;
-                                    let mut left = handle.metrics().num_alive_tasks();
-                                    while left > 0 && tokio::time::Instant::now() < until {
-                                        tokio::time::sleep(LAST_TASKS_CHECK).await;
-                                        left = handle.metrics().num_alive_tasks();
-                                    }
-                                    if left > 0 {
-                                        tracing::warn!(tasks = left,
-                                            "the app's NATS thread ends with tasks still running on it, which are cancelled: what they had not yet sent is not sent, and a client of the app's still held elsewhere stops working");
+                                    // A stopper (the application's runtime shutting down,
+                                    // on tokio) still ends it at once.
+                                    tokio::select! {
+                                        biased;
+                                        () = thread_halt.notified() => {}
+                                        () = last_tasks(&mut spawned_rx) => {}
                                     }
                                     tracing::debug!(
                                         "the app's NATS thread ends: its mount loops have ended"
@@ -111,6 +106,7 @@ impl NatsThread {
             handle,
             alive,
             stop: Arc::new(Mutex::new(Some(stop_tx))),
+            halt,
             spawned,
         })
     }
@@ -174,23 +170,29 @@ impl NatsThread {
     /// application's runtime), it does not keep the thread from ending once every clone is
     /// gone.
     pub fn stopper(&self) -> ThreadStopper {
-        ThreadStopper(Arc::downgrade(&self.stop))
+        ThreadStopper {
+            stop: Arc::downgrade(&self.stop),
+            halt: self.halt.clone(),
+        }
     }
 }
 
-/// Stops a [`NatsThread`] without keeping it alive (see [`NatsThread::stopper`]). Once every
-/// clone of the thread is gone it does nothing: the thread then ends on its own, after its
-/// mount loops (see [`NatsThread`]), even if the runtime the stopper was kept for has shut
-/// down first.
+/// Stops a [`NatsThread`] without keeping it alive (see [`NatsThread::stopper`]): also once
+/// every clone is gone, while the thread waits for its mount loops, so that the thread lives
+/// no longer than the runtime the stopper was kept for.
 #[derive(Debug, Clone)]
-pub struct ThreadStopper(std::sync::Weak<StopSender>);
+pub struct ThreadStopper {
+    stop: std::sync::Weak<StopSender>,
+    halt: Arc<tokio::sync::Notify>,
+}
 
 impl ThreadStopper {
     /// Stops the thread, if it still runs: what still runs on it is cancelled.
     pub fn stop(&self) {
-        if let Some(sender) = self.0.upgrade() {
+        if let Some(sender) = self.stop.upgrade() {
             stop(&sender);
         }
+        self.halt.notify_one();
     }
 }
 
@@ -203,6 +205,28 @@ fn stop(sender: &StopSender) {
         && let Some(stop) = stop.take()
     {
         let _ = stop.send(());
+    }
+}
+
+/// What a NATS thread whose every clone is gone waits for before it drops its runtime: the
+/// tasks given to [`NatsThread::spawn`] (the mount loops), then, for at most
+/// [`LAST_TASKS_LIMIT`], every other task on its runtime: what the app spawned there (its
+/// lease and delay loops, on tokio) and the connection's task, which end once the mounts
+/// have, so that their last work (a lost copy's count and warning) is not cut off either.
+async fn last_tasks(spawned: &mut tokio::sync::mpsc::Receiver<std::convert::Infallible>) {
+    let _ = spawned.recv().await;
+    let handle = tokio::runtime::Handle::current();
+    let until = tokio::time::Instant::now() + LAST_TASKS_LIMIT;
+    let mut left = handle.metrics().num_alive_tasks();
+    while left > 0 && tokio::time::Instant::now() < until {
+        tokio::time::sleep(LAST_TASKS_CHECK).await;
+        left = handle.metrics().num_alive_tasks();
+    }
+    if left > 0 {
+        tracing::warn!(
+            tasks = left,
+            "the app's NATS thread ends with tasks still running on it, which are cancelled: what they had not yet sent is not sent, and a client of the app's still held elsewhere stops working"
+        );
     }
 }
 
