@@ -429,8 +429,21 @@ fn rule_20_a_handler_running_when_the_client_dies_settles_through_the_new_client
         // Past the ack_wait of the delivery: a settlement the server did not take would show
         // as a second run.
         quiet(6_500).await;
-        assert_eq!(attempts(&r), [1], "one run, settled through the new client");
-        assert_eq!(info.num_redelivered, 0, "{info:?}");
+        // On failure, what the two mounts and the supervisor logged, and the ack payloads with
+        // when they were seen (it failed under load with attempts [1, 2], with nothing else to
+        // go on).
+        let story = || {
+            let mut lines = ruststream_tests::log_lines(&["across-20"]);
+            lines.extend(ruststream_tests::log_lines(&["connecting a new one"]));
+            format!("acks: {:?}\nlog:\n{}", acks.payloads(), lines.join("\n"))
+        };
+        assert_eq!(
+            attempts(&r),
+            [1],
+            "one run, settled through the new client; {}",
+            story()
+        );
+        assert_eq!(info.num_redelivered, 0, "{info:?}; {}", story());
         logged(&[
             "mount=js-across-20",
             "settlement sent through the new client",
