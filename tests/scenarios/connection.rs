@@ -435,7 +435,12 @@ fn rule_20_a_handler_running_when_the_client_dies_settles_through_the_new_client
         let story = || {
             let mut lines = ruststream_tests::log_lines(&["across-20"]);
             lines.extend(ruststream_tests::log_lines(&["connecting a new one"]));
-            format!("acks: {:?}\nlog:\n{}", acks.payloads(), lines.join("\n"))
+            let seen: Vec<(String, Duration)> = acks
+                .all()
+                .iter()
+                .map(|s| (String::from_utf8_lossy(&s.payload).into_owned(), s.at.elapsed()))
+                .collect();
+            format!("acks (payload, seen this long ago): {seen:?}\nlog:\n{}", lines.join("\n"))
         };
         assert_eq!(
             attempts(&r),
