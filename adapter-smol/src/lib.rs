@@ -23,20 +23,22 @@
 //! inside that runtime's context, so a handler never panics for lack of a Tokio context, and
 //! may use Tokio types itself.
 //!
-//! - **The mount loops** run on that thread too, as tasks of its Tokio runtime beside the
-//!   connection. A handler is first polled there, on its mount's loop; a delivery whose
-//!   handler returns at once is planned and settled there too, so its message and its ack
-//!   never cross threads.
+//! - **The mount loops** run as tasks of a Tokio runtime too: a JetStream mount's on that
+//!   thread, beside the connection, so that its message and its ack never cross threads; a
+//!   Core mount's on a second thread of the app's own (`ruststream-core`, started with the
+//!   first Core mount), so that the connection reads while it handles. A handler is first
+//!   polled on its mount's loop; a delivery whose handler returns at once is planned and
+//!   settled there too.
 //! - **A delivery that waits** (a handler still pending at its first poll, or a dead letter
 //!   waiting for its confirmation) moves to smol's global executor (`SMOL_THREADS` threads).
 //!
-//!   The cost of sharing the thread: a handler's code up to its first `.await` runs on the
-//!   app's thread, and while it runs the app's connection waits (as on a current-thread
-//!   tokio runtime). Keep that part short; blocking or CPU-heavy work belongs in
+//!   The cost of sharing the thread: a handler's code up to its first `.await` runs on its
+//!   loop's thread, one handler at a time, and on the NATS thread the app's connection waits
+//!   while it runs (as on a current-thread tokio runtime). Keep that part short; blocking or CPU-heavy work belongs in
 //!   `smol::unblock`.
 //! - **The delay queue's one timer, shutdown and signals** run on smol's global executor,
 //!   async-io timers and async-signal. (The mount loops' own timers, such as a pull request's
-//!   deadline, are the app's thread's Tokio timers, so that they stay on that thread.)
+//!   deadline, are their loop thread's Tokio timers, so that they stay on that thread.)
 //!
 //! When a shutdown's grace period ends with a handler still running on a mount's loop (a
 //! Core mount whose slots were all taken), that handler stops where it is, with the app's

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use async_compat::Compat;
 use futures_util::FutureExt;
-use ruststream_adapter::{Entered, NatsThread};
+use ruststream_adapter::{Entered, LoopThread, NatsThread};
 
 /// The runtime this crate runs ruststream on: smol's global executor and async-io, and a
 /// thread per app (its NATS thread) that runs the Tokio reactor async-nats needs and, beside
@@ -26,8 +26,9 @@ pub struct Task(Spawned);
 enum Spawned {
     /// On smol's global executor ([`spawn`](ruststream_adapter::Runtime::spawn)).
     Smol(Option<smol::Task<bool>>),
-    /// On the app's NATS thread ([`spawn_next_to`](ruststream_adapter::Runtime::spawn_next_to)),
-    /// whose handle detaches on drop.
+    /// On one of the app's threads, its NATS thread or its Core thread
+    /// ([`spawn_next_to`](ruststream_adapter::Runtime::spawn_next_to)), whose handle detaches on
+    /// drop.
     Thread(tokio::task::JoinHandle<bool>),
 }
 
@@ -61,14 +62,15 @@ impl ruststream_adapter::Runtime for Runtime {
         Task(Spawned::Smol(Some(task)))
     }
 
-    /// On the app's NATS thread, beside the connection: a message is read and, when it
-    /// settles at once (handler, plan, ack), handled on one thread, never crossing to another.
-    /// What the loop spawns goes to smol's global executor ([`spawn`](ruststream_adapter::Runtime::spawn)).
-    fn spawn_next_to<F>(reactor: &Reactor, future: F) -> Task
+    /// On the app's thread `on` names: a JetStream loop on the NATS thread, beside the
+    /// connection, so that a message is read and, when it settles at once (handler, plan,
+    /// ack), handled on one thread; a Core loop on the app's Core thread. What the loop
+    /// spawns goes to smol's global executor ([`spawn`](ruststream_adapter::Runtime::spawn)).
+    fn spawn_next_to<F>(reactor: &Reactor, on: LoopThread, future: F) -> Task
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        Task(Spawned::Thread(reactor.thread.spawn(caught(future))))
+        Task(Spawned::Thread(reactor.thread.spawn(on, caught(future))))
     }
 
     /// Awaited in place, inside the task handle, whose drop detaches: a join given up (a
@@ -90,7 +92,7 @@ impl ruststream_adapter::Runtime for Runtime {
         Instant::now()
     }
 
-    /// On the app's NATS thread (where the mount loops run), on that thread's Tokio timer, so
+    /// On one of the app's threads (where the mount loops run), on that thread's Tokio timer, so
     /// that a mount loop's timers stay on its own thread (async-io's are registered with
     /// async-io's thread and woken from it); everywhere else on async-io's timer.
     async fn sleep_until(at: Instant) {
@@ -148,8 +150,9 @@ where
 
 /// The Tokio runtime an app's async-nats connection runs on: a [`NatsThread`] of the app's
 /// own (`ruststream-nats`), a current-thread runtime started with the app and stopped at the
-/// end of its shutdown. The app's mount loops run on it too, beside the connection, so that a
-/// message is read and handled on one thread (see [`NatsThread`] for why). If the thread ends
+/// end of its shutdown. The app's JetStream mount loops run on it too, beside the connection,
+/// so that a message is read and handled on one thread, and its Core mount loops on its Core
+/// thread (`ruststream-core`) beside it (see [`NatsThread`] for why). If the thread ends
 /// before the shutdown does, the app reports it instead of hanging.
 #[derive(Debug, Clone)]
 #[allow(unreachable_pub)] // public only as `Runtime::Reactor`; applications never name it
@@ -161,7 +164,7 @@ impl ruststream_adapter::Reactor for Reactor {
     /// Starts the app's thread.
     fn start() -> Result<Self, String> {
         Ok(Self {
-            thread: NatsThread::start("ruststream-nats")?,
+            thread: NatsThread::start("ruststream-nats", "ruststream-core")?,
         })
     }
 

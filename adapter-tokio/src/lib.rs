@@ -48,17 +48,19 @@
 //!   runtime's own come from `ruststream_adapter`): `RUST_LOG=ruststream=debug` shows them
 //!   all.
 //! - A handler that panics is logged at error level and counts as no outcome (rule 13).
-//! - Each app runs its NATS connection and its mount loops on a thread of its own
-//!   (`ruststream-nats`), so that a message is read and handled on one thread; everything
-//!   else is on your runtime. A handler is first polled on its mount's loop there, with your
-//!   runtime entered (what it spawns, and its timers, are your runtime's); one still pending
-//!   moves to a task on your runtime, where slow handlers run in parallel. Its code up to its
-//!   first `.await` that waits runs on that thread, which all of the app's mounts share, one
-//!   handler at a time, and holds up the app's connection while it runs: blocking or
-//!   CPU-heavy work belongs in `tokio::task::spawn_blocking` (`block_in_place` panics on that
-//!   thread, and the handler counts as panicked). The
-//!   end of a shutdown stops the thread; a handler still running on a loop then is dropped
-//!   with it, reported abandoned.
+//! - Each app runs its NATS connection and its JetStream mount loops on a thread of its own
+//!   (`ruststream-nats`), so that a JetStream message is read, handled and acknowledged on
+//!   one thread, and its Core mount loops on a second (`ruststream-core`, started with the
+//!   first Core mount), so that the connection reads while they handle; everything else is on
+//!   your runtime. A handler is first polled on its mount's loop, with your runtime entered
+//!   (what it spawns, and its timers, are your runtime's); one still pending moves to a task
+//!   on your runtime, where slow handlers run in parallel. Its code up to its first `.await`
+//!   that waits runs on its loop's thread, which all of the app's mounts of that kind share,
+//!   one handler at a time (on the NATS thread it holds up the app's connection while it
+//!   runs): blocking or CPU-heavy work belongs in `tokio::task::spawn_blocking`
+//!   (`block_in_place` panics on those threads, and the handler counts as panicked). The end
+//!   of a shutdown stops both threads; a handler still running on a loop then is dropped with
+//!   it, reported abandoned.
 //! - A JetStream mount pulls as many messages as it has free handler slots, plus a prefetch
 //!   sized from its handling rate so that a prefetched message waits a small share of
 //!   `ack_wait`, renewed with `+WPI` while it waits ([`Mount::concurrency`]).

@@ -3,10 +3,10 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use ruststream_adapter::{Entered, NatsThread, ThreadStopper};
+use ruststream_adapter::{Entered, LoopThread, NatsThread, ThreadStopper};
 
-/// Makes a Tokio timer future (`make`) on the runtime of the app's NATS thread when called on
-/// one, so that a mount loop's timer is armed and fired on its own thread; elsewhere on the
+/// Makes a Tokio timer future (`make`) on the runtime of the app's NATS or Core thread when
+/// called on one, so that a mount loop's timer is armed and fired on its own thread; elsewhere on the
 /// current runtime. (A Tokio timer belongs to the runtime current where it is made, and the
 /// mount loops are polled with the application's runtime entered.)
 fn on_own_timer<T>(make: impl FnOnce() -> T) -> T {
@@ -20,7 +20,7 @@ fn on_own_timer<T>(make: impl FnOnce() -> T) -> T {
 }
 
 /// The runtime this crate runs ruststream on: tokio, the application's own, with the app's
-/// connection and mount loops on a thread of their own (a [`NatsThread`]).
+/// connection and mount loops on threads of their own (a [`NatsThread`] and its Core thread).
 ///
 /// It fixes `ruststream-adapter`'s generic [`App`](crate::App) and [`Running`](crate::Running);
 /// applications do not name it.
@@ -39,15 +39,15 @@ impl ruststream_adapter::Runtime for Runtime {
         tokio::spawn(future)
     }
 
-    /// Spawns `future` on the app's thread (its [`NatsThread`]), polled with the application's
-    /// runtime entered.
-    fn spawn_next_to<F>(reactor: &Reactor, future: F) -> Self::Task
+    /// Spawns `future` on the app's thread `on` names (its [`NatsThread`], or its Core
+    /// thread), polled with the application's runtime entered.
+    fn spawn_next_to<F>(reactor: &Reactor, on: LoopThread, future: F) -> Self::Task
     where
         F: Future<Output = ()> + Send + 'static,
     {
         reactor
             .thread
-            .spawn(Entered::new(reactor.application.clone(), future))
+            .spawn(on, Entered::new(reactor.application.clone(), future))
     }
 
     async fn join(task: Self::Task) {
@@ -60,7 +60,7 @@ impl ruststream_adapter::Runtime for Runtime {
         Instant::now()
     }
 
-    /// On the app's NATS thread (the mount loops' own timers, such as a pull request's
+    /// On one of the app's threads (the mount loops' own timers, such as a pull request's
     /// deadline), on that thread's runtime's timer, so that it is armed and fired on the
     /// thread; elsewhere on the current runtime's.
     async fn sleep_until(at: Instant) {
@@ -96,21 +96,22 @@ impl ruststream_adapter::Runtime for Runtime {
     }
 }
 
-/// The thread async-nats' connection runs on, and the app's mount loops beside it: a
+/// The thread async-nats' connection runs on, and the app's JetStream mount loops beside it: a
 /// [`NatsThread`] of the app's own, started by [`App::start`](crate::App::start), so that a
-/// message is read and handled on one thread (see [`NatsThread`] for why).
+/// JetStream message is read and handled on one thread; its Core mount loops run on the
+/// app's Core thread (`ruststream-core`) beside it (see [`NatsThread`] for why).
 ///
 /// The application's runtime (the one `App::start` is awaited on) keeps everything else: a
 /// mount loop is polled with it entered, so a delivery whose handler has to wait moves to a
 /// task on it (where slow handlers run in parallel), and what a handler spawns, and the
 /// timers it arms, belong to it too. A handler that finishes at its first poll runs in place
-/// on the app's thread, which all of the app's mounts share: its code up to its first
+/// on its loop's thread, which all of the app's mounts of that kind share: its code up to its first
 /// `.await` that waits (one that is ready at once, such as an uncontended lock, does not
 /// count) runs there, one handler at a time, and [`tokio::task::block_in_place`] is not
 /// available there (it panics, which the runtime reports as a panicked handler, rule 13):
 /// blocking or CPU-heavy work belongs in [`tokio::task::spawn_blocking`].
 ///
-/// The thread ends at the end of the app's shutdown, when the application's runtime shuts
+/// The threads end at the end of the app's shutdown, when the application's runtime shuts
 /// down, or once every handle to the app is dropped and its mounts have settled what they
 /// received and stopped; if it ends before a shutdown, the app reports it
 /// ([`AppFailed`](crate::AppFailed)) instead of hanging.
@@ -133,7 +134,7 @@ impl ruststream_adapter::Reactor for Reactor {
             "App::start must be awaited inside a Tokio runtime (for example under #[tokio::main])"
                 .to_owned()
         })?;
-        let thread = NatsThread::start("ruststream-nats")?;
+        let thread = NatsThread::start("ruststream-nats", "ruststream-core")?;
         // The app lives no longer than the application's runtime: when that runtime shuts
         // down, it drops this task, which stops the thread (and with it the app's connection
         // and loops, as if they had run on that runtime). The task ends with the thread. It

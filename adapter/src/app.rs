@@ -10,6 +10,7 @@ use async_nats::{Client, ConnectOptions};
 use ruststream_core::{DeclarationError, Descriptor};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::LoopThread;
 use crate::delay_loop::delay_loop;
 use crate::handler::{Handler, IntoHandler, IntoJsonHandler};
 use crate::health::{HealthBoard, HealthWatch, MountState};
@@ -442,7 +443,7 @@ impl<R: Runtime> App<R> {
             disconnected_limit: self.disconnected_limit,
             health: self.health.clone(),
         };
-        let supervisor = R::spawn_next_to(&reactor, supervisor.run());
+        let supervisor = R::spawn_next_to(&reactor, LoopThread::Connection, supervisor.run());
         tracing::info!(mounts = records.len(), "ruststream started");
 
         Ok(Running {

@@ -10,6 +10,7 @@ use async_nats::Client;
 use ruststream_core::{Descriptor, PendingCopy};
 use tokio::sync::{Semaphore, mpsc, watch};
 
+use crate::LoopThread;
 use crate::context::ContextShared;
 use crate::core_loop::{core_loop, spawned_slots};
 use crate::leases::{LeaseRoom, LeaseSettings};
@@ -173,7 +174,7 @@ impl<R: Runtime> Launcher<R> {
                     self.reconnected.clone(),
                     self.shutdown.clone(),
                 );
-                R::spawn_next_to(&self.reactor, async move {
+                R::spawn_next_to(&self.reactor, LoopThread::Connection, async move {
                     pulling.await;
                     tell_if_ended();
                 })
@@ -187,7 +188,7 @@ impl<R: Runtime> Launcher<R> {
                     mount.subscription_buffer_or_default(),
                     self.shutdown.clone(),
                 );
-                R::spawn_next_to(&self.reactor, async move {
+                R::spawn_next_to(&self.reactor, LoopThread::Core, async move {
                     consuming.await;
                     tell_if_ended();
                 })

@@ -58,7 +58,7 @@ pub use mount::{
     DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY, DEFAULT_HANDLER_TIME_LIMIT, DEFAULT_SUBSCRIPTION_BUFFER,
     MAX_CONCURRENCY, Mount,
 };
-pub use nats_thread::{Entered, NatsThread, ThreadStopper};
+pub use nats_thread::{Entered, LoopThread, NatsThread, ThreadStopper};
 pub use report::Settled;
 pub use running::{AppFailed, Running, ShutdownHandle};
 pub use runtime::{Reactor, Runtime};

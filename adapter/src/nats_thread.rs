@@ -2,27 +2,37 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
 /// A thread of the app's own running a Tokio current-thread runtime: async-nats' connection
-/// task (opened inside [`enter`](Self::enter)) and the mount loops (given to
-/// [`spawn`](Self::spawn)) run on it, so that a message is read and handled on one thread.
+/// task (opened inside [`enter`](Self::enter)) and the JetStream mount loops (given to
+/// [`spawn`](Self::spawn) with [`LoopThread::Connection`]) run on it, so that a JetStream
+/// message is read, handled and acknowledged on one thread. The Core mount loops
+/// ([`LoopThread::Core`]) run on a second thread of the app's own (its Core thread, started
+/// with the first of them), beside the first.
 ///
 /// A runtime crate's [`Reactor`](crate::Reactor) is built on it: `ruststream-tokio` and
 /// `ruststream-smol` both are. Why a thread of its own: when the connection's task and a
-/// mount's loop run on different threads, every message's bytes cross between cores' caches
-/// before its handler decodes them; measured in `BENCHMARKS.md` (issue 13), the same loop
-/// decoded the same payloads about 25 % slower that way.
+/// mount's loop run on a multi-thread runtime's workers, both move from core to core, and a
+/// message's bytes cross between cores' caches at random before its handler decodes them;
+/// measured in `BENCHMARKS.md` (issue 13), the same loop decoded the same payloads about 25 %
+/// slower that way. Why the Core loops have a second one: a Core mount's work is its own
+/// (reading, decoding and handling each message; on a retry, a copy published and read back),
+/// and on one thread the connection and the loop took turns, one core busy and the other
+/// idle; on two fixed threads the connection reads the next messages while the loop handles
+/// the last ones (Core throughput up by 5-10 %, `BENCHMARKS.md`). A JetStream mount's work
+/// waits on the server, and each of its acks would wake the connection's thread from the
+/// other: with its loop on a thread of its own, JetStream throughput fell by about 9 %.
 ///
-/// Clones share the thread. It runs until [`stop`](Self::stop) is called, then drops its
-/// runtime, which cancels what still runs on it. When every clone is dropped instead (an app
-/// whose handles were all dropped without a shutdown), it first lets what was given to
-/// [`spawn`](Self::spawn) end on its own, however long that takes (the mount loops, which
-/// then stop consuming, settle what they received and flush), so that no settlement is cut
-/// off with the connection's task; then, for at most 5 s, the other tasks on its runtime
-/// (the connection's task ends once the app's clients are gone). A [`ThreadStopper`] does
-/// not count as a clone.
+/// Clones share both threads. They run until [`stop`](Self::stop) is called, then drop their
+/// runtimes (the Core thread's first), which cancels what still runs on them. When every
+/// clone is dropped instead (an app whose handles were all dropped without a shutdown), the
+/// NATS thread first lets what was given to [`spawn`](Self::spawn) end on its own, however
+/// long that takes (the mount loops, which then stop consuming, settle what they received and
+/// flush), so that no settlement is cut off with the connection's task; then, for at most
+/// 5 s, the other tasks on its runtime (the connection's task ends once the app's clients are
+/// gone). A [`ThreadStopper`] does not count as a clone.
 #[derive(Debug, Clone)]
 pub struct NatsThread {
     handle: tokio::runtime::Handle,
@@ -33,20 +43,38 @@ pub struct NatsThread {
     /// Held by every task given to [`spawn`](Self::spawn) until it ends: the thread's
     /// receiver sees the channel close once they all have and every clone is gone.
     spawned: tokio::sync::mpsc::Sender<std::convert::Infallible>,
+    /// The Core thread, once the first Core loop is spawned (its start's error, if it could
+    /// not start); the NATS thread stops it before it ends itself.
+    core: Arc<std::sync::OnceLock<Result<CoreThread, String>>>,
+    /// The Core thread's name.
+    core_name: Arc<str>,
+}
+
+/// Which of an app's threads a mount loop runs on (see [`NatsThread`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoopThread {
+    /// The NATS thread, beside the connection's task: a JetStream mount's loop.
+    Connection,
+    /// The app's Core thread: a Core mount's loop.
+    Core,
 }
 
 impl NatsThread {
-    /// Starts the thread, named `name`.
+    /// Starts the thread, named `name`; its Core thread, named `core_name`, starts with the
+    /// first Core loop given to [`spawn`](Self::spawn). (Linux shows at most 15 bytes of a
+    /// thread's name.)
     ///
     /// # Errors
     /// The reason, when the thread or its runtime cannot be built.
-    pub fn start(name: &str) -> Result<Self, String> {
+    pub fn start(name: &str, core_name: &str) -> Result<Self, String> {
         let (handle_tx, handle_rx) = std::sync::mpsc::channel();
         let (alive_tx, alive) = tokio::sync::watch::channel(true);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let (spawned, mut spawned_rx) = tokio::sync::mpsc::channel(1);
         let halt = Arc::new(tokio::sync::Notify::new());
         let thread_halt = halt.clone();
+        let core = Arc::new(std::sync::OnceLock::<Result<CoreThread, String>>::new());
+        let thread_core = core.clone();
         std::thread::Builder::new()
             .name(name.to_owned())
             .spawn(move || {
@@ -85,6 +113,11 @@ impl NatsThread {
                                 }
                             })
                         }));
+                        // The Core loops go first, while the connection they settle through
+                        // is still there (a stopped loop settles nothing more either way).
+                        if let Some(Ok(core)) = thread_core.get() {
+                            core.stop_and_join();
+                        }
                         // Said before the runtime goes (cancelling what runs on it), so that
                         // nothing sees the runtime gone while the thread still counts as
                         // alive.
@@ -108,20 +141,22 @@ impl NatsThread {
             stop: Arc::new(Mutex::new(Some(stop_tx))),
             halt,
             spawned,
+            core,
+            core_name: core_name.into(),
         })
     }
 
-    /// Whether the calling thread is an app's NATS thread (then its runtime is running: the
-    /// caller is on it). A runtime crate whose own timers live on another thread may use the
-    /// thread's Tokio timer there instead.
+    /// Whether the calling thread is an app's NATS thread or Core thread (then its runtime is
+    /// running: the caller is on it). A runtime crate whose own timers live on another thread
+    /// may use the thread's Tokio timer there instead.
     pub fn is_current() -> bool {
         OWN_RUNTIME.with_borrow(Option::is_some)
     }
 
-    /// The runtime of the NATS thread the caller is on, if it is on one: for a runtime crate
-    /// that polls the mount loops with another runtime entered, and wants their own timers on
-    /// the thread's (created with it entered: a Tokio timer belongs to the runtime current
-    /// where it is made).
+    /// The runtime of the NATS thread or Core thread the caller is on, if it is on one: for a
+    /// runtime crate that polls the mount loops with another runtime entered, and wants their
+    /// own timers on the thread's (created with it entered: a Tokio timer belongs to the
+    /// runtime current where it is made).
     pub fn current_runtime() -> Option<tokio::runtime::Handle> {
         OWN_RUNTIME.with_borrow(Clone::clone)
     }
@@ -135,20 +170,46 @@ impl NatsThread {
         Entered::new(self.handle.clone(), future)
     }
 
-    /// Spawns `future` on the thread. When every clone of the thread is dropped, the thread
-    /// waits for `future` to end before it drops its runtime (see [`NatsThread`]); after
-    /// [`stop`](Self::stop) it does not.
-    pub fn spawn<F>(&self, future: F) -> tokio::task::JoinHandle<F::Output>
+    /// Spawns `future` on the thread `on` names: a JetStream mount's loop beside the
+    /// connection, a Core mount's on the Core thread (started by the first). When every clone
+    /// of the thread is dropped, the NATS thread waits for `future` to end before it drops its
+    /// runtime (see [`NatsThread`]); after [`stop`](Self::stop) it does not.
+    ///
+    /// A Core loop spawned once the NATS thread has ended, or when the Core thread cannot be
+    /// started (the system refuses a thread; logged once, at error level), is spawned beside
+    /// the connection instead, where it runs as every loop did before there was a Core
+    /// thread (or, the thread having ended, not at all, as any loop then).
+    pub fn spawn<F>(&self, on: LoopThread, future: F) -> tokio::task::JoinHandle<F::Output>
     where
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
         let spawned = self.spawned.clone();
-        self.handle.spawn(async move {
+        let future = async move {
             let output = future.await;
             drop(spawned);
             output
-        })
+        };
+        match on {
+            LoopThread::Core if *self.alive.borrow() => match self.core_thread() {
+                Some(core) => core.spawn(future),
+                None => self.handle.spawn(future),
+            },
+            LoopThread::Core | LoopThread::Connection => self.handle.spawn(future),
+        }
+    }
+
+    /// The Core thread's runtime, started at the first call.
+    fn core_thread(&self) -> Option<&tokio::runtime::Handle> {
+        let core = self.core.get_or_init(|| {
+            CoreThread::start(&self.core_name).inspect_err(|e| {
+                tracing::error!(
+                    error = %e,
+                    "cannot start the app's Core thread: its Core mount loops run beside the connection, on the app's NATS thread"
+                );
+            })
+        });
+        core.as_ref().ok().map(|core| &core.handle)
     }
 
     /// Resolves, with why, once the thread has ended.
@@ -196,6 +257,76 @@ impl ThreadStopper {
     }
 }
 
+/// The app's Core thread: a Tokio current-thread runtime of its own, running the Core mount
+/// loops until its NATS thread stops it (or every clone of the [`NatsThread`] is gone).
+#[derive(Debug)]
+struct CoreThread {
+    handle: tokio::runtime::Handle,
+    /// Sent, or dropped, to end the thread: its runtime is dropped, cancelling what runs on
+    /// it.
+    stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl CoreThread {
+    /// Starts the thread, named `name`.
+    fn start(name: &str) -> Result<Self, String> {
+        let (handle_tx, handle_rx) = std::sync::mpsc::channel();
+        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(move || {
+                match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => {
+                        OWN_RUNTIME.set(Some(runtime.handle().clone()));
+                        let _ = handle_tx.send(Ok(runtime.handle().clone()));
+                        // A panic in a task is the task's (its JoinHandle says so); this only
+                        // waits.
+                        let _ = runtime.block_on(stop_rx);
+                    }
+                    Err(e) => {
+                        let _ = handle_tx.send(Err(e.to_string()));
+                    }
+                }
+            })
+            .map_err(|e| format!("cannot start the app's Core thread: {e}"))?;
+        let handle = handle_rx
+            .recv()
+            .map_err(|_| "the app's Core thread ended at start".to_owned())?
+            .map_err(|e| format!("cannot build the app's Core runtime: {e}"))?;
+        Ok(Self {
+            handle,
+            stop: Mutex::new(Some(stop)),
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Ends the thread and waits until it has dropped its runtime (and what ran on it).
+    fn stop_and_join(&self) {
+        if let Some(stop) = self
+            .stop
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            let _ = stop.send(());
+        }
+        let thread = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(thread) = thread
+            && thread.join().is_err()
+        {
+            tracing::error!("the app's Core thread panicked");
+        }
+    }
+}
+
 /// Where a [`NatsThread`]'s stop request is sent from, once.
 type StopSender = Mutex<Option<tokio::sync::oneshot::Sender<()>>>;
 
@@ -209,7 +340,7 @@ fn stop(sender: &StopSender) {
 }
 
 /// What a NATS thread whose every clone is gone waits for before it drops its runtime: the
-/// tasks given to [`NatsThread::spawn`] (the mount loops), then, for at most
+/// tasks given to [`NatsThread::spawn`] (the mount loops, on both threads), then, for at most
 /// [`LAST_TASKS_LIMIT`], every other task on its runtime: what the app spawned there (its
 /// lease and delay loops, on tokio) and the connection's task, which end once the mounts
 /// have, so that their last work (a lost copy's count and warning) is not cut off either.

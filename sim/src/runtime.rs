@@ -30,8 +30,13 @@ impl ruststream_adapter::Runtime for Runtime {
         tokio::spawn(future)
     }
 
-    /// As [`spawn`](ruststream_adapter::Runtime::spawn): one runtime runs every task.
-    fn spawn_next_to<F>(_reactor: &Reactor, future: F) -> Self::Task
+    /// As [`spawn`](ruststream_adapter::Runtime::spawn), whichever thread `_on` names: one
+    /// runtime runs every task.
+    fn spawn_next_to<F>(
+        _reactor: &Reactor,
+        _on: ruststream_adapter::LoopThread,
+        future: F,
+    ) -> Self::Task
     where
         F: Future<Output = ()> + Send + 'static,
     {

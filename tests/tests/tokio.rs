@@ -25,63 +25,89 @@ macro_rules! on_real_server {
 #[path = "../scenarios/mod.rs"]
 mod scenarios;
 
-/// tokio only: a handler is first polled on the app's NATS thread, with the application's
-/// runtime entered, so that what it spawns runs on the application's runtime; once it has to
-/// wait, the rest of it moves to a task there too. A handler whose first poll did not run on
-/// the app's thread, or whose spawned task or later polls did, fails it.
+/// tokio only: a handler is first polled on its mount loop's thread (a Core mount's on the
+/// app's Core thread, a JetStream mount's on the app's NATS thread, beside the connection),
+/// with the application's runtime entered, so that what it spawns runs on the application's
+/// runtime; once it has to wait, the rest of it moves to a task there too. A handler whose
+/// first poll did not run on its loop's thread, or whose spawned task or later polls did,
+/// fails it.
 #[test]
-fn tokio_handlers_start_on_the_app_s_thread_and_the_rest_runs_on_the_application_s_runtime() {
+fn tokio_handlers_start_on_the_app_s_threads_and_the_rest_runs_on_the_application_s_runtime() {
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
     use adapter::{App, Delivery, Mount, Outcome};
 
+    type Seen = Arc<Mutex<Vec<(&'static str, String)>>>;
+
     fn thread_name() -> String {
         std::thread::current().name().unwrap_or("").to_owned()
     }
 
+    /// A handler that writes down where each of its steps ran.
+    fn recording(
+        sink: Seen,
+    ) -> impl Fn(Delivery) -> std::pin::Pin<Box<dyn Future<Output = Outcome> + Send>>
+    + Send
+    + Sync
+    + 'static {
+        move |_: Delivery| {
+            let sink = sink.clone();
+            Box::pin(async move {
+                sink.lock().unwrap().push(("first poll", thread_name()));
+                let spawned = tokio::spawn(async { thread_name() }).await.unwrap();
+                sink.lock().unwrap().push(("spawned", spawned));
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                sink.lock().unwrap().push(("after waiting", thread_name()));
+                Outcome::Ack
+            })
+        }
+    }
+
     run(async {
         let server = NatsServer::start();
-        let seen: Arc<Mutex<Vec<(&'static str, String)>>> = Arc::default();
-        let sink = seen.clone();
+        let client = async_nats::connect(server.url()).await.unwrap();
+        async_nats::jetstream::new(client.clone())
+            .create_stream(async_nats::jetstream::stream::Config {
+                name: "THREADS".to_owned(),
+                subjects: vec!["threads.js".to_owned()],
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let (core, jetstream): (Seen, Seen) = (Arc::default(), Arc::default());
         let running = App::new(&server.url())
             .mount(
-                Mount::core_subject("threads", "threads.in"),
-                move |_: Delivery| {
-                    let sink = sink.clone();
-                    async move {
-                        sink.lock().unwrap().push(("first poll", thread_name()));
-                        let spawned = tokio::spawn(async { thread_name() }).await.unwrap();
-                        sink.lock().unwrap().push(("spawned", spawned));
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                        sink.lock().unwrap().push(("after waiting", thread_name()));
-                        Outcome::Ack
-                    }
-                },
+                Mount::core_subject("threads-core", "threads.in"),
+                recording(core.clone()),
+            )
+            .mount(
+                Mount::jetstream("threads-js", "THREADS", "threads"),
+                recording(jetstream.clone()),
             )
             .start()
             .await
             .expect("the app starts");
-        let client = async_nats::connect(server.url()).await.unwrap();
         client.publish("threads.in", "x".into()).await.unwrap();
+        client.publish("threads.js", "x".into()).await.unwrap();
         client.flush().await.unwrap();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while seen.lock().unwrap().len() < 3 && tokio::time::Instant::now() < deadline {
+        while (core.lock().unwrap().len() < 3 || jetstream.lock().unwrap().len() < 3)
+            && tokio::time::Instant::now() < deadline
+        {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         running.shutdown().await;
-        let seen = seen.lock().unwrap().clone();
-        assert_eq!(seen.len(), 3, "the handler ran to its end: {seen:?}");
-        assert_eq!(
-            seen[0],
-            ("first poll", "ruststream-nats".to_owned()),
-            "{seen:?}"
-        );
-        for (when, thread) in &seen[1..] {
-            assert!(
-                !thread.is_empty() && thread != "ruststream-nats",
-                "{when}: on the application's runtime, not the app's thread: {seen:?}"
-            );
+        for (seen, loop_thread) in [(core, "ruststream-core"), (jetstream, "ruststream-nats")] {
+            let seen = seen.lock().unwrap().clone();
+            assert_eq!(seen.len(), 3, "the handler ran to its end: {seen:?}");
+            assert_eq!(seen[0], ("first poll", loop_thread.to_owned()), "{seen:?}");
+            for (when, thread) in &seen[1..] {
+                assert!(
+                    !thread.is_empty() && !thread.starts_with("ruststream-"),
+                    "{when}: on the application's runtime, not one of the app's threads: {seen:?}"
+                );
+            }
         }
     });
 }
