@@ -30,11 +30,11 @@ pub trait Runtime: Send + Sync + 'static {
         F: Future<Output = ()> + Send + 'static;
 
     /// Spawns one of the app's mount loops on `reactor`'s thread `on` names
-    /// ([`LoopThread::Connection`] for a JetStream mount, beside the NATS connection;
-    /// [`LoopThread::Core`] for a Core mount, on the app's Core thread). A delivery that
-    /// settles at once runs on its mount loop; one that waits moves to
-    /// [`spawn`](Self::spawn). Implemented as [`spawn`](Self::spawn) where the reactor is the
-    /// application's own runtime.
+    /// ([`LoopThread::Connection`](crate::LoopThread::Connection) for a JetStream mount,
+    /// beside the NATS connection; [`LoopThread::Core`](crate::LoopThread::Core) for a Core
+    /// mount, on the app's Core thread). A delivery that settles at once runs on its mount
+    /// loop; one that waits moves to [`spawn`](Self::spawn). Implemented as
+    /// [`spawn`](Self::spawn) where the reactor is the application's own runtime.
     fn spawn_next_to<F>(reactor: &Self::Reactor, on: crate::LoopThread, future: F) -> Self::Task
     where
         F: Future<Output = ()> + Send + 'static;
