@@ -67,7 +67,6 @@ impl NatsThread {
     /// # Errors
     /// The reason, when the thread or its runtime cannot be built.
     pub fn start(name: &str, core_name: &str) -> Result<Self, String> {
-        let (handle_tx, handle_rx) = std::sync::mpsc::channel();
         let (alive_tx, alive) = tokio::sync::watch::channel(true);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let (spawned, mut spawned_rx) = tokio::sync::mpsc::channel(1);
@@ -75,66 +74,46 @@ impl NatsThread {
         let thread_halt = halt.clone();
         let core = Arc::new(std::sync::OnceLock::<Result<CoreThread, String>>::new());
         let thread_core = core.clone();
-        std::thread::Builder::new()
-            .name(name.to_owned())
-            .spawn(move || {
-                match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(runtime) => {
-                        OWN_RUNTIME.set(Some(runtime.handle().clone()));
-                        let _ = handle_tx.send(Ok(runtime.handle().clone()));
-                        // Until asked to stop, or every clone is gone (the sender dropped).
-                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            runtime.block_on(async {
-                                if stop_rx.await.is_err() {
-                                    // Every clone is gone: the app's handles were dropped
-                                    // without a shutdown, and what they closed has woken the
-                                    // mount loops, which stop consuming, say so, and end once
-                                    // what they received is settled and flushed. The runtime
-                                    // (and the connection's task on it) stays until they have
-                                    // ended: dropped a fixed 100 ms later, it cut off the
-                                    // settlements of handlers still running, and once a
-                                    // loop's warning.
-                                    tracing::debug!(
-                                        "every handle to the app's NATS thread is gone: it ends once its mount loops have"
-                                    );
-                                    // A stopper (the application's runtime shutting down,
-                                    // on tokio) still ends it at once.
-                                    tokio::select! {
-                                        biased;
-                                        () = thread_halt.notified() => {}
-                                        () = last_tasks(&mut spawned_rx) => {}
-                                    }
-                                    tracing::debug!(
-                                        "the app's NATS thread ends: its mount loops have ended"
-                                    );
-                                }
-                            })
-                        }));
-                        // The Core loops go first, while the connection they settle through
-                        // is still there (a stopped loop settles nothing more either way).
-                        if let Some(Ok(core)) = thread_core.get() {
-                            core.stop_and_join();
+        let (handle, _thread) = runtime_thread(name, "NATS", move |runtime| {
+            // Until asked to stop, or every clone is gone (the sender dropped).
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                runtime.block_on(async {
+                    if stop_rx.await.is_err() {
+                        // Every clone is gone: the app's handles were dropped
+                        // without a shutdown, and what they closed has woken the
+                        // mount loops, which stop consuming, say so, and end once
+                        // what they received is settled and flushed. The runtime
+                        // (and the connection's task on it) stays until they have
+                        // ended: dropped a fixed 100 ms later, it cut off the
+                        // settlements of handlers still running, and once a
+                        // loop's warning.
+                        tracing::debug!(
+                            "every handle to the app's NATS thread is gone: it ends once its mount loops have"
+                        );
+                        // A stopper (the application's runtime shutting down,
+                        // on tokio) still ends it at once.
+                        tokio::select! {
+                            biased;
+                            () = thread_halt.notified() => {}
+                            () = last_tasks(&mut spawned_rx) => {}
                         }
-                        // Said before the runtime goes (cancelling what runs on it), so that
-                        // nothing sees the runtime gone while the thread still counts as
-                        // alive.
-                        alive_tx.send_replace(false);
-                        drop(runtime);
+                        tracing::debug!(
+                            "the app's NATS thread ends: its mount loops have ended"
+                        );
                     }
-                    Err(e) => {
-                        let _ = handle_tx.send(Err(e.to_string()));
-                        alive_tx.send_replace(false);
-                    }
-                }
-            })
-            .map_err(|e| format!("cannot start the app's NATS thread: {e}"))?;
-        let handle = handle_rx
-            .recv()
-            .map_err(|_| "the app's NATS thread ended at start".to_owned())?
-            .map_err(|e| format!("cannot build the app's NATS runtime: {e}"))?;
+                })
+            }));
+            // The Core loops go first, while the connection they settle through
+            // is still there (a stopped loop settles nothing more either way).
+            if let Some(Ok(core)) = thread_core.get() {
+                core.stop_and_join();
+            }
+            // Said before the runtime goes (cancelling what runs on it), so that
+            // nothing sees the runtime gone while the thread still counts as
+            // alive.
+            alive_tx.send_replace(false);
+            drop(runtime);
+        })?;
         Ok(Self {
             handle,
             alive,
@@ -271,32 +250,11 @@ struct CoreThread {
 impl CoreThread {
     /// Starts the thread, named `name`.
     fn start(name: &str) -> Result<Self, String> {
-        let (handle_tx, handle_rx) = std::sync::mpsc::channel();
         let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name(name.to_owned())
-            .spawn(move || {
-                match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(runtime) => {
-                        OWN_RUNTIME.set(Some(runtime.handle().clone()));
-                        let _ = handle_tx.send(Ok(runtime.handle().clone()));
-                        // A panic in a task is the task's (its JoinHandle says so); this only
-                        // waits.
-                        let _ = runtime.block_on(stop_rx);
-                    }
-                    Err(e) => {
-                        let _ = handle_tx.send(Err(e.to_string()));
-                    }
-                }
-            })
-            .map_err(|e| format!("cannot start the app's Core thread: {e}"))?;
-        let handle = handle_rx
-            .recv()
-            .map_err(|_| "the app's Core thread ended at start".to_owned())?
-            .map_err(|e| format!("cannot build the app's Core runtime: {e}"))?;
+        let (handle, thread) = runtime_thread(name, "Core", move |runtime| {
+            // A panic in a task is the task's (its JoinHandle says so); this only waits.
+            let _ = runtime.block_on(stop_rx);
+        })?;
         Ok(Self {
             handle,
             stop: Mutex::new(Some(stop)),
@@ -325,6 +283,41 @@ impl CoreThread {
             tracing::error!("the app's Core thread panicked");
         }
     }
+}
+
+/// Starts a thread named `name` that builds a Tokio current-thread runtime, marks itself one
+/// of an app's threads ([`NatsThread::is_current`]) and gives the runtime to `run`: the
+/// runtime's handle and the thread, once the runtime is built. `kind` names the thread in
+/// the errors (`"NATS"`, `"Core"`).
+fn runtime_thread(
+    name: &str,
+    kind: &str,
+    run: impl FnOnce(tokio::runtime::Runtime) + Send + 'static,
+) -> Result<(tokio::runtime::Handle, std::thread::JoinHandle<()>), String> {
+    let (handle_tx, handle_rx) = std::sync::mpsc::channel();
+    let thread = std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || {
+            match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => {
+                    OWN_RUNTIME.set(Some(runtime.handle().clone()));
+                    let _ = handle_tx.send(Ok(runtime.handle().clone()));
+                    run(runtime);
+                }
+                Err(e) => {
+                    let _ = handle_tx.send(Err(e.to_string()));
+                }
+            }
+        })
+        .map_err(|e| format!("cannot start the app's {kind} thread: {e}"))?;
+    let handle = handle_rx
+        .recv()
+        .map_err(|_| format!("the app's {kind} thread ended at start"))?
+        .map_err(|e| format!("cannot build the app's {kind} runtime: {e}"))?;
+    Ok((handle, thread))
 }
 
 /// Where a [`NatsThread`]'s stop request is sent from, once.
