@@ -56,9 +56,10 @@
 //! sides, run back to back), against raw async-nats; each side's median rate is printed
 //! beside it. Environment (a value that does not read stops the bench with a message naming
 //! it):
-//! - `BENCH_ROUNDS`: at least 1 (default 20: five turns of the four sides' order; a Core round
-//!   lasts 0.1 to 0.3 s and moves by up to ±25 % on this shared 2-core machine, and 9 rounds
-//!   left medians a few percent apart from run to run);
+//! - `BENCH_ROUNDS`: at least 1 (default 60: fifteen turns of the four sides' order, 14 to
+//!   17 minutes for the five scenarios here; a round lasts 0.1 to 1 s and its ratio of two
+//!   sides moves by ±10-25 % on this shared 2-core machine, so that medians of 20 rounds moved
+//!   by ±4 % from run to run; a median of 60 spreads about 1/√3 as far);
 //! - `BENCH_SCENARIOS`: a comma-separated subset of the scenario names above;
 //! - `BENCH_SIDES`: a comma-separated subset of `raw,tokio,smol,ruststream,metrics` (default
 //!   the first four; `metrics` is ruststream-tokio with a Prometheus recorder receiving its
@@ -1151,7 +1152,7 @@ fn side_order(n: usize, round: usize) -> Vec<usize> {
 }
 
 /// Rounds per run unless `BENCH_ROUNDS` says otherwise (see the module's docs).
-const DEFAULT_ROUNDS: usize = 20;
+const DEFAULT_ROUNDS: usize = 60;
 
 fn main() {
     let rounds = number("BENCH_ROUNDS", 1, DEFAULT_ROUNDS);
