@@ -105,7 +105,13 @@ impl NatsThread {
             }));
             // The Core loops go first, while the connection they settle through
             // is still there (a stopped loop settles nothing more either way).
-            if let Some(Ok(core)) = thread_core.get() {
+            // Taken, or closed, in one step: a Core loop spawned from here on
+            // cannot start a Core thread that nothing would stop before every
+            // handle is gone; it goes beside the connection, which ends with this
+            // thread, as any loop does then.
+            if let Ok(core) = thread_core.get_or_init(|| {
+                Err("the app's NATS thread had ended: no Core thread starts any more".into())
+            }) {
                 core.stop_and_join();
             }
             // Said before the runtime goes (cancelling what runs on it), so that
@@ -396,5 +402,62 @@ impl<F: Future> Future for Entered<F> {
 impl<F> std::fmt::Debug for Entered<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Entered").finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// How many of this process's live threads are named `name` (Linux's `/proc`).
+    fn threads_named(name: &str) -> usize {
+        std::fs::read_dir("/proc/self/task")
+            .map(|tasks| {
+                tasks
+                    .filter_map(Result::ok)
+                    .filter_map(|task| std::fs::read_to_string(task.path().join("comm")).ok())
+                    .filter(|comm| comm.trim_end() == name)
+                    .count()
+            })
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn no_core_thread_starts_once_the_nats_thread_has_stopped_its_core_loops() -> Result<(), String>
+    {
+        let nats = NatsThread::start("rs-test-nats", "rs-test-core1")?;
+        nats.stop();
+        let mut alive = nats.alive.clone();
+        while *alive.borrow_and_update() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        // What a Core loop spawned in the moment between the NATS thread's last look at its
+        // Core thread and its end would reach: no Core thread may start any more, since
+        // nothing would stop it before every handle is gone.
+        assert!(
+            nats.core_thread().is_none(),
+            "a Core thread started after its NATS thread had stopped its Core loops"
+        );
+        assert_eq!(threads_named("rs-test-core1"), 0);
+        Ok(())
+    }
+
+    #[test]
+    fn the_nats_thread_stops_and_joins_its_core_thread() -> Result<(), String> {
+        let nats = NatsThread::start("rs-test-nats", "rs-test-core2")?;
+        let task = nats.spawn(LoopThread::Core, std::future::pending::<()>());
+        assert_eq!(threads_named("rs-test-core2"), 1);
+        nats.stop();
+        let mut alive = nats.alive.clone();
+        while *alive.borrow_and_update() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(
+            threads_named("rs-test-core2"),
+            0,
+            "the Core thread outlived its NATS thread"
+        );
+        drop(task);
+        Ok(())
     }
 }
