@@ -9,7 +9,10 @@
 //! app's limit ends the app. It logs each mount's new Core losses (rule 21).
 //!
 //! After every loss of the connection each JetStream mount's consumer is read for a suspect:
-//! the first message after its ack floor that the mount never received. A message that
+//! the first message after its ack floor that the mount never received, unless the mount
+//! holds (in flight) as many messages as the consumer waits for, since then it waits for
+//! none other (the server does not say which messages above the ack floor are acknowledged,
+//! and one an earlier process acknowledged there was never received by this one). A message that
 //! brings the client down every time it is delivered never reaches the mount and stays in
 //! place; while it is suspected the mount pulls one message at a time, and after
 //! [`SAME_SUSPECT_LIMIT`] losses in a row with the same one, the app ends with an error naming
@@ -528,7 +531,15 @@ impl<R: Runtime> Supervisor<R> {
                     continue;
                 }
             };
-            if info.num_ack_pending == 0 {
+            // Every message the consumer waits for is one this mount holds (handled, waiting
+            // for a slot, or for its dead letter's confirmation; each unacknowledged): none
+            // brought the client down. The server does not list which messages above the ack
+            // floor are acknowledged, so without this count a message an earlier process (or
+            // another one sharing the durable) acknowledged there, which this process never
+            // received, would be taken for one.
+            if info.num_ack_pending == 0
+                || info.num_ack_pending <= self.records[index].in_flight.count()
+            {
                 watch.suspects.remove(&index);
                 self.records[index].careful.clear();
                 continue;

@@ -394,6 +394,86 @@ fn rule_20_server_restarts_during_a_long_handler_do_not_end_the_app() {
     });
 }
 
+// Not on the simulator: an earlier process is played by a plain async-nats consumer, whose
+// fetch and ack the model does not take.
+on_real_server! {
+#[test]
+fn rule_20_a_message_an_earlier_process_acknowledged_above_a_held_ack_floor_is_no_suspect() {
+    use adapter::async_nats::jetstream::{self, AckKind};
+    use futures_util::StreamExt;
+    run(async {
+        let mut server = NatsServer::start();
+        let tc = TestClient::connect(&server).await;
+        let stream = tc.file_stream("HELD", &["held.>"]).await;
+        tc.js_publish("held.a", HeaderMap::new(), b"long").await;
+        tc.js_publish("held.b", HeaderMap::new(), b"quick").await;
+        // An earlier process: it received both, acknowledged the second and stopped while
+        // handling the first, which holds the ack floor below the acknowledged one.
+        let earlier = stream
+            .create_consumer(jetstream::consumer::pull::Config {
+                durable_name: Some("worker".into()),
+                ack_wait: Duration::from_millis(1_000),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let mut batch = earlier.fetch().max_messages(2).messages().await.unwrap();
+        let mut fetched = Vec::new();
+        while let Some(m) = batch.next().await {
+            fetched.push(m.unwrap());
+        }
+        assert_eq!(fetched.len(), 2);
+        fetched[1].ack_with(AckKind::Ack).await.unwrap();
+        tc.client.flush().await.unwrap();
+        drop(fetched);
+        // This process takes the first over once its ack_wait has passed, and handles it long.
+        let (r, ev) = (runs(), events());
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::jetstream("js-held-20", "HELD", "worker").max_attempts(3),
+                slow(&r, |_| Duration::from_millis(4_000), |_| Outcome::Ack),
+            )
+        })
+        .await;
+        eventually("the handler to start", || {
+            (!r.lock().unwrap().is_empty()).then_some(())
+        })
+        .await;
+        let info = tc.consumer_info("HELD", "worker").await;
+        assert_eq!(
+            (info.ack_floor.stream_sequence, info.num_ack_pending),
+            (0, 1),
+            "{info:?}"
+        );
+        // More losses of the connection than SAME_SUSPECT_LIMIT: the one message the consumer
+        // waits for is in this mount's hands; the one above it, which this process never
+        // received, was acknowledged, so it is no suspect either.
+        let client = app.client();
+        for _ in 0..SAME_SUSPECT + 1 {
+            server.restart();
+            eventually("the app's client to reconnect", || {
+                (client.connection_state() == adapter::async_nats::connection::State::Connected)
+                    .then_some(())
+            })
+            .await;
+            tokio::time::sleep(Duration::from_millis(600)).await;
+        }
+        let tc = TestClient::connect(&server).await;
+        let info = eventually_info_of(&tc, "HELD", |i| {
+            i.num_ack_pending == 0 && i.num_pending == 0
+        })
+        .await;
+        assert_eq!(info.ack_floor.stream_sequence, 2, "{info:?}");
+        let report = app.shutdown().await;
+        assert!(report.failure.is_none(), "{report:?}");
+        // At least once: a restart that outlasts the 1 s ack_wait, with no renewal possible
+        // meanwhile, may redeliver it while it runs (nats-server 2.15 does); the first run's
+        // late result is then discarded (rule 16).
+        assert!(!r.lock().unwrap().is_empty());
+    });
+}
+}
+
 // Not on the simulator: a message async-nats cannot read is raw bytes on the wire; the model stores async-nats messages, which cannot hold one.
 on_real_server! {
 #[test]
