@@ -614,10 +614,17 @@ pub(crate) async fn execute(
             Action::PublishDeadLetter { subject, reason } => {
                 let letter = dead_letter(ctx, msg, delivery, subject, reason, error);
                 Box::pin(publish_dead_letter(ctx, letter)).await?;
-                tracing::warn!(
-                    mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
-                    dead_letter = %subject, "dead letter published and confirmed"
-                );
+                match ctx.dead_letters {
+                    DeadLetterSink::JetStream(_) => tracing::warn!(
+                        mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
+                        dead_letter = %subject, "dead letter published and confirmed by its stream"
+                    ),
+                    // Nothing stores it: the flush says only that the server received it.
+                    DeadLetterSink::Plain => tracing::warn!(
+                        mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
+                        dead_letter = %subject, "dead letter published on Core NATS and flushed to the server (no stream stores its subject: only a subscriber listening now receives it)"
+                    ),
+                }
             }
             Action::Log(l) => log(ctx, msg, delivery, l),
         }
