@@ -105,7 +105,12 @@ pub fn orders_service<R: AnyRuntime>(app: AppOn<R>) -> AppOn<R> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt::init();
+    // Info and above unless `RUST_LOG` says otherwise: start-up, recoveries, dead letters.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
     let url = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".to_owned());
     match orders_service(App::new(&url)).run().await {
         Ok(report) => {
