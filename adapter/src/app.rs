@@ -62,7 +62,8 @@ pub enum StartError {
     #[error("cannot start the runtime: {0}")]
     Runtime(String),
     /// A mount's runtime setting cannot be used: its concurrency above
-    /// [`MAX_CONCURRENCY`](crate::MAX_CONCURRENCY), or a handler that returns a
+    /// [`MAX_CONCURRENCY`](crate::MAX_CONCURRENCY), a JetStream mount's
+    /// [`ack_wait`](crate::Mount::ack_wait) of zero, or a handler that returns a
     /// [`Reply`](crate::Reply) on a JetStream mount.
     #[error("mount `{mount}`: {reason}")]
     Setting {
@@ -340,6 +341,14 @@ impl<R: Runtime> App<R> {
                         mount.concurrency,
                         crate::MAX_CONCURRENCY
                     ),
+                });
+            }
+            if mount.ack_wait.is_zero()
+                && matches!(policy.descriptor(), Descriptor::JetStream { .. })
+            {
+                return Err(StartError::Setting {
+                    mount: mount.name().to_owned(),
+                    reason: "ack_wait is zero: nats-server would take it as unset and give the consumer its own default (30 s); give a positive duration, or leave the runtime's default".to_owned(),
                 });
             }
             if handler.replies() && matches!(policy.descriptor(), Descriptor::JetStream { .. }) {

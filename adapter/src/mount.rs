@@ -178,7 +178,9 @@ impl Mount {
     }
 
     /// The `ack_wait` of a consumer the runtime creates (default [`DEFAULT_ACK_WAIT`]); an
-    /// existing consumer keeps its own.
+    /// existing consumer keeps its own. Zero is refused at start-up
+    /// ([`StartError::Setting`](crate::StartError::Setting)): nats-server would take it as
+    /// unset and use its own default.
     #[must_use]
     pub fn ack_wait(mut self, ack_wait: Duration) -> Self {
         self.ack_wait = ack_wait;

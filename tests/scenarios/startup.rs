@@ -362,6 +362,35 @@ fn rule_11_a_backoff_consumer_runs_with_a_warning_on_every_server() {
 }
 
 #[test]
+fn a_zero_ack_wait_is_refused_naming_the_mount() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = TestClient::connect(&server).await;
+        tc.stream("ORDERS", &["orders.>"]).await;
+        let e = start_err(&server, |a| {
+            a.mount(
+                Mount::jetstream("no-wait", "ORDERS", "worker").ack_wait(Duration::ZERO),
+                |_d: Delivery| async { Outcome::Ack },
+            )
+        })
+        .await;
+        assert!(
+            matches!(&e, StartError::Setting { mount, .. } if mount == "no-wait"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("ack_wait"), "{e}");
+        // Refused before anything was created on the server.
+        let mut consumers = tc.js.get_stream("ORDERS").await.unwrap().consumer_names();
+        assert!(
+            futures_util::StreamExt::next(&mut consumers)
+                .await
+                .is_none(),
+            "a consumer was created"
+        );
+    });
+}
+
+#[test]
 fn a_concurrency_above_the_maximum_is_refused_naming_the_mount() {
     run(async {
         let server = NatsServer::start();
