@@ -282,6 +282,16 @@ fn rule_20_a_stored_message_whose_subject_the_client_cannot_read_ends_the_app() 
 }
 }
 
+/// Restarts `server` and waits until the app's `client` has reconnected to it.
+async fn restart_and_reconnect(server: &mut NatsServer, client: &adapter::async_nats::Client) {
+    server.restart();
+    eventually("the app's client to reconnect", || {
+        (client.connection_state() == adapter::async_nats::connection::State::Connected)
+            .then_some(())
+    })
+    .await;
+}
+
 #[test]
 fn rule_20_a_jetstream_mount_pulls_again_at_once_after_nats_server_restarts() {
     run(async {
@@ -307,13 +317,8 @@ fn rule_20_a_jetstream_mount_pulls_again_at_once_after_nats_server_restarts() {
         })
         .await;
         // The idle mount has a pull request waiting on the server; the restart forgets it.
-        server.restart();
         let client = app.client();
-        eventually("the app's client to reconnect", || {
-            (client.connection_state() == adapter::async_nats::connection::State::Connected)
-                .then_some(())
-        })
-        .await;
+        restart_and_reconnect(&mut server, &client).await;
         let reconnected = Instant::now();
         let tc = TestClient::connect(&server).await;
         tc.js_publish("files.a", HeaderMap::new(), b"after").await;
@@ -371,12 +376,7 @@ fn rule_20_server_restarts_during_a_long_handler_do_not_end_the_app() {
         // consumer waits for is in the handler's hands: it reached the mount, it is no suspect.
         let client = app.client();
         for _ in 0..SAME_SUSPECT + 1 {
-            server.restart();
-            eventually("the app's client to reconnect", || {
-                (client.connection_state() == adapter::async_nats::connection::State::Connected)
-                    .then_some(())
-            })
-            .await;
+            restart_and_reconnect(&mut server, &client).await;
             tokio::time::sleep(Duration::from_millis(600)).await;
         }
         let tc = TestClient::connect(&server).await;
@@ -450,12 +450,7 @@ fn rule_20_a_message_an_earlier_process_acknowledged_above_a_held_ack_floor_is_n
         // received, was acknowledged, so it is no suspect either.
         let client = app.client();
         for _ in 0..SAME_SUSPECT + 1 {
-            server.restart();
-            eventually("the app's client to reconnect", || {
-                (client.connection_state() == adapter::async_nats::connection::State::Connected)
-                    .then_some(())
-            })
-            .await;
+            restart_and_reconnect(&mut server, &client).await;
             tokio::time::sleep(Duration::from_millis(600)).await;
         }
         let tc = TestClient::connect(&server).await;
