@@ -531,15 +531,13 @@ impl<R: Runtime> Supervisor<R> {
                     continue;
                 }
             };
-            // Every message the consumer waits for is one this mount holds (handled, waiting
-            // for a slot, or for its dead letter's confirmation; each unacknowledged): none
-            // brought the client down. The server does not list which messages above the ack
+            // Nothing waited for, or every message the consumer waits for is one this mount
+            // holds (handled, waiting for a slot, or for its dead letter's confirmation; each
+            // unacknowledged): none brought the client down. The server does not list which messages above the ack
             // floor are acknowledged, so without this count a message an earlier process (or
             // another one sharing the durable) acknowledged there, which this process never
             // received, would be taken for one.
-            if info.num_ack_pending == 0
-                || info.num_ack_pending <= self.records[index].in_flight.count()
-            {
+            if info.num_ack_pending <= self.records[index].in_flight.count() {
                 watch.suspects.remove(&index);
                 self.records[index].careful.clear();
                 continue;
