@@ -16,62 +16,44 @@
 
 #![warn(missing_docs)]
 
+// The floors, lowest first: each imports only from those above it in this list (checked by
+// `tests/layers.rs`), and a type lives in the file named for it. See the README's Layout.
+mod api;
 mod app;
-mod context;
-mod core_loop;
-mod delay_loop;
-mod delivery;
-mod exec;
-mod handler;
-mod handler_run;
-mod health;
-mod incoming;
-mod launch;
-mod leases;
-pub mod metrics;
-mod mount;
-mod mount_context;
-mod nats_thread;
-mod pull_loop;
-mod report;
-mod running;
+mod handling;
+mod loops;
 mod runtime;
-mod servers;
-mod shutdown;
-mod startup;
-mod streams;
-mod supervisor;
-#[cfg(feature = "otel")]
-mod trace;
+mod state;
+mod support;
 
-pub use app::{App, RunError, StartError};
-pub use context::{Context, ContextError, ContextSource};
-pub use handler::{
-    ContextFn, DecodeError, Delivery, DeliveryFn, ErrorPolicy, Handled, HandledFuture, Handler,
-    HandlerSlot, IntoHandled, IntoHandler, IntoJsonHandler, JetStreamInfo, Json, OutcomeFuture,
-    Reply,
-};
-pub use health::{
+pub use api::context::{Context, ContextError, ContextSource};
+pub use api::delivery::{DecodeError, Delivery, JetStreamInfo};
+pub use api::error_policy::ErrorPolicy;
+pub use api::handled::{Handled, IntoHandled, OutcomeFuture, Reply};
+pub use api::handler::{HandledFuture, Handler, HandlerSlot};
+pub use api::handler_fn::{ContextFn, DeliveryFn, IntoHandler};
+pub use api::health::{
     ConnectionState, Health, HealthClosed, HealthWatch, LIVENESS_LIMIT, MountHealth, MountState,
 };
-pub use mount::{
+pub use api::json::{IntoJsonHandler, Json};
+pub use api::mount::{
     DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY, DEFAULT_HANDLER_TIME_LIMIT, DEFAULT_SUBSCRIPTION_BUFFER,
     MAX_CONCURRENCY, Mount,
 };
-pub use nats_thread::{Entered, LoopThread, NatsThread, ThreadStopper};
-pub use report::Settled;
-pub use running::{AppFailed, Running, ShutdownHandle};
-pub use runtime::{Reactor, Runtime};
+pub use api::reports::{AppFailed, CoreLosses, Recovery, Settled, ShutdownReport};
+pub use app::running::{DEFAULT_GRACE_PERIOD, Running, ShutdownHandle};
+pub use app::startup::{StartError, connect_url};
+pub use app::supervisor::{
+    CONSUMER_REREAD, DEFAULT_DISCONNECTED_LIMIT, MAX_RECOVERIES, RECOVERIES_KEPT, RECOVERY_LIMIT,
+    RECOVERY_WINDOW, SAME_SUSPECT_LIMIT,
+};
+pub use app::{App, RunError};
+pub use runtime::{Entered, LoopThread, NatsThread, Reactor, Runtime, ThreadStopper};
 pub use ruststream_core::{
     Attempt, Backoff, BackoffError, DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_JITTER,
     DeclarationError, DeclarationErrorKind, Descriptor, Disposition, MountPolicy, Outcome,
 };
-pub use shutdown::{CoreLosses, DEFAULT_GRACE_PERIOD, ShutdownReport};
-pub use startup::connect_url;
-pub use supervisor::{
-    CONSUMER_REREAD, DEFAULT_DISCONNECTED_LIMIT, MAX_RECOVERIES, RECOVERIES_KEPT, RECOVERY_LIMIT,
-    RECOVERY_WINDOW, Recovery, SAME_SUSPECT_LIMIT,
-};
+pub use support::metrics;
 
 /// Re-exported so applications can build [`App::with_options`] and read headers without
 /// naming async-nats themselves.

@@ -1,0 +1,389 @@
+//! What a handler can do besides returning an outcome: publish, publish to a stream, make a
+//! request, answer a Core request, and read its mount.
+
+use std::sync::Arc;
+
+use async_nats::jetstream::context::PublishAckFuture;
+use async_nats::subject::ToSubject;
+use async_nats::{Client, HeaderMap, Subject};
+use bytes::Bytes;
+use ruststream_core::MountPolicy;
+
+use super::delivery::Delivery;
+
+/// What a mount's handlers publish with, built once per mount and client (at start-up, and
+/// again when a lost client is replaced, rule 20).
+pub(crate) struct ContextShared {
+    pub(crate) mount: &'static str,
+    pub(crate) policy: MountPolicy,
+    pub(crate) client: Client,
+    pub(crate) jetstream: async_nats::jetstream::Context,
+    /// Whether the app's shutdown has begun: what a failure then is said to be.
+    pub(crate) stopping: tokio::sync::watch::Receiver<bool>,
+}
+
+impl ContextShared {
+    pub(crate) fn new(
+        mount: &'static str,
+        policy: MountPolicy,
+        client: &Client,
+        stopping: tokio::sync::watch::Receiver<bool>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            mount,
+            policy,
+            client: client.clone(),
+            jetstream: async_nats::jetstream::new(client.clone()),
+            stopping,
+        })
+    }
+}
+
+/// Where a [`Handler`](crate::Handler) gets a [`Context`] for a delivery, if it wants one:
+/// handlers that neither take a context nor return a [`Reply`](crate::Reply) never build one,
+/// and pay nothing for it.
+#[derive(Clone, Copy)]
+pub struct ContextSource<'a> {
+    shared: &'a Arc<ContextShared>,
+}
+
+impl<'a> ContextSource<'a> {
+    pub(crate) fn new(shared: &'a Arc<ContextShared>) -> Self {
+        Self { shared }
+    }
+
+    /// The context of `delivery`: one reference count and the delivery's reply subject.
+    pub fn context(self, delivery: &Delivery) -> Context {
+        Context {
+            shared: self.shared.clone(),
+            reply: match delivery.jetstream {
+                // A JetStream delivery's reply subject is its ack reply subject: never answered
+                // through the context.
+                Some(_) => Reply::AckSubject,
+                None => match &delivery.reply {
+                    Some(reply) => Reply::Core(reply.clone()),
+                    None => Reply::None,
+                },
+            },
+        }
+    }
+}
+
+impl std::fmt::Debug for ContextSource<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ContextSource")
+            .field("mount", &self.shared.mount)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Reply {
+    Core(Subject),
+    None,
+    AckSubject,
+}
+
+/// A handler's way to the NATS connection its mount consumes from: publish on Core (with
+/// headers), publish to a stream and await its acknowledgement, make a request, answer the
+/// delivery's Core request ([`respond`](Self::respond)), and read the mount's name and policy.
+///
+/// A handler takes it as an argument after the delivery (`|d: Delivery, cx: Context|`, or
+/// `|order: Order, d: Delivery, cx: Context|` for a typed handler). It costs a reference count
+/// per delivery, and only for handlers that take it. It is `Clone` and `'static`, so a handler
+/// may move it into tasks of its own.
+///
+/// With the cargo feature `otel`, everything it publishes or requests carries the current
+/// span's W3C trace context (`traceparent`, `tracestate`), added to the headers given.
+///
+/// Everything goes through the app's client: its connection, credentials and reconnects.
+/// After a client was lost and replaced (rule 20), the contexts of deliveries still running
+/// on the lost one fail with [`ContextError`]; new deliveries get the new client.
+#[derive(Clone)]
+pub struct Context {
+    shared: Arc<ContextShared>,
+    reply: Reply,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("mount", &self.shared.mount)
+            .field("reply", &self.reply)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a [`Context`] call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ContextError {
+    /// The client could not take a Core publish (it was closed).
+    #[error("publish failed: {0}")]
+    Publish(#[from] async_nats::PublishError),
+    /// The call failed after the app's shutdown began, which closes its connection once the
+    /// grace period is over: a handler still running then (abandoned) cannot publish any
+    /// more. `error` is async-nats' own.
+    #[error(
+        "mount `{mount}`: the app is shutting down and its connection is closed or closing ({error})"
+    )]
+    AppStopping {
+        /// The mount's name.
+        mount: &'static str,
+        /// What async-nats said.
+        error: String,
+    },
+    /// A JetStream publish was refused, or its acknowledgement did not come (no stream stores
+    /// the subject, a duplicate window refused it, or the request timed out).
+    #[error("JetStream publish failed: {0}")]
+    JetStreamPublish(#[from] async_nats::jetstream::context::PublishError),
+    /// A request got no reply: no one answers the subject, or none in time.
+    #[error("request failed: {0}")]
+    Request(#[from] async_nats::RequestError),
+    /// A value to send does not encode as JSON.
+    #[error("does not encode as JSON: {0}")]
+    Encode(#[from] serde_json::Error),
+    /// [`Context::respond`] on a Core delivery that was published without a reply subject: it
+    /// was not a request, and there is no one to answer.
+    #[error("mount `{mount}`: the delivery has no reply subject (it was not a request)")]
+    NoReplySubject {
+        /// The mount's name.
+        mount: &'static str,
+    },
+    /// [`Context::respond`] on a JetStream delivery: its reply subject is its ack reply
+    /// subject, which the runtime answers with the settlement. Publish a reply to a subject
+    /// of your own instead.
+    #[error(
+        "mount `{mount}`: a JetStream delivery's reply subject is its ack reply subject; the runtime settles it, and a handler cannot respond on it"
+    )]
+    RespondOnJetStream {
+        /// The mount's name.
+        mount: &'static str,
+    },
+}
+
+impl Context {
+    /// `error`, or [`ContextError::AppStopping`] once the app's shutdown has begun.
+    fn failed(&self, error: impl Into<ContextError>) -> ContextError {
+        let error = error.into();
+        if *self.shared.stopping.borrow() {
+            return ContextError::AppStopping {
+                mount: self.shared.mount,
+                error: error.to_string(),
+            };
+        }
+        error
+    }
+
+    /// The mount's name.
+    pub fn mount(&self) -> &'static str {
+        self.shared.mount
+    }
+
+    /// The mount's settlement policy: its subject or consumer, `max_attempts`, dead-letter
+    /// subject, backoff.
+    pub fn policy(&self) -> &MountPolicy {
+        &self.shared.policy
+    }
+
+    /// The app's client, for what the context does not offer (subscriptions, key-value
+    /// stores, stream management). It shares the app's connection.
+    pub fn client(&self) -> &Client {
+        &self.shared.client
+    }
+
+    /// Publishes `payload` on `subject` (Core NATS: at most once, no confirmation). The message
+    /// is handed to the client, which sends it with its next write.
+    ///
+    /// # Errors
+    /// [`ContextError::Publish`] when the client is closed.
+    pub async fn publish(
+        &self,
+        subject: impl ToSubject,
+        payload: impl Into<Bytes>,
+    ) -> Result<(), ContextError> {
+        #[cfg(feature = "otel")]
+        if let Some(headers) = crate::support::trace::inject(None) {
+            return self
+                .shared
+                .client
+                .publish_with_headers(subject, headers, payload.into())
+                .await
+                .map_err(|e| self.failed(e));
+        }
+        self.shared
+            .client
+            .publish(subject, payload.into())
+            .await
+            .map_err(|e| self.failed(e))
+    }
+
+    /// [`publish`](Self::publish) with headers.
+    ///
+    /// # Errors
+    /// As [`publish`](Self::publish).
+    pub async fn publish_with_headers(
+        &self,
+        subject: impl ToSubject,
+        headers: HeaderMap,
+        payload: impl Into<Bytes>,
+    ) -> Result<(), ContextError> {
+        #[cfg(feature = "otel")]
+        let headers = crate::support::trace::inject(Some(headers)).unwrap_or_default();
+        self.shared
+            .client
+            .publish_with_headers(subject, headers, payload.into())
+            .await
+            .map_err(|e| self.failed(e))
+    }
+
+    /// [`publish`](Self::publish) of `value` as JSON.
+    ///
+    /// # Errors
+    /// [`ContextError::Encode`] when `value` does not encode; as [`publish`](Self::publish).
+    pub async fn publish_json<T: serde::Serialize + ?Sized>(
+        &self,
+        subject: impl ToSubject,
+        value: &T,
+    ) -> Result<(), ContextError> {
+        self.publish(subject, serde_json::to_vec(value)?).await
+    }
+
+    /// Publishes `payload` to the stream that stores `subject`, and waits for the stream's
+    /// acknowledgement (its sequence, and whether it was a duplicate): when this returns `Ok`,
+    /// the message is stored. Within the client's request timeout (10 s by default).
+    ///
+    /// # Errors
+    /// [`ContextError::JetStreamPublish`] when no stream stores `subject`, the stream refused
+    /// it, or the acknowledgement did not come in time.
+    pub async fn jetstream_publish(
+        &self,
+        subject: impl ToSubject,
+        payload: impl Into<Bytes>,
+    ) -> Result<async_nats::jetstream::publish::PublishAck, ContextError> {
+        #[cfg(feature = "otel")]
+        if let Some(headers) = crate::support::trace::inject(None) {
+            return self
+                .jetstream_publish_with_headers(subject, headers, payload)
+                .await;
+        }
+        let ack: PublishAckFuture = self
+            .shared
+            .jetstream
+            .publish(subject, payload.into())
+            .await
+            .map_err(|e| self.failed(e))?;
+        ack.await.map_err(|e| self.failed(e))
+    }
+
+    /// [`jetstream_publish`](Self::jetstream_publish) with headers (a `Nats-Msg-Id` among them
+    /// makes the stream drop a duplicate within its window).
+    ///
+    /// # Errors
+    /// As [`jetstream_publish`](Self::jetstream_publish).
+    pub async fn jetstream_publish_with_headers(
+        &self,
+        subject: impl ToSubject,
+        headers: HeaderMap,
+        payload: impl Into<Bytes>,
+    ) -> Result<async_nats::jetstream::publish::PublishAck, ContextError> {
+        #[cfg(feature = "otel")]
+        let headers = crate::support::trace::inject(Some(headers)).unwrap_or_default();
+        let ack = self
+            .shared
+            .jetstream
+            .publish_with_headers(subject, headers, payload.into())
+            .await
+            .map_err(|e| self.failed(e))?;
+        ack.await.map_err(|e| self.failed(e))
+    }
+
+    /// [`jetstream_publish`](Self::jetstream_publish) of `value` as JSON.
+    ///
+    /// # Errors
+    /// [`ContextError::Encode`] when `value` does not encode; as
+    /// [`jetstream_publish`](Self::jetstream_publish).
+    pub async fn jetstream_publish_json<T: serde::Serialize + ?Sized>(
+        &self,
+        subject: impl ToSubject,
+        value: &T,
+    ) -> Result<async_nats::jetstream::publish::PublishAck, ContextError> {
+        self.jetstream_publish(subject, serde_json::to_vec(value)?)
+            .await
+    }
+
+    /// Sends a request and waits for its reply, within the client's request timeout (10 s by
+    /// default).
+    ///
+    /// # Errors
+    /// [`ContextError::Request`] when no one answers `subject`, or not in time.
+    pub async fn request(
+        &self,
+        subject: impl ToSubject,
+        payload: impl Into<Bytes>,
+    ) -> Result<async_nats::Message, ContextError> {
+        #[cfg(feature = "otel")]
+        if let Some(headers) = crate::support::trace::inject(None) {
+            return self.request_with_headers(subject, headers, payload).await;
+        }
+        self.shared
+            .client
+            .request(subject, payload.into())
+            .await
+            .map_err(|e| self.failed(e))
+    }
+
+    /// [`request`](Self::request) with headers.
+    ///
+    /// # Errors
+    /// As [`request`](Self::request).
+    pub async fn request_with_headers(
+        &self,
+        subject: impl ToSubject,
+        headers: HeaderMap,
+        payload: impl Into<Bytes>,
+    ) -> Result<async_nats::Message, ContextError> {
+        #[cfg(feature = "otel")]
+        let headers = crate::support::trace::inject(Some(headers)).unwrap_or_default();
+        self.shared
+            .client
+            .request_with_headers(subject, headers, payload.into())
+            .await
+            .map_err(|e| self.failed(e))
+    }
+
+    /// Answers the delivery's Core request: publishes `payload` to its reply subject. The
+    /// settlement is still the handler's outcome; a handler may also return a
+    /// [`Reply`](crate::Reply) instead, which is answered for it.
+    ///
+    /// # Errors
+    /// [`ContextError::NoReplySubject`] when the delivery was published without a reply
+    /// subject; [`ContextError::RespondOnJetStream`] on a JetStream mount (its reply subject
+    /// is the ack reply subject); as [`publish`](Self::publish).
+    pub async fn respond(&self, payload: impl Into<Bytes>) -> Result<(), ContextError> {
+        match &self.reply {
+            Reply::Core(reply) => self.publish(reply.clone(), payload).await,
+            Reply::None => Err(ContextError::NoReplySubject {
+                mount: self.shared.mount,
+            }),
+            Reply::AckSubject => Err(ContextError::RespondOnJetStream {
+                mount: self.shared.mount,
+            }),
+        }
+    }
+
+    /// [`respond`](Self::respond) with `value` as JSON.
+    ///
+    /// # Errors
+    /// [`ContextError::Encode`] when `value` does not encode; as [`respond`](Self::respond).
+    pub async fn respond_json<T: serde::Serialize + ?Sized>(
+        &self,
+        value: &T,
+    ) -> Result<(), ContextError> {
+        self.respond(serde_json::to_vec(value)?).await
+    }
+
+    /// Whether the delivery can be answered: a Core delivery with a reply subject.
+    pub fn can_respond(&self) -> bool {
+        matches!(self.reply, Reply::Core(_))
+    }
+}

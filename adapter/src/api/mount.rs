@@ -1,0 +1,265 @@
+//! Mount declarations: a descriptor, its limits, and how the runtime consumes it.
+
+use std::num::NonZeroUsize;
+use std::time::Duration;
+
+use ruststream_core::MountDeclaration;
+
+use super::error_policy::ErrorPolicy;
+
+/// The `ack_wait` given to a JetStream consumer the runtime creates: 30 seconds, the server's
+/// own default.
+pub const DEFAULT_ACK_WAIT: Duration = Duration::from_secs(30);
+
+/// How many deliveries of one mount are handled at once, by default.
+pub const DEFAULT_CONCURRENCY: usize = 64;
+
+/// The most deliveries one mount may handle at once: `usize::MAX >> 3`, the most permits
+/// Tokio's semaphore (the mount's handler slots) holds. A larger
+/// [`Mount::concurrency`] is refused at start-up with [`StartError::Setting`](crate::StartError::Setting).
+pub const MAX_CONCURRENCY: usize = tokio::sync::Semaphore::MAX_PERMITS;
+
+/// How long a handler may run before it is cancelled, by default: 5 minutes (rule 16).
+///
+/// Finite, so that a handler that hangs cannot hold its slot, and on JetStream its lease, for
+/// ever: its message comes back (JetStream) and the mount goes on. Five minutes is far above
+/// what a handler that calls a database or a remote service takes, and short enough that a
+/// stuck message is retried within minutes. A mount whose handlers legitimately run longer
+/// says so with [`Mount::handler_time_limit`].
+pub const DEFAULT_HANDLER_TIME_LIMIT: Duration = Duration::from_secs(5 * 60);
+
+/// How many Core messages a mount holds while every handler slot is busy, by default: 65,536,
+/// as many as async-nats buffers per subscription by default (rule 21).
+pub const DEFAULT_SUBSCRIPTION_BUFFER: usize = 65_536;
+
+/// A mount point as the application declares it: where a handler listens, `max_attempts`,
+/// the dead-letter subject, and how the runtime consumes it.
+///
+/// Nothing is checked until [`App::start`](crate::App::start), which refuses a bad declaration
+/// with an error naming the mount.
+#[derive(Debug, Clone)]
+pub struct Mount {
+    pub(crate) declaration: MountDeclaration,
+    pub(crate) queue_group: Option<String>,
+    pub(crate) concurrency: NonZeroUsize,
+    pub(crate) ack_wait: Duration,
+    pub(crate) filter_subject: Option<String>,
+    pub(crate) leases: bool,
+    pub(crate) handler_time_limit: Duration,
+    /// `None`: [`DEFAULT_SUBSCRIPTION_BUFFER`].
+    pub(crate) subscription_buffer: Option<NonZeroUsize>,
+    pub(crate) on_error: ErrorPolicy,
+}
+
+impl Mount {
+    fn new(declaration: MountDeclaration) -> Self {
+        Self {
+            declaration,
+            queue_group: None,
+            concurrency: NonZeroUsize::new(DEFAULT_CONCURRENCY).unwrap_or(NonZeroUsize::MIN),
+            ack_wait: DEFAULT_ACK_WAIT,
+            filter_subject: None,
+            leases: true,
+            handler_time_limit: DEFAULT_HANDLER_TIME_LIMIT,
+            subscription_buffer: None,
+            on_error: ErrorPolicy::Retry,
+        }
+    }
+
+    /// A mount named `name` on the literal Core subject `subject`; copies go back to it.
+    pub fn core_subject(name: &str, subject: &str) -> Self {
+        Self::new(MountDeclaration::core_subject(name, subject))
+    }
+
+    /// A mount named `name` on the Core wildcard `wildcard`; copies go to the literal
+    /// `copy_subject`. When the wildcard does not match `copy_subject`, the mount subscribes
+    /// to it too, so each copy is handled once (rule 10).
+    pub fn core_wildcard(name: &str, wildcard: &str, copy_subject: &str) -> Self {
+        Self::new(MountDeclaration::core_wildcard(
+            name,
+            wildcard,
+            Some(copy_subject),
+        ))
+    }
+
+    /// A mount named `name` on the JetStream pull consumer `consumer` (a durable) of stream
+    /// `stream`. If the durable exists it is bound as it is, never changed; otherwise it is
+    /// created with explicit ack, [`ack_wait`](Self::ack_wait), and no `max_deliver`.
+    pub fn jetstream(name: &str, stream: &str, consumer: &str) -> Self {
+        Self::new(MountDeclaration::jetstream(name, stream, consumer))
+    }
+
+    /// Bounds the attempts (the first delivery is attempt 1). Must be at least 1.
+    #[must_use]
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.declaration = self.declaration.max_attempts(n);
+        self
+    }
+
+    /// Where deliveries at the limit go, unchanged. Needs `max_attempts`. On a JetStream mount
+    /// a stream must store this subject, and the publish waits for the stream's confirmation
+    /// at most half the consumer's `ack_wait` (and at most 5 s), so that a slow or failed
+    /// dead letter is answered with `-NAK` before the server redelivers on its own.
+    #[must_use]
+    pub fn dead_letter(mut self, subject: &str) -> Self {
+        self.declaration = self.declaration.dead_letter(subject);
+        self
+    }
+
+    /// Paces this mount's retries (rule 18): a handler's [`Outcome::Retry`](crate::Outcome)
+    /// then means `retry_after` the backoff's delay for the attempt. On JetStream that is
+    /// `-NAK {"delay": …}`; on Core a copy published after the delay (through the app's delay
+    /// queue), so that a Core mount with a backoff copies even without `max_attempts` (set one
+    /// to bound the attempts). `max_attempts` and the dead-letter subject apply unchanged, and
+    /// `retry_after` keeps its own delay. The jitter tells deliveries apart by their stream,
+    /// consumer and stream sequence on JetStream, by their subject and payload on Core.
+    /// A Core mount with a backoff and no `max_attempts` is warned about at start-up. A
+    /// backoff that cannot be used (a zero first delay, fixed or exponential; a base above its
+    /// cap; a factor below 1; a jitter of 1 or more) stops start-up with [`DeclarationErrorKind::Backoff`](crate::DeclarationErrorKind).
+    #[must_use]
+    pub fn backoff(mut self, backoff: ruststream_core::Backoff) -> Self {
+        self.declaration = self.declaration.backoff(backoff);
+        self
+    }
+
+    /// Adds provenance headers to this mount's dead letters (rule 19): `Ruststream-Subject`,
+    /// `-Mount`, `-Stream`, `-Consumer`, `-Stream-Sequence` (JetStream), `-Attempt`, and
+    /// `-Reason` (`limit`, `rejected`, `undecodable`, `handler-error`), with
+    /// the handler's error text in `Ruststream-Error` when an `Err` dead-lettered it. Appended
+    /// after the delivery's own headers, which are kept as they arrived; a dead letter that
+    /// would then be larger than the server's `max_payload` goes without them (logged), as
+    /// the delivery arrived. Off by default: the dead letter is the delivery as it arrived.
+    /// See `ruststream_core::Provenance`.
+    #[must_use]
+    pub fn provenance(mut self) -> Self {
+        self.declaration = self.declaration.provenance(true);
+        self
+    }
+
+    /// What a handler's `Err` stands for (default [`ErrorPolicy::Retry`](ErrorPolicy)):
+    /// `Retry`, so that `max_attempts`, the backoff and the dead-letter subject apply;
+    /// `Reject`, the at-limit path at once; or a function of the error's text. The error is
+    /// logged at warning level first, with the mount, subject, attempt and the outcome chosen.
+    #[must_use]
+    pub fn on_error(mut self, policy: ErrorPolicy) -> Self {
+        self.on_error = policy;
+        self
+    }
+
+    /// The delay of the `-NAK` sent when a JetStream dead-letter publish fails (default 5 s).
+    #[must_use]
+    pub fn dead_letter_retry_delay(mut self, delay: Duration) -> Self {
+        self.declaration = self.declaration.dead_letter_retry_delay(delay);
+        self
+    }
+
+    /// How many deliveries of this mount run at once (default [`DEFAULT_CONCURRENCY`]).
+    ///
+    /// A JetStream mount asks for as many messages as it has free slots, plus, while it
+    /// handles them fast enough, a prefetch of at most 3 per slot (window up to 4 times the
+    /// concurrency): at most what it finishes, at the rate measured over the last 10 to
+    /// 100 ms, in a quarter of `ack_wait` (or of the smallest `BackOff` step); no request
+    /// exceeds the consumer's `MaxRequestBatch`. A prefetched message that finds no free slot
+    /// waits in order, renewed with `+WPI` at half its deadline, so it does not expire while
+    /// it waits (one whose renewals could not be sent is not run: the server delivers it
+    /// again). Nothing is prefetched with
+    /// [leases](Self::leases) off, before a rate is measured, or at a rate too low (one slot,
+    /// 1 s handlers, `ack_wait` 3 s: none).
+    #[must_use]
+    pub fn concurrency(mut self, n: NonZeroUsize) -> Self {
+        self.concurrency = n;
+        self
+    }
+
+    /// Subscribes a Core mount in this queue group, so that each message goes to one member.
+    /// Ignored by JetStream mounts.
+    #[must_use]
+    pub fn queue_group(mut self, group: &str) -> Self {
+        self.queue_group = Some(group.to_owned());
+        self
+    }
+
+    /// The `ack_wait` of a consumer the runtime creates (default [`DEFAULT_ACK_WAIT`]); an
+    /// existing consumer keeps its own. Zero is refused at start-up
+    /// ([`StartError::Setting`](crate::StartError::Setting)): nats-server would take it as
+    /// unset and use its own default.
+    #[must_use]
+    pub fn ack_wait(mut self, ack_wait: Duration) -> Self {
+        self.ack_wait = ack_wait;
+        self
+    }
+
+    /// The filter subject of a consumer the runtime creates. An existing consumer keeps its
+    /// own, and must have this one: start-up refuses the mount
+    /// ([`StartError::Setting`](crate::StartError::Setting)) when it has another, none, or
+    /// several.
+    #[must_use]
+    pub fn filter_subject(mut self, subject: &str) -> Self {
+        self.filter_subject = Some(subject.to_owned());
+        self
+    }
+
+    /// Whether a JetStream handler's lease is renewed with `+WPI` while it runs (default on,
+    /// rule 16), and a prefetched message's while it waits for a slot. Renewals cost nothing
+    /// for a handler that finishes at its first poll, and one publish per half `ack_wait` for
+    /// one that runs (or waits) longer.
+    ///
+    /// Turn them off where a delivery must come back after `ack_wait` even while its handler
+    /// runs: a consumer shared with other services whose `ack_wait` is the operator's
+    /// failover time, say. A result that comes after the deadline is then not sent (the server
+    /// has redelivered, or will), and is logged as late: a handler that always takes longer
+    /// than `ack_wait` then never has its result sent, and the message goes round until
+    /// `max_attempts` dead-letters it. The time limit applies either way. With leases off the
+    /// mount prefetches nothing beyond its free slots (see [`concurrency`](Self::concurrency)),
+    /// since nothing would renew a message that waits.
+    #[must_use]
+    pub fn leases(mut self, on: bool) -> Self {
+        self.leases = on;
+        self
+    }
+
+    /// How long a handler may run before it is cancelled (default
+    /// [`DEFAULT_HANDLER_TIME_LIMIT`]). A cancelled handler is logged at error level with the
+    /// mount, subject, attempt and how long it ran, and counts as no outcome: JetStream
+    /// redelivers after `ack_wait` (rule 3 ends the loop at the limit); a Core delivery is
+    /// gone. Only a handler still running after its first poll can reach it;
+    /// `Duration::ZERO` cancels every such handler at once.
+    #[must_use]
+    pub fn handler_time_limit(mut self, limit: Duration) -> Self {
+        self.handler_time_limit = limit;
+        self
+    }
+
+    /// How many Core messages the mount holds, received and not yet handled, while every
+    /// handler slot is busy (default [`DEFAULT_SUBSCRIPTION_BUFFER`]). Messages that arrive
+    /// while it is full are dropped: Core NATS cannot hold them back. Each is counted for the
+    /// mount, logged (a warning at most every 5 seconds, with the count), and in
+    /// [`ShutdownReport::core_losses`](crate::ShutdownReport::core_losses) (rule 21).
+    ///
+    /// A smaller buffer bounds the memory and the delay of a slow mount; a larger one absorbs
+    /// longer bursts. JetStream mounts have no use for it (start-up warns when one sets it):
+    /// they fetch only as many messages as their slots and prefetch take (see
+    /// [`concurrency`](Self::concurrency)), and the stream holds the rest.
+    ///
+    /// The mount's loop moves messages from async-nats' own subscription channel into this
+    /// buffer whenever it waits for a handler slot, so async-nats' channel (its
+    /// `ConnectOptions::subscription_capacity`, 65,536 by default) fills only if the mount's
+    /// task gets no CPU time while that many messages arrive. async-nats drops those itself,
+    /// and reports them only with its `Event::SlowConsumer` event, which names no mount.
+    #[must_use]
+    pub fn subscription_buffer(mut self, messages: NonZeroUsize) -> Self {
+        self.subscription_buffer = Some(messages);
+        self
+    }
+
+    /// The subscription buffer of a Core mount: the one set, or the default.
+    pub(crate) fn subscription_buffer_or_default(&self) -> NonZeroUsize {
+        self.subscription_buffer
+            .unwrap_or(NonZeroUsize::new(DEFAULT_SUBSCRIPTION_BUFFER).unwrap_or(NonZeroUsize::MIN))
+    }
+
+    /// The mount's name.
+    pub fn name(&self) -> &str {
+        self.declaration.name()
+    }
+}

@@ -1,0 +1,70 @@
+//! The checks of an app's mount declarations that need no server: run first, before the app
+//! connects.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use ruststream_core::{Descriptor, MountPolicy};
+
+use super::startup::StartError;
+use crate::api::handler::Handler;
+use crate::api::mount::{MAX_CONCURRENCY, Mount};
+
+/// A mount as declared and validated: its declaration, its handler and its policy, which
+/// start-up checks against the server, and the supervisor again when it subscribes the mount
+/// again (rule 20).
+pub(crate) type Declared = (Mount, Arc<dyn Handler>, MountPolicy);
+
+/// Validates every mount: the pure rules of its declaration, a name of its own and a durable
+/// of its own, and the runtime settings a server would take wrongly or that cannot work.
+///
+/// # Errors
+/// [`StartError::Declaration`], [`StartError::DuplicateMount`], [`StartError::SharedConsumer`]
+/// and [`StartError::Setting`], each naming the mount.
+pub(super) fn validate(
+    mounts: Vec<(Mount, Arc<dyn Handler>)>,
+) -> Result<Vec<Declared>, StartError> {
+    let mut names = HashSet::new();
+    let mut consumers: HashMap<(String, String), String> = HashMap::new();
+    let mut declared = Vec::with_capacity(mounts.len());
+    for (mount, handler) in mounts {
+        if !names.insert(mount.name().to_owned()) {
+            return Err(StartError::DuplicateMount(mount.name().to_owned()));
+        }
+        let policy = mount.declaration.validate()?;
+        if let Descriptor::JetStream { stream, consumer } = policy.descriptor() {
+            let key = (stream.clone(), consumer.clone());
+            if let Some(first) = consumers.insert(key, mount.name().to_owned()) {
+                return Err(StartError::SharedConsumer {
+                    stream: stream.clone(),
+                    consumer: consumer.clone(),
+                    first,
+                    second: mount.name().to_owned(),
+                });
+            }
+        }
+        if mount.concurrency.get() > MAX_CONCURRENCY {
+            return Err(StartError::Setting {
+                mount: mount.name().to_owned(),
+                reason: format!(
+                    "concurrency {} is above the most a mount can run at once, {}",
+                    mount.concurrency, MAX_CONCURRENCY
+                ),
+            });
+        }
+        if mount.ack_wait.is_zero() && matches!(policy.descriptor(), Descriptor::JetStream { .. }) {
+            return Err(StartError::Setting {
+                mount: mount.name().to_owned(),
+                reason: "ack_wait is zero: nats-server would take it as unset and give the consumer its own default (30 s); give a positive duration, or leave the runtime's default".to_owned(),
+            });
+        }
+        if handler.replies() && matches!(policy.descriptor(), Descriptor::JetStream { .. }) {
+            return Err(StartError::Setting {
+                mount: mount.name().to_owned(),
+                reason: "its handler returns a `Reply`, but a JetStream delivery's reply subject is its ack reply subject, which the runtime settles: publish the answer to a subject of your own through the handler's `Context`".to_owned(),
+            });
+        }
+        declared.push((mount, handler, policy));
+    }
+    Ok(declared)
+}

@@ -1,0 +1,374 @@
+//! The top floor: the app. Its builder ([`App`]) and start-up (declarations validated, the
+//! connection made, every mount checked against the server, then the mount loops started);
+//! the started app ([`running::Running`]) and its shutdown; and the supervisor that keeps it
+//! consuming (rule 20). Imports from every floor below; nothing imports it.
+
+mod declarations;
+mod grace_period;
+mod mount_checks;
+pub(crate) mod running;
+pub(crate) mod startup;
+mod streams;
+pub(crate) mod supervisor;
+
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_nats::{Client, ConnectOptions};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use self::declarations::validate;
+use self::mount_checks::check_mounts;
+use self::running::{DEFAULT_GRACE_PERIOD, Running};
+use self::startup::{Connect, StartError, connect};
+use self::streams::{check_all, declare};
+use self::supervisor::{CONSUMER_REREAD, DEFAULT_DISCONNECTED_LIMIT, Supervisor};
+use crate::api::handler::Handler;
+use crate::api::handler_fn::IntoHandler;
+use crate::api::health::{HealthBoard, HealthWatch, MountState};
+use crate::api::json::IntoJsonHandler;
+use crate::api::mount::Mount;
+use crate::api::reports::{AppFailed, Observer, Settled, ShutdownReport};
+use crate::loops::delay_loop::delay_loop;
+use crate::loops::launch::Launcher;
+use crate::loops::lease_loop::lease_loop;
+use crate::runtime::{LoopThread, Reactor, Runtime};
+use crate::state::lease_room::LeaseRoom;
+use crate::state::record::MountRecord;
+
+/// A set of mounts to run against one NATS connection, on the runtime `R`. See the crate docs
+/// for an example; applications name it through their runtime crate's alias
+/// (`ruststream_tokio::App`, `ruststream_smol::App`).
+pub struct App<R> {
+    connect: Connect,
+    mounts: Vec<(Mount, Arc<dyn Handler>)>,
+    streams: Vec<async_nats::jetstream::stream::Config>,
+    grace: Duration,
+    observer: Option<Observer>,
+    consumer_reread: Duration,
+    disconnected_limit: Duration,
+    health: HealthBoard,
+    runtime: PhantomData<fn() -> R>,
+}
+
+impl<R> std::fmt::Debug for App<R> {
+    /// Shows the mounts, never the connection options (they may hold credentials).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("App")
+            .field(
+                "mounts",
+                &self
+                    .mounts
+                    .iter()
+                    .map(|(m, _)| m.name())
+                    .collect::<Vec<_>>(),
+            )
+            .field("grace", &self.grace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: Runtime> App<R> {
+    fn with_connect(connect: Connect) -> Self {
+        Self {
+            connect,
+            mounts: Vec::new(),
+            streams: Vec::new(),
+            grace: DEFAULT_GRACE_PERIOD,
+            observer: None,
+            consumer_reread: CONSUMER_REREAD,
+            disconnected_limit: DEFAULT_DISCONNECTED_LIMIT,
+            health: HealthBoard::new(R::now),
+            runtime: PhantomData,
+        }
+    }
+
+    /// An app that connects to `url` with default options.
+    ///
+    /// `url` is one server URL or several separated by commas (the client picks one and fails
+    /// over to the others): `nats://host:4222`, `tls://host:4222`, `ws://…`, `wss://…`, or a
+    /// bare `host:port`. Credentials may stand in a URL: `nats://user:password@host:4222`
+    /// (percent-encode `:`, `@` and `/` in them) or `nats://token@host:4222`; every entry
+    /// that carries credentials must carry the same. They are taken out of the URLs and
+    /// handed to async-nats as [`ConnectOptions`], and never appear in a log line or error.
+    ///
+    /// Nothing is read until [`start`](Self::start), which refuses a URL that does not parse
+    /// with [`StartError::ServerUrl`].
+    pub fn new(url: &str) -> Self {
+        Self::with_options(url, ConnectOptions::new())
+    }
+
+    /// An app that connects to `url` (as in [`new`](Self::new)) with `options`: credentials,
+    /// credentials files, tokens, TLS and the rest pass through to async-nats untouched, and
+    /// never appear in a log line. Credentials in `url` replace those of the same kind in
+    /// `options` (a user and password, or a token).
+    pub fn with_options(url: &str, options: ConnectOptions) -> Self {
+        Self::with_connect(Connect::Url {
+            url: url.to_owned(),
+            options: Box::new(options),
+        })
+    }
+
+    /// An app on an existing client. Shutdown flushes it but does not drain it: the
+    /// application owns it.
+    pub fn with_client(client: Client) -> Self {
+        Self::with_connect(Connect::Client(client))
+    }
+
+    /// Declares a stream the app needs (its mounts' streams, its dead-letter streams, the
+    /// streams its handlers publish to), in async-nats' [`stream::Config`]: at start-up,
+    /// before any mount is checked, it is created when the server has none of that name, and
+    /// otherwise checked: it must store every declared subject (a wildcard of its own may
+    /// cover them) and have the declared retention. A stream that is there is never changed;
+    /// its limits, storage and replicas are the operator's and are not compared. Streams are
+    /// declared in the order given; one the app creates stays when start-up is refused later.
+    ///
+    /// A declaration that cannot work (a bad name, no subjects, a bad subject), a stream that
+    /// does not fit, or one that cannot be created (its subjects overlap another stream's)
+    /// stops start-up with [`StartError::Stream`], naming the stream.
+    ///
+    /// [`stream::Config`]: async_nats::jetstream::stream::Config
+    #[must_use]
+    pub fn stream(mut self, config: async_nats::jetstream::stream::Config) -> Self {
+        self.streams.push(config);
+        self
+    }
+
+    /// Mounts `handler` on `mount`: an async function of the delivery (`|d: Delivery|`), or of
+    /// the delivery and its [`Context`](crate::Context) (`|d: Delivery, cx: Context|`), that
+    /// returns an [`Outcome`](crate::Outcome), a [`Reply`](crate::Reply), or a `Result` of
+    /// either; or any [`Handler`]. See [`IntoHandler`](crate::IntoHandler).
+    #[must_use]
+    pub fn mount<Args>(mut self, mount: Mount, handler: impl IntoHandler<Args>) -> Self {
+        self.mounts.push((mount, Arc::new(handler.into_handler())));
+        self
+    }
+
+    /// Mounts a typed handler: the payload is decoded as JSON into `T`. A payload that does
+    /// not decode goes straight to the at-limit path (dead-lettered if the mount has a
+    /// dead-letter subject, otherwise `+TERM` on JetStream and let go on Core); see [`Json`](crate::Json).
+    ///
+    /// `handler` is `|value: T, d: Delivery|` or `|value: T, d: Delivery, cx: Context|` (see
+    /// [`IntoJsonHandler`](crate::IntoJsonHandler)).
+    #[must_use]
+    pub fn mount_json<T, Args>(self, mount: Mount, handler: impl IntoJsonHandler<T, Args>) -> Self {
+        self.mount(mount, handler.into_json_handler())
+    }
+
+    /// How long a graceful shutdown lets in-flight handlers finish and delayed Core copies
+    /// fall due (default [`DEFAULT_GRACE_PERIOD`]).
+    #[must_use]
+    pub fn grace_period(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// How often each JetStream mount's consumer is read again for a changed `ack_wait` or
+    /// `BackOff`, which its leases then follow (default [`CONSUMER_REREAD`], 5 s; rule 16).
+    /// Each read is one request per JetStream mount. Until a shortened `ack_wait` is read, a
+    /// handler running longer than the new `ack_wait` may be redelivered and run again.
+    #[must_use]
+    pub fn consumer_reread(mut self, every: Duration) -> Self {
+        self.consumer_reread = every;
+        self
+    }
+
+    /// How long the connection to NATS may stay down before the app ends with an error
+    /// (default [`DEFAULT_DISCONNECTED_LIMIT`], 2 minutes; rule 20). While it is down no
+    /// mount consumes: a warning names the mounts every 10 s, and past the limit
+    /// [`Running::until_signal`] returns [`AppFailed`], so that whatever runs the process
+    /// restarts it and shows the outage. Raise it to ride out longer maintenance;
+    /// `Duration::MAX` never ends the app for it.
+    #[must_use]
+    pub fn disconnected_limit(mut self, limit: Duration) -> Self {
+        self.disconnected_limit = limit;
+        self
+    }
+
+    /// Calls `observer` after every settlement, from the task that settled it. Keep it quick.
+    /// A panic in it is caught and logged as an error; the delivery stays settled and the
+    /// mount goes on.
+    #[must_use]
+    pub fn on_settled(mut self, observer: impl Fn(&Settled) + Send + Sync + 'static) -> Self {
+        self.observer = Some(Arc::new(observer));
+        self
+    }
+
+    /// Validates every mount, connects, checks the server side, and starts consuming.
+    ///
+    /// Nothing is consumed until every mount has passed: the pure rules first (before
+    /// connecting), then the server-side ones (the stream and consumer, the consumer's ack
+    /// policy and `max_deliver`, whether a stream stores each dead-letter subject).
+    /// Warnings (a consumer `BackOff`, a Core dead-letter subject no stream stores) are logged.
+    ///
+    /// # Errors
+    /// [`StartError::Runtime`] when the app's NATS thread cannot be started (or, on tokio,
+    /// `start` is awaited outside a Tokio runtime),
+    /// [`StartError::Declaration`] or [`StartError::DuplicateMount`] for a bad declaration,
+    /// [`StartError::Setting`] for a concurrency out of range,
+    /// [`StartError::ServerUrl`] for a URL that does not parse, [`StartError::Connect`], and [`StartError::Server`] when the server lacks or refuses
+    /// what a mount needs.
+    pub async fn start(self) -> Result<Running<R>, StartError> {
+        let health = self.health.clone();
+        health.starting(self.mounts.iter().map(|(m, _)| m.name().to_owned()));
+        let started = match R::Reactor::start().map_err(StartError::Runtime) {
+            Ok(reactor) => {
+                let started = reactor.enter(self.start_here(reactor.clone())).await;
+                if started.is_err() {
+                    reactor.stop();
+                }
+                started
+            }
+            Err(e) => Err(e),
+        };
+        match &started {
+            Ok(_) => {
+                health.connection(true);
+                health.mounts(None, MountState::Consuming);
+            }
+            Err(e) => health.stopped(Some(e.to_string())),
+        }
+        started
+    }
+
+    /// A watch on the app's [`Health`](crate::Health), from now on: while it starts (every
+    /// mount [`MountState::Starting`], not ready), once it consumes (ready), through
+    /// recoveries (rule 20: the mounts concerned reconnecting, not ready), and after it stops
+    /// or fails. For readiness and liveness probes: see [`Health::ready`](crate::Health::ready)
+    /// and [`Health::live`](crate::Health::live).
+    pub fn health(&self) -> HealthWatch {
+        self.health.watch()
+    }
+
+    async fn start_here(self, reactor: R::Reactor) -> Result<Running<R>, StartError> {
+        let declared = validate(self.mounts)?;
+        // How to connect again when the client dies (rule 20): the application's own client
+        // cannot be made again.
+        let reconnect = match &self.connect {
+            Connect::Url { url, options } => Some((url.clone(), (**options).clone())),
+            Connect::Client(_) => None,
+        };
+        check_all(&self.streams)?;
+        let (client, owns_client) = connect(self.connect).await?;
+        if !self.streams.is_empty() {
+            let js = async_nats::jetstream::new(client.clone());
+            for stream in &self.streams {
+                declare(&js, stream).await?;
+            }
+        }
+        let checked = check_mounts::<R>(&client, declared.clone()).await?;
+
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let (finish_tx, finish_rx) = watch::channel(None);
+        let (delay_tx, delay_rx) = mpsc::unbounded_channel();
+        let (ended_tx, ended_rx) = mpsc::unbounded_channel();
+        let (reconnected_tx, reconnected_rx) = watch::channel(0);
+        let clients = Arc::new(watch::Sender::new(client.clone()));
+        let launcher = Launcher::<R> {
+            reactor: reactor.clone(),
+            delayed: delay_tx,
+            leases: Arc::new(LeaseRoom::default()),
+            observer: self.observer,
+            shutdown: shutdown_rx.clone(),
+            ended: ended_tx,
+            generation: Arc::default(),
+            reconnected: reconnected_rx,
+            clients: clients.subscribe(),
+        };
+        let records: Arc<[MountRecord]> = checked.iter().map(MountRecord::new).collect();
+        let tasks: Vec<Option<R::Task>> = checked
+            .into_iter()
+            .enumerate()
+            .map(|(index, checked)| Some(launcher.launch(index, checked, &client, &records[index])))
+            .collect();
+        let tasks = Arc::new(Mutex::new(tasks));
+        let failed = Arc::new(watch::Sender::new(None));
+        let recoveries = Arc::default();
+
+        let lease_task = R::spawn(lease_loop::<R>(
+            launcher.leases.clone(),
+            clients.subscribe(),
+            finish_rx.clone(),
+        ));
+        let (lost_tx, lost_rx) = oneshot::channel();
+        let losses = records.iter().map(|m| m.losses.clone()).collect();
+        let delay_clients = clients.subscribe();
+        let copy_subjects = declared
+            .iter()
+            .map(|(_, _, policy)| policy.copy_subject().cloned())
+            .collect();
+        let names = records.iter().map(|m| m.name).collect();
+        let delay_task = R::spawn(async move {
+            let lost = delay_loop::<R>(
+                delay_clients,
+                delay_rx,
+                finish_rx,
+                losses,
+                copy_subjects,
+                names,
+            )
+            .await;
+            let _ = lost_tx.send(lost);
+        });
+        let supervisor = Supervisor::<R> {
+            launcher,
+            connect: reconnect,
+            clients: clients.clone(),
+            declared,
+            records: records.clone(),
+            tasks: tasks.clone(),
+            ended: ended_rx,
+            shutdown: shutdown_rx,
+            failed: failed.clone(),
+            recoveries: Arc::clone(&recoveries),
+            consumer_reread: self.consumer_reread,
+            reconnected: reconnected_tx,
+            disconnected_limit: self.disconnected_limit,
+            health: self.health.clone(),
+        };
+        let supervisor = R::spawn_next_to(&reactor, LoopThread::Connection, supervisor.run());
+        tracing::info!(mounts = records.len(), "ruststream started");
+
+        Ok(Running {
+            reactor,
+            clients,
+            owns_client,
+            shutdown: Arc::new(shutdown_tx),
+            finish: finish_tx,
+            mounts: records,
+            tasks,
+            supervisor,
+            failed,
+            recoveries,
+            delay_task,
+            lease_task,
+            lost: lost_rx,
+            grace: self.grace,
+            health: self.health.clone(),
+        })
+    }
+
+    /// Starts the app and runs it until SIGINT or SIGTERM, then shuts down gracefully; a
+    /// second signal ends the grace period at once (see [`Running::until_signal`]).
+    ///
+    /// # Errors
+    /// [`RunError::Start`] as [`start`](Self::start); [`RunError::Failed`] when the app
+    /// stopped on its own (see [`Running::until_signal`]): the process should then exit
+    /// non-zero.
+    pub async fn run(self) -> Result<ShutdownReport, RunError> {
+        Ok(self.start().await?.until_signal().await?)
+    }
+}
+
+/// Why [`App::run`] ended with an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// The app did not start.
+    #[error(transparent)]
+    Start(#[from] StartError),
+    /// The app started, then could not go on and stopped on its own.
+    #[error(transparent)]
+    Failed(#[from] AppFailed),
+}

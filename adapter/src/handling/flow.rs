@@ -1,0 +1,339 @@
+//! The life of one delivery: read, the arrival check (rule 3), its handler, its plan, the
+//! plan's execution (by the executor, [`execute`]), and the report of its settlement.
+//!
+//! A delivery runs in place as far as it can without awaiting ([`begin`]), on the task of the
+//! mount loop that received it; only one that has to wait (a handler still pending, a dead
+//! letter waiting for its confirmation) becomes a boxed future ([`Waiting`]), run wherever the
+//! loop decides. One whose plan ends with a publish gives it back to the loop ([`Rest::Sending`]),
+//! which hands it to the client in place.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use ruststream_core::{Delivery as CoreDelivery, Event, LeaseEnd, Plan, plan_with_clock};
+use tokio::sync::OwnedSemaphorePermit;
+use tracing::Instrument;
+
+use super::executor::{Execution, carry_out, execute, resend, send};
+use super::handler_run::{HandlerRun, handled, poll_slot, start_handler};
+use super::lease::run_leased;
+use super::publish::{Publish, PublishFailed};
+use super::read::{Reader, stream_sequence};
+use super::recover::conclude;
+use super::report::report;
+use crate::api::handler::HandlerSlot;
+use crate::runtime::Runtime;
+use crate::state::mount_context::MountContext;
+use crate::support::incoming::Incoming;
+
+/// The rest of a delivery that has to wait for its handler or for a dead letter's
+/// confirmation, to be run wherever its caller decides.
+pub(crate) type Waiting = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// Where a delivery that did not finish in place stands: what [`finish`] resumes from,
+/// borrowing nothing of its message.
+pub(crate) enum Stage {
+    /// Its handler is running.
+    Handling(HandlerRun, std::time::Instant),
+    /// Its event is known (`None`: the handler did not run), and its plan waits for the server
+    /// ([`Execution::Waits`]): the plan is made again (the same for the same event) and carried
+    /// out in full. The handler's error text, when it returned one, goes into a dead letter's
+    /// provenance headers (rule 19; kept only for a mount that asks for them).
+    Decided(Option<Event>, Option<Box<str>>),
+    /// Its event is known, and its plan was carried out as far as it went, with this result:
+    /// the plan is made again for the report, and what is left is the recovery from a publish
+    /// that failed, and the report.
+    Sent(Option<Event>, Result<(), PublishFailed>),
+}
+
+impl Stage {
+    /// Whether what is left needs no slot and waits for nothing but the client (the end of a
+    /// plan already carried out): its loop finishes it in place, as back-pressure.
+    pub(crate) fn in_place(&self) -> bool {
+        match self {
+            Stage::Sent(..) => true,
+            Stage::Handling(..) | Stage::Decided(..) => false,
+        }
+    }
+}
+
+/// What is left of a delivery after [`begin`].
+#[expect(
+    clippy::large_enum_variant,
+    reason = "lives on the stack for one step; boxing it would allocate for every JetStream delivery"
+)]
+pub(crate) enum Rest<'m> {
+    /// What [`finish`] resumes from, on whichever task the caller decides (see
+    /// [`Stage::in_place`]).
+    Waits(Stage),
+    /// Its plan's last action, a publish: for the caller to hand to the client in place.
+    Sending(Sending<'m>),
+}
+
+/// A delivery whose plan was carried out up to its last action, a publish
+/// ([`Execution::Publish`]): once the client takes the publish, the delivery is reported
+/// ([`report`]); if it fails, [`Sending::finish`] (or [`finish`] from [`Stage::Sent`])
+/// recovers.
+pub(crate) struct Sending<'m> {
+    pub(crate) delivery: CoreDelivery<'m>,
+    pub(crate) event: Option<Event>,
+    pub(crate) plan: Plan<'m>,
+    pub(crate) publish: Publish,
+}
+
+impl Sending<'_> {
+    /// Hands the publish to the client, awaited on the calling task (the mount's
+    /// back-pressure), then reports the delivery, or recovers from the publish's failure.
+    async fn finish<R: Runtime>(self, ctx: &MountContext, msg: &Incoming) {
+        let Sending {
+            delivery,
+            event,
+            plan,
+            publish,
+        } = self;
+        match send(ctx, msg, publish).await {
+            Ok(()) => report(ctx, msg, &delivery, event, &plan),
+            failed => Box::pin(conclude::<R>(ctx, msg, &delivery, event, plan, failed)).await,
+        }
+    }
+}
+
+#[inline]
+fn delivery_span(ctx: &MountContext, msg: &Incoming, delivery: &CoreDelivery<'_>) -> tracing::Span {
+    let stream_sequence = stream_sequence(delivery);
+    let attempt = delivery.attempt().get();
+    let span = tracing::info_span!("delivery", mount = %ctx.name, subject = %msg.subject, attempt, stream_sequence);
+    #[cfg(feature = "otel")]
+    crate::support::trace::set_parent(&span, msg.headers.as_deref());
+    span
+}
+
+/// Handles one delivery as far as it goes without awaiting anything, on the calling task,
+/// with its waker (`cx`): the arrival check (rule 3), the handler's first poll, the plan, and
+/// what of it the executor carries out at once. `None` when that finished the delivery (or it
+/// was not readable: see [`Reader`]); otherwise its span and the rest.
+///
+/// This is a plain function, not a future, so that the common case (a handler that returns
+/// at once and a plan that only logs, as a Core ack does) costs no future to build or move,
+/// no allocation and no clock read. The handler runs in the calling loop's `slot`; a run
+/// still pending after its first poll is taken out of it ([`HandlerSlot::take_run`]).
+pub(crate) fn begin<'m, R: Runtime>(
+    ctx: &'m MountContext,
+    read: impl Reader,
+    msg: &'m Incoming,
+    slot: &mut HandlerSlot,
+    cx: &mut Context<'_>,
+) -> Option<(tracing::Span, Rest<'m>)> {
+    // Borrowed where it was built: the delivery is large, and moving it costs.
+    let read = read(ctx, msg);
+    let delivery = read.as_ref()?;
+    ctx.metrics.consumed();
+    let span = delivery_span(ctx, msg, delivery);
+    let entered = span.enter();
+    match decide::<R>(ctx, msg, delivery, slot, cx) {
+        None => None,
+        Some(rest) => {
+            drop(entered);
+            Some((span, rest))
+        }
+    }
+}
+
+/// [`begin`] inside the delivery's span.
+#[inline]
+fn decide<'m, R: Runtime>(
+    ctx: &'m MountContext,
+    msg: &'m Incoming,
+    delivery: &CoreDelivery<'m>,
+    slot: &mut HandlerSlot,
+    cx: &mut Context<'_>,
+) -> Option<Rest<'m>> {
+    let arrival = plan_with_clock(delivery, Event::Arrived, &ctx.policy, R::now);
+    let mut error = None;
+    let event = if arrival.runs_handler() {
+        // Its logs, before the handler runs: the executor carries out nothing else of it.
+        let logged = execute(ctx, msg, delivery, &arrival);
+        debug_assert!(matches!(logged, Execution::Done(Ok(()))));
+        // Timed only with a recorder: an app without one reads no clock here.
+        let started = ctx.metrics.timed().then(R::now);
+        Some(match start_handler(ctx, slot, msg, delivery) {
+            Err(event) => event,
+            Ok(()) => match poll_slot(ctx, slot, cx) {
+                Poll::Ready(result) => {
+                    if let Some(started) = started {
+                        ctx.metrics
+                            .handled_in(R::now().saturating_duration_since(started).as_secs_f64());
+                    }
+                    let (event, failed) = handled(ctx, msg, delivery, result);
+                    error = failed;
+                    event
+                }
+                Poll::Pending => {
+                    let started = started.unwrap_or_else(R::now);
+                    let run = HandlerRun(slot.take_run(&ctx.handler));
+                    return Some(Rest::Waits(Stage::Handling(run, started)));
+                }
+            },
+        })
+    } else {
+        None
+    };
+    let decided = match event {
+        None => arrival,
+        Some(event) => plan_with_clock(delivery, event, &ctx.policy, R::now),
+    };
+    match execute(ctx, msg, delivery, &decided) {
+        Execution::Done(Ok(())) => {
+            report(ctx, msg, delivery, event, &decided);
+            None
+        }
+        Execution::Done(Err(failed)) => Some(Rest::Waits(Stage::Sent(event, Err(failed)))),
+        Execution::Publish(publish) => Some(Rest::Sending(Sending {
+            delivery: *delivery,
+            event,
+            plan: decided,
+            publish,
+        })),
+        Execution::Waits => Some(Rest::Waits(Stage::Decided(event, error))),
+    }
+}
+
+/// The rest of a delivery that has to wait, boxed, to be run wherever its caller decides.
+pub(crate) fn waiting<R: Runtime>(
+    ctx: &Arc<MountContext>,
+    read: impl Reader,
+    msg: Incoming,
+    span: tracing::Span,
+    stage: Stage,
+) -> Waiting {
+    let in_flight = ctx.in_flight.enter();
+    let finishing = finish::<R>(ctx.clone(), read, msg, stage);
+    Box::pin(
+        async move {
+            finishing.await;
+            drop(in_flight);
+        }
+        .instrument(span),
+    )
+}
+
+/// Handles one delivery on the calling task, its handler in the caller's `slot`: [`begin`],
+/// then, in place and inside the delivery's span, what needs no slot (a publish the client
+/// cannot take at once is awaited here, which is the mount's back-pressure). Returns the rest,
+/// boxed, when the handler has not finished at its first poll or the plan publishes a dead
+/// letter (confirmed before anything else, rule 8); the caller runs that where it decides.
+pub(crate) async fn process<R: Runtime>(
+    ctx: &Arc<MountContext>,
+    read: impl Reader,
+    msg: Incoming,
+    slot: &mut HandlerSlot,
+) -> Option<Waiting> {
+    let (span, stage) = {
+        let (span, rest) =
+            std::future::poll_fn(|cx| Poll::Ready(begin::<R>(ctx, read, &msg, slot, cx))).await?;
+        match rest {
+            Rest::Sending(sending) => {
+                // Polled in place, inside the span.
+                let mut sent = std::pin::pin!(sending.finish::<R>(ctx, &msg));
+                std::future::poll_fn(|cx| {
+                    let _entered = span.enter();
+                    sent.as_mut().poll(cx)
+                })
+                .await;
+                return None;
+            }
+            Rest::Waits(stage) => (span, stage),
+        }
+    };
+    if stage.in_place() {
+        finish::<R>(ctx.clone(), read, msg, stage)
+            .instrument(span)
+            .await;
+        return None;
+    }
+    Some(waiting::<R>(ctx, read, msg, span, stage))
+}
+
+/// The rest of a delivery that did not finish in place: its handler's end, its plan (made
+/// again, the same for the same event), what of it is left to carry out, and the conclusion.
+pub(crate) async fn finish<R: Runtime>(
+    ctx: Arc<MountContext>,
+    read: impl Reader,
+    msg: Incoming,
+    stage: Stage,
+) {
+    // Read before, so it reads again.
+    let Some(delivery) = read(&ctx, &msg) else {
+        return;
+    };
+    let plan = |event: Option<Event>| {
+        plan_with_clock(
+            &delivery,
+            event.unwrap_or(Event::Arrived),
+            &ctx.policy,
+            R::now,
+        )
+    };
+    let (event, decided, executed) = match stage {
+        Stage::Handling(run, started) => {
+            let leased = run_leased::<R>(&ctx, &msg, &delivery, run, started).await;
+            if let LeaseEnd::Late { by } = leased.end {
+                ctx.metrics.late();
+                // Rule 16: the server may have redelivered it already, and would take a late
+                // `+ACK` over the newer attempt's answer. Nothing is sent or published.
+                let outcome = match leased.event {
+                    Event::Handled(outcome) => Some(outcome),
+                    _ => None,
+                };
+                tracing::warn!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
+                    ?outcome, late_by = ?by, "late result discarded: the delivery's deadline passed without a renewal");
+                return;
+            }
+            let event = Some(leased.event);
+            let decided = plan(event);
+            let error = leased.error.as_deref();
+            let executed = carry_out(&ctx, &msg, &delivery, &decided, error).await;
+            (event, decided, executed)
+        }
+        Stage::Decided(event, error) => {
+            let decided = plan(event);
+            let executed = carry_out(&ctx, &msg, &delivery, &decided, error.as_deref()).await;
+            (event, decided, executed)
+        }
+        Stage::Sent(event, sent) => {
+            let executed = match sent {
+                Ok(()) => Ok(()),
+                Err(failed) => resend(&ctx, &msg, failed).await,
+            };
+            (event, plan(event), executed)
+        }
+    };
+    conclude::<R>(&ctx, &msg, &delivery, event, decided, executed).await;
+}
+
+/// Starts handling one JetStream delivery in its handler slot (`permit`): on the mount's own
+/// task first, the handler in the loop's `slot`, and if it has to wait ([`process`]), the rest
+/// on a task of its own, so slow handlers run concurrently and in parallel. The handler slot
+/// is freed when the delivery is settled.
+pub(crate) async fn start_delivery<R: Runtime>(
+    ctx: Arc<MountContext>,
+    read: impl Reader,
+    msg: Incoming,
+    permit: OwnedSemaphorePermit,
+    slot: &mut HandlerSlot,
+) {
+    if let Some(rest) = process::<R>(&ctx, read, msg, slot).await {
+        spawn_holding::<R>(rest, permit);
+    }
+}
+
+/// Runs a delivery that waits on a task of its own, holding its handler slot until it is
+/// settled.
+pub(crate) fn spawn_holding<R: Runtime>(rest: Waiting, permit: OwnedSemaphorePermit) {
+    R::spawn(async move {
+        rest.await;
+        drop(permit);
+    });
+}

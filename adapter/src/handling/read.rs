@@ -1,0 +1,72 @@
+//! Reading a delivered message into what the core needs to know of it: its attempt and, on
+//! JetStream, its metadata.
+
+use ruststream_core::{AckReply, Delivery as CoreDelivery, RetryCountReading};
+
+use super::publish::header_pairs;
+use crate::state::mount_context::MountContext;
+use crate::support::incoming::Incoming;
+
+/// How a mount loop reads a delivered message into what the core needs to know of it:
+/// [`read_core`] on a Core mount, [`read_jetstream`] on a JetStream one. `None` when the
+/// message cannot be handled at all (logged).
+pub(crate) trait Reader:
+    for<'m> Fn(&MountContext, &'m Incoming) -> Option<CoreDelivery<'m>> + Copy + Send + Sync + 'static
+{
+}
+
+impl<F> Reader for F where
+    F: for<'m> Fn(&MountContext, &'m Incoming) -> Option<CoreDelivery<'m>>
+        + Copy
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// A Core message: its attempt from the retry-count header (rule 5).
+#[inline]
+pub(crate) fn read_core<'m>(ctx: &MountContext, msg: &'m Incoming) -> Option<CoreDelivery<'m>> {
+    let reading = match msg.headers {
+        None => RetryCountReading::default(),
+        Some(_) => RetryCountReading::read(header_pairs(msg)),
+    };
+    // Rule 18's jitter tells Core messages apart by subject and payload; only a mount with a
+    // backoff pays for the hash. Built where it is returned: the delivery is as large as a
+    // JetStream one, and moving it costs (issue 13).
+    Some(match ctx.policy.backoff() {
+        None => CoreDelivery::core(&msg.subject, reading),
+        Some(_) => CoreDelivery::core(&msg.subject, reading).keyed_by_payload(&msg.payload),
+    })
+}
+
+/// A JetStream message: its metadata from the ack reply subject (rule 1). `None` for a
+/// message whose ack reply subject cannot be read (rule 22, logged with its subject): without
+/// it there is no attempt count and nothing to settle with, and running the handler would
+/// make the retry limit vanish, so it is neither handled nor settled.
+#[inline]
+pub(crate) fn read_jetstream<'m>(
+    ctx: &MountContext,
+    msg: &'m Incoming,
+) -> Option<CoreDelivery<'m>> {
+    let reply = msg.reply.as_ref().map_or(&b""[..], |r| r.as_bytes());
+    match AckReply::parse(reply) {
+        Ok(r) => {
+            ctx.received.note(r.stream_sequence);
+            Some(CoreDelivery::jetstream(&msg.subject, r))
+        }
+        Err(e) => {
+            tracing::error!(mount = %ctx.name, subject = %msg.subject, error = %e,
+                "JetStream message with an unreadable ack reply subject: not handled, not settled");
+            None
+        }
+    }
+}
+
+/// The delivery's stream sequence, on JetStream.
+pub(crate) fn stream_sequence(delivery: &CoreDelivery<'_>) -> Option<u64> {
+    match delivery.model {
+        ruststream_core::Model::JetStream(r) => Some(r.stream_sequence),
+        ruststream_core::Model::Core(_) => None,
+    }
+}

@@ -1,0 +1,323 @@
+//! The JetStream pull loop of a mount: a thin driver of the core's [`PullAccounting`].
+
+use std::collections::VecDeque;
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{FutureExt, StreamExt};
+use ruststream_core::{PENDING_MESSAGES_HEADER, PullAccounting, Receipt};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+
+use super::prefetch::{Held, Prefetched, prefetch_deadline, start_waiting, wait};
+use crate::handling::flow::start_delivery;
+use crate::handling::read::read_jetstream;
+use crate::runtime::Runtime;
+use crate::state::mount_context::MountContext;
+use crate::support::incoming::Incoming;
+use crate::support::liveness::{Liveness, liveness};
+use crate::support::stop::asked_to_stop;
+
+/// How long a flush may take to tell a dead client after a failed pull request.
+const DEAD_CLIENT_CHECK: Duration = Duration::from_millis(200);
+
+/// Takes a free handler slot, or `None` once shutdown has begun.
+async fn slot(
+    slots: &Arc<Semaphore>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<OwnedSemaphorePermit> {
+    if *shutdown.borrow() {
+        return None;
+    }
+    tokio::select! {
+        permit = slots.clone().acquire_owned() => permit.ok(),
+        _ = shutdown.changed() => None,
+    }
+}
+
+/// A JetStream mount's pull loop: a thin driver of [`PullAccounting`], which decides when to
+/// request and how many messages, and what each message, the end of a request and a lost
+/// request do to the handler slots. This loop sends the requests (`$JS.API.CONSUMER.MSG.NEXT`,
+/// through async-nats' `request_batch`) to one inbox that lives as long as the mount, moves
+/// the slots as the accounting says, and starts each delivery in its slot. A prefetched
+/// message that finds no free slot waits, in order, renewed with `+WPI` ([`WaitLease`]).
+///
+/// When the supervisor sees that async-nats reconnected (`reconnected` changes), the
+/// outstanding requests count as lost at once: the server forgot them.
+///
+/// At shutdown no new request goes out; outstanding ones are received to their end (at most
+/// [`PULL_EXPIRES`](ruststream_core::PULL_EXPIRES), or a grace period later for lost ones)
+/// and their messages handled, so none waits for `ack_wait`.
+pub(crate) async fn pull_loop<R: Runtime>(
+    ctx: Arc<MountContext>,
+    consumer: async_nats::jetstream::consumer::PullConsumer,
+    slots: Arc<Semaphore>,
+    concurrency: NonZeroUsize,
+    mut reconnected: watch::Receiver<u64>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    use async_nats::StatusCode;
+    use async_nats::jetstream::consumer::pull::BatchConfig;
+
+    let inbox = async_nats::Subject::from(ctx.client.new_inbox());
+    let mut replies = match ctx.client.subscribe(inbox.clone()).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(mount = %ctx.name, error = %e, "cannot subscribe the pull inbox; the mount stops");
+            return;
+        }
+    };
+    let mut pulls = PullAccounting::new(concurrency);
+    // The consumer's MaxRequestBatch, as bound (a change later is taken in when the mount is
+    // subscribed again).
+    pulls.set_max_batch(usize::try_from(consumer.cached_info().config.max_batch).ok());
+    // Handler slots taken by running deliveries: neither free nor held for requests.
+    let busy = {
+        let slots = slots.clone();
+        move |held: usize| {
+            concurrency
+                .get()
+                .saturating_sub(slots.available_permits() + held)
+        }
+    };
+    let mut held = Held::default();
+    let mut waiting: VecDeque<Prefetched> = VecDeque::new();
+    // Where each delivery's handler runs (see `Handler::slot`).
+    let mut run_slot = ctx.handler.clone().slot();
+    let mut backoff = Duration::from_millis(50);
+    let mut watching = true;
+    'pull: loop {
+        if *shutdown.borrow() {
+            pulls.handle_shutdown();
+        } else if shutdown.has_changed().is_err() && !pulls.is_stopping() {
+            // Every handle to the app is gone: it can never be shut down, so the mount stops
+            // as at a shutdown (no new request; what is outstanding is handled) instead of
+            // waking on the closed channel forever.
+            ctx.handles_gone();
+            pulls.handle_shutdown();
+        }
+        // Messages that wait go first, on the slots that are free.
+        while !waiting.is_empty()
+            && let Ok(permit) = slots.clone().try_acquire_owned()
+            && let Some(next) = waiting.pop_front()
+        {
+            start_waiting::<R>(&ctx, &mut pulls, &busy, next, permit, &mut run_slot).await;
+        }
+        // While the supervisor suspects a message of bringing the client down, one at a time,
+        // and nothing prefetched.
+        let now = R::now();
+        let careful = ctx.careful.at(now);
+        let free = |available: usize| if careful { available.min(1) } else { available };
+        pulls.set_prefetch_deadline(if careful {
+            None
+        } else {
+            prefetch_deadline(&ctx)
+        });
+        if let Some(request) =
+            pulls.poll_request(free(slots.available_permits()), waiting.len(), now)
+            && let Ok(permits) = slots
+                .clone()
+                .try_acquire_many_owned(u32::try_from(request.held).unwrap_or(u32::MAX))
+        {
+            let batch = BatchConfig {
+                batch: request.batch,
+                expires: Some(request.expires),
+                ..Default::default()
+            };
+            match consumer.request_batch(batch, inbox.clone()).await {
+                Ok(()) => {
+                    pulls.handle_requested(request, R::now());
+                    held.add(permits);
+                    backoff = Duration::from_millis(50);
+                }
+                Err(e) => {
+                    drop(permits);
+                    // A client whose connection task is gone fails every request at once and
+                    // may never end the inbox: the mount ends, and the supervisor makes a new
+                    // client (rule 20). A flush that only waits (a server that is down) says
+                    // nothing.
+                    if liveness::<R>(&ctx.client, DEAD_CLIENT_CHECK).await == Liveness::Dead {
+                        tracing::error!(mount = %ctx.name, error = %e,
+                            "pull request failed: the client has stopped working; the mount stops once it has handled what it received");
+                        // No request goes out any more; what the inbox holds is handled (and
+                        // settled through the supervisor's new client), then the inbox ends.
+                        pulls.handle_shutdown();
+                        continue;
+                    }
+                    tracing::warn!(mount = %ctx.name, error = %e, "pull request failed; retrying");
+                    tokio::select! {
+                        _ = R::sleep_until(R::now() + backoff) => {}
+                        _ = shutdown.changed() => {}
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    continue;
+                }
+            }
+        }
+        let Some(lost_at) = pulls.poll_timeout() else {
+            if let Some(next) = waiting.pop_front() {
+                // Nothing outstanding, messages waiting: the first takes the next free slot,
+                // shutdown or not.
+                match slots.clone().acquire_owned().await {
+                    Ok(permit) => {
+                        start_waiting::<R>(&ctx, &mut pulls, &busy, next, permit, &mut run_slot)
+                            .await
+                    }
+                    Err(_) => break,
+                }
+                continue;
+            }
+            if pulls.is_done() {
+                break;
+            }
+            // Every slot is busy with a spawned handler: wait for one to free up.
+            if let Some(permit) = slot(&slots, &mut shutdown).await {
+                drop(permit);
+            }
+            continue;
+        };
+        let next = tokio::select! {
+            next = replies.next() => next,
+            permit = slots.clone().acquire_owned(), if !waiting.is_empty() => {
+                match (permit, waiting.pop_front()) {
+                    (Ok(permit), Some(next)) => {
+                        start_waiting::<R>(&ctx, &mut pulls, &busy, next, permit, &mut run_slot).await;
+                    }
+                    (Err(_), _) => break,
+                    (Ok(_), None) => {}
+                }
+                continue;
+            }
+            _ = shutdown.changed(), if !pulls.is_stopping() => continue,
+            changed = reconnected.changed(), if watching => {
+                match changed {
+                    Ok(()) => {
+                        let lost = pulls.handle_connection_lost();
+                        held.free(lost);
+                        tracing::debug!(mount = %ctx.name, outstanding = lost,
+                            "the connection was lost and made again: the outstanding pull requests are forgotten, their slots taken back");
+                    }
+                    // The supervisor has stopped (shutdown): nothing more to watch.
+                    Err(_) => watching = false,
+                }
+                continue;
+            }
+            () = R::sleep_until(lost_at) => {
+                let lost = pulls.handle_timeout(R::now());
+                // While the connection is down this is expected, and the supervisor says so.
+                if ctx.clients.borrow().connection_state() == async_nats::connection::State::Connected {
+                    tracing::warn!(mount = %ctx.name, outstanding = lost, "pull requests never ended; their slots are taken back");
+                } else {
+                    tracing::debug!(mount = %ctx.name, outstanding = lost, "pull requests lost with the connection; their slots are taken back");
+                }
+                held.free(lost);
+                continue;
+            }
+        };
+        let Some(mut msg) = next else {
+            inbox_closed(&ctx, &shutdown);
+            break;
+        };
+        // This message, then those already buffered, without a `select!` and a timer each,
+        // until a new request is due (or none is outstanding, or shutdown begins).
+        loop {
+            match msg.status {
+                None | Some(StatusCode::OK) => {
+                    let reserved = match pulls.handle_message() {
+                        Receipt::Reserved => held.take_one(),
+                        // Prefetched, or more than requested (should not happen): a free slot
+                        // if there is one and nothing waits before it; never dropped.
+                        Receipt::Prefetched | Receipt::Unrequested => None,
+                    };
+                    let permit = reserved.or_else(|| {
+                        waiting
+                            .is_empty()
+                            .then(|| slots.clone().try_acquire_owned().ok())
+                            .flatten()
+                    });
+                    let msg = Incoming::from(msg);
+                    match permit {
+                        // In order: a message that waits goes first, this one waits behind.
+                        Some(permit) if !waiting.is_empty() => {
+                            waiting.push_back(wait::<R>(&ctx, msg));
+                            if let Some(first) = waiting.pop_front() {
+                                start_waiting::<R>(
+                                    &ctx,
+                                    &mut pulls,
+                                    &busy,
+                                    first,
+                                    permit,
+                                    &mut run_slot,
+                                )
+                                .await;
+                            }
+                        }
+                        Some(permit) => {
+                            pulls.handle_started(R::now(), busy(pulls.held()));
+                            start_delivery::<R>(
+                                ctx.clone(),
+                                read_jetstream,
+                                msg,
+                                permit,
+                                &mut run_slot,
+                            )
+                            .await;
+                        }
+                        None => waiting.push_back(wait::<R>(&ctx, msg)),
+                    }
+                }
+                Some(StatusCode::IDLE_HEARTBEAT) => {}
+                Some(status) => {
+                    // The request ended (expired, or terminated by the server): free the
+                    // slots of the messages it will not bring.
+                    let pending = msg
+                        .headers
+                        .as_ref()
+                        .and_then(|h| h.get(PENDING_MESSAGES_HEADER))
+                        .map(|v| v.as_str().as_bytes());
+                    let unfilled = pulls.handle_request_end(pending);
+                    held.free(unfilled);
+                    tracing::trace!(mount = %ctx.name, %status, unfilled, "pull request ended");
+                }
+            }
+            let stop = pulls.request_due(free(slots.available_permits()), waiting.len(), R::now())
+                || pulls.outstanding() == 0
+                || shutdown.has_changed().unwrap_or(true);
+            if stop {
+                break;
+            }
+            match replies.next().now_or_never() {
+                Some(Some(next)) => msg = next,
+                Some(None) => {
+                    inbox_closed(&ctx, &shutdown);
+                    break 'pull;
+                }
+                None => break,
+            }
+        }
+    }
+    // The loop ends (its inbox closed, or shutdown): messages that still wait for a slot are
+    // handled, in order, as slots free up; their settlements go through the app's current
+    // client (rule 20).
+    while let Some(next) = waiting.pop_front() {
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            break;
+        };
+        start_waiting::<R>(&ctx, &mut pulls, &busy, next, permit, &mut run_slot).await;
+    }
+    // Stopped for a shutdown (not an inbox that closed while the app runs, which the
+    // supervisor subscribes again at once, rule 20): what runs is settled first.
+    if asked_to_stop(&shutdown) {
+        ctx.settle_at_stop::<R>().await;
+    }
+}
+
+/// Logs that the mount's pull inbox closed: an error while the app runs (the supervisor
+/// subscribes it again, rule 20), expected once a shutdown has drained the connection.
+fn inbox_closed(ctx: &MountContext, shutdown: &watch::Receiver<bool>) {
+    if *shutdown.borrow() {
+        tracing::debug!(mount = %ctx.name, "the pull inbox closed at shutdown; the mount stops");
+    } else {
+        tracing::error!(mount = %ctx.name, "the pull inbox closed; the mount stops");
+    }
+}

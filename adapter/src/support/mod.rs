@@ -1,0 +1,13 @@
+//! The second floor: leaf support that the floors above share, each file about one thing and
+//! importing nothing above [`crate::runtime`]: the delivered message as the adapter keeps it,
+//! metrics, trace context, server URLs, the stop signal a loop reads, telling a dead client
+//! from a live one, and names kept once per process.
+
+pub(crate) mod incoming;
+pub(crate) mod liveness;
+pub mod metrics;
+pub(crate) mod names;
+pub(crate) mod servers;
+pub(crate) mod stop;
+#[cfg(feature = "otel")]
+pub(crate) mod trace;
