@@ -2,8 +2,8 @@
 
 use ruststream_core::Outcome;
 
-/// What a mount does with a handler's `Err` (see [`IntoHandled`]): the outcome it stands for.
-/// The error is logged at warning level with the mount, subject and attempt first.
+/// What a mount does with a handler's `Err` (see [`IntoHandled`](crate::IntoHandled)): the outcome
+/// it stands for. The error is logged at warning level with the mount, subject and attempt first.
 #[derive(Clone, Default)]
 pub enum ErrorPolicy {
     /// [`Outcome::Retry`]: `max_attempts`, the backoff and the dead-letter subject apply.

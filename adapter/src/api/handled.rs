@@ -20,22 +20,23 @@ pub enum Handled {
     Outcome(Outcome),
     /// The handler returned this error (its `Display` text).
     Error(String),
-    /// The handler returned a [`Reply`]: this payload is for the delivery's reply subject, and
-    /// the outcome is [`Outcome::Ack`] once it is sent. The handlers this crate builds from
-    /// functions send it themselves, and give the runtime the outcome; a [`Handler`] of your
-    /// own that gives this to the runtime gets it logged as an error (the reply is not sent)
-    /// and settled by the mount's [`ErrorPolicy`].
+    /// The handler returned a [`Reply`]: this payload is for the delivery's reply subject, and the
+    /// outcome is [`Outcome::Ack`] once it is sent. The handlers this crate builds from functions
+    /// send it themselves, and give the runtime the outcome; a [`Handler`](crate::Handler) of your
+    /// own that gives this to the runtime gets it logged as an error (the reply is not sent) and
+    /// settled by the mount's [`ErrorPolicy`](crate::ErrorPolicy).
     Reply(Bytes),
 }
 
-/// What a handler may return: an [`Outcome`], a [`Reply`], or `Result<O, E>` of either for
-/// any error type that can be displayed, so that `?` works in a handler. An `Err` is logged
-/// with its text and turned into an outcome by the mount's [`ErrorPolicy`] (by default
+/// What a handler may return: an [`Outcome`], a [`Reply`], or `Result<O, E>` of either for any
+/// error type that can be displayed, so that `?` works in a handler. An `Err` is logged with its
+/// text and turned into an outcome by the mount's [`ErrorPolicy`](crate::ErrorPolicy) (by default
 /// [`Outcome::Retry`], so `max_attempts` and the backoff apply).
 pub trait IntoHandled: Send + 'static {
-    /// Whether a value of this type may be a reply, which needs the delivery's [`Context`] to
-    /// be sent. A mount whose handler returns replies cannot be a JetStream mount (refused at
-    /// start-up: a JetStream delivery's reply subject is its ack reply subject).
+    /// Whether a value of this type may be a reply, which needs the delivery's
+    /// [`Context`](crate::Context) to be sent. A mount whose handler returns replies cannot be a
+    /// JetStream mount (refused at start-up: a JetStream delivery's reply subject is its ack reply
+    /// subject).
     const REPLIES: bool = false;
 
     /// This return value as [`Handled`].
@@ -61,19 +62,18 @@ impl<O: IntoHandled, E: std::fmt::Display + Send + 'static> IntoHandled for Resu
     }
 }
 
-/// A handler's answer to a Core request, FastStream-style: `T` is encoded as JSON and
-/// published to the delivery's reply subject, then the delivery is settled as
-/// [`Outcome::Ack`].
+/// A handler's answer to a Core request, FastStream-style: `T` is encoded as JSON and published to
+/// the delivery's reply subject, then the delivery is settled as [`Outcome::Ack`].
 ///
-/// - A value that does not encode is a handler error (the mount's [`ErrorPolicy`]), and so is
-///   a reply the client could not take.
-/// - A delivery without a reply subject (published, not requested) is acked, and the reply
-///   dropped with a debug log line: there is no one to answer.
-/// - A mount whose handler returns `Reply` cannot be a JetStream mount: refused at start-up,
-///   naming the mount.
+/// - A value that does not encode is a handler error (the mount's
+///   [`ErrorPolicy`](crate::ErrorPolicy)), and so is a reply the client could not take.
+/// - A delivery without a reply subject (published, not requested) is acked, and the reply dropped
+///   with a debug log line: there is no one to answer.
+/// - A mount whose handler returns `Reply` cannot be a JetStream mount: refused at start-up, naming
+///   the mount.
 ///
 /// To answer with raw bytes, or to settle otherwise after answering, use
-/// [`Context::respond`].
+/// [`Context::respond`](crate::Context::respond).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reply<T>(pub T);
 

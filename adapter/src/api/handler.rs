@@ -11,19 +11,20 @@ use super::handled::Handled;
 /// A boxed future of what a handler returned: what [`Handler::call`] gives the runtime.
 pub type HandledFuture = Pin<Box<dyn Future<Output = Handled> + Send + 'static>>;
 
-/// What the runtime runs for each delivery: the handler's future, started by
-/// [`call`](Self::call) in the mount loop's [`HandlerSlot`] (see [`slot`](Self::slot)).
+/// What the runtime runs for each delivery: the handler's future, started by [`call`](Self::call)
+/// in the mount loop's [`HandlerSlot`] (see [`slot`](Self::slot)).
 ///
-/// Applications rarely implement it: [`App::mount`](crate::App::mount) takes async functions
-/// (see [`IntoHandler`]) and [`App::mount_json`](crate::App::mount_json) typed ones, and
-/// builds it. A handler that panics is caught and counts as [`Outcome::None`] (rule 13).
+/// Applications rarely implement it: [`App::mount`](crate::App::mount) takes async functions (see
+/// [`IntoHandler`](crate::IntoHandler)) and [`App::mount_json`](crate::App::mount_json) typed ones,
+/// and builds it. A handler that panics is caught and counts as
+/// [`Outcome::None`](crate::Outcome::None) (rule 13).
 pub trait Handler: Send + Sync + 'static {
-    /// Starts handling one delivery. `context` gives the delivery's [`Context`], for a
-    /// handler that wants one.
+    /// Starts handling one delivery. `context` gives the delivery's [`Context`](crate::Context),
+    /// for a handler that wants one.
     ///
     /// # Errors
-    /// [`DecodeError`] when the payload cannot be given to the handler at all; the runtime
-    /// then sends the delivery straight to the at-limit path (see [`Json`]).
+    /// [`DecodeError`] when the payload cannot be given to the handler at all; the runtime then
+    /// sends the delivery straight to the at-limit path (see [`Json`](crate::Json)).
     fn call(
         &self,
         delivery: Delivery,
@@ -36,23 +37,23 @@ pub trait Handler: Send + Sync + 'static {
         false
     }
 
-    /// Where a mount keeps this handler's runs. A mount loop calls it when it starts, holds
-    /// the slot, starts each delivery's run in it and polls it there; a run that does not
-    /// finish at its first poll leaves the loop to finish on a task of its own.
+    /// Where a mount keeps this handler's runs. A mount loop calls it when it starts, holds the
+    /// slot, starts each delivery's run in it and polls it there; a run that does not finish at its
+    /// first poll leaves the loop to finish on a task of its own.
     ///
-    /// The default starts each run with [`call`](Self::call) and keeps the boxed future it
-    /// gives; a run that waits leaves as that future, and the slot stays. A handler of your
-    /// own needs nothing more, and pays what it did before this method existed: one allocation
-    /// a delivery. The handlers this crate builds from functions ([`IntoHandler`], [`Json`])
-    /// override it to keep their future unboxed in the slot and use its storage again for the
-    /// next delivery: no allocation and no dynamic call a delivery that finishes at once; a
-    /// run that waits leaves with the slot it is kept in, and the loop asks for a new one (one
-    /// allocation a run that waits). Issue 13.
+    /// The default starts each run with [`call`](Self::call) and keeps the boxed future it gives; a
+    /// run that waits leaves as that future, and the slot stays. A handler of your own needs
+    /// nothing more, and pays what it did before this method existed: one allocation a delivery.
+    /// The handlers this crate builds from functions ([`IntoHandler`](crate::IntoHandler),
+    /// [`Json`](crate::Json)) override it to keep their future unboxed in the slot and use its
+    /// storage again for the next delivery: no allocation and no dynamic call a delivery that
+    /// finishes at once; a run that waits leaves with the slot it is kept in, and the loop asks for
+    /// a new one (one allocation a run that waits). Issue 13.
     ///
-    /// Do not override it: [`HandlerSlot`] has no public constructor, so an override could
-    /// only give another handler's slot, and then the runtime would never call this handler's
-    /// own `call` (a wrapper's logging or checks there would be skipped). It should not panic
-    /// either: it runs outside the guard that catches a handler's panics (rule 13).
+    /// Do not override it: [`HandlerSlot`] has no public constructor, so an override could only
+    /// give another handler's slot, and then the runtime would never call this handler's own `call`
+    /// (a wrapper's logging or checks there would be skipped). It should not panic either: it runs
+    /// outside the guard that catches a handler's panics (rule 13).
     fn slot(self: Arc<Self>) -> HandlerSlot {
         HandlerSlot::new(BoxedSlot {
             handler: self,

@@ -1,5 +1,5 @@
-//! Handlers built from async functions: of the delivery ([`DeliveryFn`]), or of the delivery
-//! and its [`Context`] ([`ContextFn`]), and [`IntoHandler`], which [`App::mount`](crate::App::mount)
+//! Handlers built from async functions: of the delivery ([`DeliveryFn`]), or of the delivery and
+//! its [`Context`] ([`ContextFn`]), and [`IntoHandler`], which [`App::mount`](crate::App::mount)
 //! takes.
 
 use std::future::Future;
@@ -18,9 +18,9 @@ use super::handler::{HandledFuture, Handler, HandlerSlot, in_place};
 /// - the delivery: `Fn(Delivery) -> impl Future<Output = O>`, or
 /// - the delivery and its [`Context`]: `Fn(Delivery, Context) -> impl Future<Output = O>`,
 ///
-/// that is `Send + Sync + 'static`, where `O` is an [`IntoHandled`] ([`Outcome`], [`Reply`],
-/// or a `Result` of either). `Args` tells the forms apart; it is inferred (give a closure's
-/// argument types, `|d: Delivery|`).
+/// that is `Send + Sync + 'static`, where `O` is an [`IntoHandled`] ([`Outcome`],
+/// [`Reply`](crate::Reply), or a `Result` of either). `Args` tells the forms apart; it is inferred
+/// (give a closure's argument types, `|d: Delivery|`).
 pub trait IntoHandler<Args>: Sized {
     /// The handler built.
     type Handler: Handler;
@@ -87,7 +87,7 @@ where
     }
 }
 
-/// Sends a handler's [`Reply`]: acked once the client took it.
+/// Sends a handler's [`Reply`](crate::Reply): acked once the client took it.
 async fn send_reply(context: &Context, payload: Bytes) -> Handled {
     if !context.can_respond() {
         tracing::debug!(

@@ -79,10 +79,10 @@ impl std::fmt::Display for ShutdownReport {
     ///
     /// `abandoned=[MOUNT:N ...] lost_copies=[MOUNT:N ...] core_losses=[MOUNT:slow_consumer=N,unpublished_copies=N,unpublished_dead_letters=N,unhandled_at_shutdown=N ...] recoveries=N failure=none|"WHY"`
     ///
-    /// Lists are space-separated inside their brackets and empty (`[]`) when nothing was left
-    /// or lost; the failure is quoted as a Rust string literal (`{:?}`). A mount name of
-    /// anything but ASCII letters, digits, `-`, `_` and `.` is quoted the same way, so that
-    /// the line stays unambiguous.
+    /// Lists are space-separated inside their brackets and empty (`[]`) when nothing was left or
+    /// lost; the failure is quoted as a Rust string literal (`{:?}`). A mount name of anything but
+    /// ASCII letters, digits, `-`, `_` and `.` is quoted the same way, so that the line stays
+    /// unambiguous.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         fn counts(f: &mut std::fmt::Formatter<'_>, list: &[(String, usize)]) -> std::fmt::Result {
             let mut sep = "";

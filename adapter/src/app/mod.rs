@@ -138,19 +138,19 @@ impl<R: Runtime> App<R> {
     /// Mounts `handler` on `mount`: an async function of the delivery (`|d: Delivery|`), or of
     /// the delivery and its [`Context`](crate::Context) (`|d: Delivery, cx: Context|`), that
     /// returns an [`Outcome`](crate::Outcome), a [`Reply`](crate::Reply), or a `Result` of
-    /// either; or any [`Handler`]. See [`IntoHandler`](crate::IntoHandler).
+    /// either; or any [`Handler`]. See [`IntoHandler`].
     #[must_use]
     pub fn mount<Args>(mut self, mount: Mount, handler: impl IntoHandler<Args>) -> Self {
         self.mounts.push((mount, Arc::new(handler.into_handler())));
         self
     }
 
-    /// Mounts a typed handler: the payload is decoded as JSON into `T`. A payload that does
-    /// not decode goes straight to the at-limit path (dead-lettered if the mount has a
-    /// dead-letter subject, otherwise `+TERM` on JetStream and let go on Core); see [`Json`](crate::Json).
+    /// Mounts a typed handler: the payload is decoded as JSON into `T`. A payload that does not
+    /// decode goes straight to the at-limit path (dead-lettered if the mount has a dead-letter
+    /// subject, otherwise `+TERM` on JetStream and let go on Core); see [`Json`](crate::Json).
     ///
     /// `handler` is `|value: T, d: Delivery|` or `|value: T, d: Delivery, cx: Context|` (see
-    /// [`IntoJsonHandler`](crate::IntoJsonHandler)).
+    /// [`IntoJsonHandler`]).
     #[must_use]
     pub fn mount_json<T, Args>(self, mount: Mount, handler: impl IntoJsonHandler<T, Args>) -> Self {
         self.mount(mount, handler.into_json_handler())
@@ -197,18 +197,18 @@ impl<R: Runtime> App<R> {
 
     /// Validates every mount, connects, checks the server side, and starts consuming.
     ///
-    /// Nothing is consumed until every mount has passed: the pure rules first (before
-    /// connecting), then the server-side ones (the stream and consumer, the consumer's ack
-    /// policy and `max_deliver`, whether a stream stores each dead-letter subject).
-    /// Warnings (a consumer `BackOff`, a Core dead-letter subject no stream stores) are logged.
+    /// Nothing is consumed until every mount has passed: the pure rules first (before connecting),
+    /// then the server-side ones (the stream and consumer, the consumer's ack policy and
+    /// `max_deliver`, whether a stream stores each dead-letter subject). Warnings (a consumer
+    /// `BackOff`, a Core dead-letter subject no stream stores) are logged.
     ///
     /// # Errors
-    /// [`StartError::Runtime`] when the app's NATS thread cannot be started (or, on tokio,
-    /// `start` is awaited outside a Tokio runtime),
-    /// [`StartError::Declaration`] or [`StartError::DuplicateMount`] for a bad declaration,
-    /// [`StartError::Setting`] for a concurrency out of range,
-    /// [`StartError::ServerUrl`] for a URL that does not parse, [`StartError::Connect`], and [`StartError::Server`] when the server lacks or refuses
-    /// what a mount needs.
+    /// [`StartError::Runtime`] when the app's NATS thread cannot be started (or, on tokio, `start`
+    /// is awaited outside a Tokio runtime), [`StartError::Declaration`] or
+    /// [`StartError::DuplicateMount`] for a bad declaration, [`StartError::Setting`] for a
+    /// concurrency out of range, [`StartError::ServerUrl`] for a URL that does not parse,
+    /// [`StartError::Connect`], and [`StartError::Server`] when the server lacks or refuses what a
+    /// mount needs.
     pub async fn start(self) -> Result<Running<R>, StartError> {
         let health = self.health.clone();
         health.starting(self.mounts.iter().map(|(m, _)| m.name().to_owned()));

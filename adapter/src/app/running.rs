@@ -118,24 +118,23 @@ impl<R: Runtime> Running<R> {
         ShutdownHandle(self.shutdown.clone())
     }
 
-    /// Waits for SIGINT, SIGTERM, or a [`ShutdownHandle::shutdown`], then shuts down
-    /// gracefully. A second SIGINT or SIGTERM during the shutdown ends its grace period at
-    /// once: handlers still running are abandoned and delayed Core copies not yet due are
-    /// lost, both reported as when the grace period runs out.
+    /// Waits for SIGINT, SIGTERM, or a [`ShutdownHandle::shutdown`], then shuts down gracefully. A
+    /// second SIGINT or SIGTERM during the shutdown ends its grace period at once: handlers still
+    /// running are abandoned and delayed Core copies not yet due are lost, both reported as when
+    /// the grace period runs out.
     ///
     /// Also ends when the app cannot go on, logged as an error and reported in
-    /// [`ShutdownReport::failure`]: when the runtime the NATS connection runs on ends under
-    /// the app (the app's NATS thread, [`NatsThread`](crate::NatsThread); the app then stops
-    /// without waiting on the dead connection), or when the supervisor gives up subscribing the mounts again (rule
-    /// 20: see [`RECOVERY_LIMIT`](crate::RECOVERY_LIMIT),
+    /// [`ShutdownReport::failure`]: when the runtime the NATS connection runs on ends under the app
+    /// (the app's NATS thread, [`NatsThread`](crate::NatsThread); the app then stops without
+    /// waiting on the dead connection), or when the supervisor gives up subscribing the mounts
+    /// again (rule 20: see [`RECOVERY_LIMIT`](crate::RECOVERY_LIMIT),
     /// [`MAX_RECOVERIES`](crate::MAX_RECOVERIES) and
     /// [`SAME_SUSPECT_LIMIT`](crate::SAME_SUSPECT_LIMIT)).
     ///
     /// # Errors
-    /// [`AppFailed`], holding the shutdown's report, when the app stopped on its own. The
-    /// process should then exit non-zero, so that whatever runs it (systemd, Kubernetes)
-    /// starts it again and shows the failure: never a process that is up and consumes
-    /// nothing.
+    /// [`AppFailed`], holding the shutdown's report, when the app stopped on its own. The process
+    /// should then exit non-zero, so that whatever runs it (systemd, Kubernetes) starts it again
+    /// and shows the failure: never a process that is up and consumes nothing.
     pub async fn until_signal(self) -> Result<ShutdownReport, AppFailed> {
         let reactor = self.reactor.clone();
         reactor.enter(self.until_signal_here()).await.into_result()

@@ -53,9 +53,9 @@ pub enum StartError {
         /// What is wrong.
         reason: String,
     },
-    /// A stream the app declares ([`App::stream`]) cannot be used: its declaration is bad, the
-    /// stream there does not fit it (subjects, retention), or it could not be created. The
-    /// message names the stream and what is wrong.
+    /// A stream the app declares ([`App::stream`](crate::App::stream)) cannot be used: its
+    /// declaration is bad, the stream there does not fit it (subjects, retention), or it could not
+    /// be created. The message names the stream and what is wrong.
     #[error("stream `{stream}`: {reason}")]
     Stream {
         /// The stream's name.

@@ -277,11 +277,11 @@ pub(crate) async fn publish_plain(
 /// new client (rule 20), at most; never more than half the consumer's `ack_wait`.
 pub(crate) const NEW_CLIENT_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Sends a settlement that the mount's client refused (`error`: why, as the refusal said it;
-/// its connection task is gone) through the client the supervisor connects in its place: an
-/// ack reply subject is good on any connection, so the delivery is settled once, not
-/// redelivered and run again. Waits for that client at most [`NEW_CLIENT_PATIENCE`] or half `ack_wait`; logs the settlement as not
-/// sent when none comes, or when it fails too. Whether it was sent.
+/// Sends a settlement that the mount's client refused (`error`: why, as the refusal said it; its
+/// connection task is gone) through the client the supervisor connects in its place: an ack reply
+/// subject is good on any connection, so the delivery is settled once, not redelivered and run
+/// again. Waits for that client at most [`NEW_CLIENT_PATIENCE`] or half `ack_wait`; logs the
+/// settlement as not sent when none comes, or when it fails too. Whether it was sent.
 pub(crate) async fn settle_through_new_client(
     ctx: &MountContext,
     msg: &Incoming,

@@ -36,18 +36,19 @@ async fn slot(
 }
 
 /// A JetStream mount's pull loop: a thin driver of [`PullAccounting`], which decides when to
-/// request and how many messages, and what each message, the end of a request and a lost
-/// request do to the handler slots. This loop sends the requests (`$JS.API.CONSUMER.MSG.NEXT`,
-/// through async-nats' `request_batch`) to one inbox that lives as long as the mount, moves
-/// the slots as the accounting says, and starts each delivery in its slot. A prefetched
-/// message that finds no free slot waits, in order, renewed with `+WPI` ([`WaitLease`]).
+/// request and how many messages, and what each message, the end of a request and a lost request do
+/// to the handler slots. This loop sends the requests (`$JS.API.CONSUMER.MSG.NEXT`, through
+/// async-nats' `request_batch`) to one inbox that lives as long as the mount, moves the slots as
+/// the accounting says, and starts each delivery in its slot. A prefetched message that finds no
+/// free slot waits, in order, renewed with `+WPI`
+/// ([`WaitLease`](crate::handling::lease::WaitLease)).
 ///
-/// When the supervisor sees that async-nats reconnected (`reconnected` changes), the
-/// outstanding requests count as lost at once: the server forgot them.
+/// When the supervisor sees that async-nats reconnected (`reconnected` changes), the outstanding
+/// requests count as lost at once: the server forgot them.
 ///
 /// At shutdown no new request goes out; outstanding ones are received to their end (at most
-/// [`PULL_EXPIRES`](ruststream_core::PULL_EXPIRES), or a grace period later for lost ones)
-/// and their messages handled, so none waits for `ack_wait`.
+/// [`PULL_EXPIRES`](ruststream_core::PULL_EXPIRES), or a grace period later for lost ones) and
+/// their messages handled, so none waits for `ack_wait`.
 pub(crate) async fn pull_loop<R: Runtime>(
     ctx: Arc<MountContext>,
     consumer: async_nats::jetstream::consumer::PullConsumer,

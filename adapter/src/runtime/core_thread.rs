@@ -54,10 +54,10 @@ impl CoreThread {
     }
 }
 
-/// Starts a thread named `name` that builds a Tokio current-thread runtime, marks itself one
-/// of an app's threads ([`NatsThread::is_current`](super::NatsThread::is_current)) and gives the runtime to `run`: the
-/// runtime's handle and the thread, once the runtime is built. `kind` names the thread in
-/// the errors (`"NATS"`, `"Core"`).
+/// Starts a thread named `name` that builds a Tokio current-thread runtime, marks itself one of an
+/// app's threads ([`NatsThread::is_current`](super::NatsThread::is_current)) and gives the runtime
+/// to `run`: the runtime's handle and the thread, once the runtime is built. `kind` names the
+/// thread in the errors (`"NATS"`, `"Core"`).
 pub(super) fn runtime_thread(
     name: &str,
     kind: &str,

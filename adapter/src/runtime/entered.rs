@@ -4,8 +4,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-/// A future polled with a Tokio runtime entered (see [`NatsThread::enter`]): what it spawns
-/// with `tokio::spawn`, and the timers and connections it makes, belong to that runtime.
+/// A future polled with a Tokio runtime entered (see
+/// [`NatsThread::enter`](crate::NatsThread::enter)): what it spawns with `tokio::spawn`, and the
+/// timers and connections it makes, belong to that runtime.
 pub struct Entered<F> {
     handle: tokio::runtime::Handle,
     future: Pin<Box<F>>,

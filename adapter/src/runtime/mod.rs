@@ -39,8 +39,8 @@ pub trait Runtime: Send + Sync + 'static {
         F: Future<Output = ()> + Send + 'static;
 
     /// Spawns one of the app's mount loops on `reactor`'s thread `on` names
-    /// ([`LoopThread::Connection`](LoopThread::Connection) for a JetStream mount,
-    /// beside the NATS connection; [`LoopThread::Core`](LoopThread::Core) for a Core
+    /// ([`LoopThread::Connection`] for a JetStream mount,
+    /// beside the NATS connection; [`LoopThread::Core`] for a Core
     /// mount, on the app's Core thread). A delivery that settles at once runs on its mount
     /// loop; one that waits moves to [`spawn`](Self::spawn). Implemented as
     /// [`spawn`](Self::spawn) where the reactor is the application's own runtime.

@@ -109,7 +109,7 @@ impl MountContext {
     /// to its app is gone (see [`handles_gone`](Self::handles_gone)): waits for the mount's
     /// deliveries still running to settle (each bounded by its handler's time limit, rule
     /// 16), then, while the connection is up, flushes the app's current client for at most
-    /// [`FINAL_FLUSH`](FINAL_FLUSH), 5 s, so that their settlements and copies reach the server before the loop
+    /// [`FINAL_FLUSH`], 5 s, so that their settlements and copies reach the server before the loop
     /// ends. When nothing runs the app's graceful shutdown (its `Running` was dropped, before
     /// or after a `ShutdownHandle` asked for it), the app's NATS thread, and its connection,
     /// end only once every mount loop has; when a graceful shutdown runs, its grace period
