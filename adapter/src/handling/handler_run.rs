@@ -14,6 +14,8 @@ use crate::api::handler::{HandlerSlot, PendingRun};
 use crate::state::mount_context::MountContext;
 use crate::support::incoming::Incoming;
 
+/// The delivery as its handler is given it: its parts shared with the message (no copy), its
+/// mount's names, and its JetStream metadata.
 #[inline]
 pub(crate) fn handler_delivery(
     ctx: &MountContext,
@@ -43,6 +45,7 @@ pub(crate) fn handler_delivery(
     }
 }
 
+/// The text of a caught panic, for the log.
 pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
     panic
         .downcast_ref::<&str>()

@@ -37,6 +37,18 @@ impl Losses {
         &self.metrics
     }
 
+    /// The counts so far, for the report of the mount named `mount`.
+    pub(crate) fn read(&self, mount: &str) -> CoreLosses {
+        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        CoreLosses {
+            mount: mount.to_owned(),
+            slow_consumer: read(&self.slow_consumer),
+            unpublished_copies: read(&self.copies),
+            unpublished_dead_letters: read(&self.dead_letters),
+            unhandled_at_shutdown: read(&self.unhandled_at_shutdown),
+        }
+    }
+
     /// Counts `n` messages lost for `loss`.
     pub(crate) fn add(&self, loss: Loss, n: u64) {
         let counter = match loss {
@@ -52,20 +64,6 @@ impl Losses {
         };
         counter.fetch_add(n, Ordering::Relaxed);
         self.metrics.lost(loss, n);
-    }
-}
-
-impl Losses {
-    /// The counts so far, for the report of the mount named `mount`.
-    pub(crate) fn read(&self, mount: &str) -> CoreLosses {
-        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-        CoreLosses {
-            mount: mount.to_owned(),
-            slow_consumer: read(&self.slow_consumer),
-            unpublished_copies: read(&self.copies),
-            unpublished_dead_letters: read(&self.dead_letters),
-            unhandled_at_shutdown: read(&self.unhandled_at_shutdown),
-        }
     }
 }
 
