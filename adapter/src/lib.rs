@@ -16,8 +16,9 @@
 
 #![warn(missing_docs)]
 
-// The floors, lowest first: each imports only from those above it in this list (checked by
-// `tests/layers.rs`), and a type lives in the file named for it. See the README's Layout.
+// The floors, lowest first: runtime, support, api, state, handling, loops, app. Each imports
+// only from itself and the floors below it (checked by `tests/layers.rs`); the README's Layout
+// says what each holds.
 mod api;
 mod app;
 mod handling;

@@ -8,9 +8,9 @@
 //! caller hands to the client where it keeps it (in place, as the mount's back-pressure: a
 //! Core copy in the Core loop's own slot, a settlement awaited on the pull loop's task); or
 //! the whole plan, when it waits for the server ([`Execution::Waits`]: a dead letter is
-//! confirmed before anything else, rule 8), which [`carry_out`] runs in full, in order, on a
-//! task of its own. Those are the fast paths, and they are branches of [`execute`]: the loops
-//! never look at a plan's actions.
+//! confirmed before anything else, rule 8), which [`carry_out`] runs in full, in order: on a
+//! task of its own for a delivery's plan, in place for a recovery's. Those are the fast paths,
+//! and they are branches of [`execute`]: the loops never look at a plan's actions.
 //!
 //! One exhaustive `match` over the core's actions: a new action breaks the build here.
 //! Nothing here decides anything about attempts, limits or headers: the plan says what to do,
@@ -41,7 +41,7 @@ pub(crate) enum Execution {
     Publish(Publish),
     /// The whole plan: it waits for the server (it publishes a dead letter, confirmed before
     /// anything else happens, rule 8) or holds more than one publish. Nothing was carried out;
-    /// [`carry_out`] runs it, on a task of its own.
+    /// [`carry_out`] runs it (a delivery's on a task of its own).
     Waits,
 }
 
@@ -49,17 +49,30 @@ pub(crate) enum Execution {
 /// entered once per plan. A plan that runs the handler (rule 3) holds only logs, which are
 /// written; anything else in it would be a planner bug, and is logged as an error, never
 /// carried out.
-#[inline]
+#[inline(always)]
 pub(crate) fn execute(
     ctx: &MountContext,
     msg: &Incoming,
     delivery: &CoreDelivery<'_>,
     plan: &Plan<'_>,
 ) -> Execution {
-    // Most arrival plans hold nothing: checked here, with no call.
-    let Some((last, before)) = plan.actions().split_last() else {
-        return Execution::Done(Ok(()));
-    };
+    // Most arrival plans hold nothing: checked where it is called, with no call.
+    match plan.actions().split_last() {
+        None => Execution::Done(Ok(())),
+        Some((last, before)) => execute_actions(ctx, msg, delivery, plan, last, before),
+    }
+}
+
+/// [`execute`] of a plan that holds actions: `last`, and those `before` it.
+#[inline]
+fn execute_actions(
+    ctx: &MountContext,
+    msg: &Incoming,
+    delivery: &CoreDelivery<'_>,
+    plan: &Plan<'_>,
+    last: &Action<'_>,
+    before: &[Action<'_>],
+) -> Execution {
     if plan.runs_handler() {
         arrival_logs(ctx, msg, delivery, plan);
         return Execution::Done(Ok(()));
@@ -81,10 +94,10 @@ pub(crate) fn execute(
             Err(failed) => Execution::Done(Err(failed)),
         },
         Action::Settle(settlement) => match &msg.reply {
-            Some(reply) => Execution::Publish(Publish::settlement(
-                reply.clone(),
-                settlement.payload().to_bytes(),
-            )),
+            Some(reply) => Execution::Publish(Publish::Settlement {
+                reply: reply.clone(),
+                payload: settlement.payload().to_bytes(),
+            }),
             None => {
                 no_ack_reply(ctx, msg);
                 Execution::Done(Ok(()))
@@ -93,6 +106,7 @@ pub(crate) fn execute(
         Action::Log(_) | Action::ScheduleCopy { .. } => {
             Execution::Done(at_once(ctx, msg, delivery, last))
         }
+        // Left whole above.
         Action::PublishDeadLetter { .. } => Execution::Waits,
     }
 }
@@ -171,7 +185,7 @@ async fn in_order(
                     continue;
                 };
                 let payload = settlement.payload().to_bytes();
-                send(ctx, msg, Publish::settlement(reply, payload)).await?;
+                send(ctx, msg, Publish::Settlement { reply, payload }).await?;
             }
             Action::PublishCopy {
                 subject,

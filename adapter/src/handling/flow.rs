@@ -49,8 +49,9 @@ pub(crate) enum Stage {
 }
 
 impl Stage {
-    /// Whether what is left needs no slot and waits for nothing but the client (the end of a
-    /// plan already carried out): its loop finishes it in place, as back-pressure.
+    /// Whether what is left needs no handler slot: the end of a plan already carried out (a
+    /// publish's report, or the recovery from its failure), which its loop finishes in place,
+    /// as back-pressure.
     pub(crate) fn in_place(&self) -> bool {
         match self {
             Stage::Sent(..) => true,
@@ -248,9 +249,9 @@ pub(crate) async fn process<R: Runtime>(
         }
     };
     if stage.in_place() {
-        finish::<R>(ctx.clone(), read, msg, stage)
-            .instrument(span)
-            .await;
+        // Boxed, and only here: the plans of a JetStream delivery never fail before their
+        // last publish (they schedule no copy), so this stays out of every delivery's future.
+        Box::pin(finish::<R>(ctx.clone(), read, msg, stage).instrument(span)).await;
         return None;
     }
     Some(waiting::<R>(ctx, read, msg, span, stage))

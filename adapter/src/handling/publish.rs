@@ -160,12 +160,17 @@ pub(crate) fn copy_headers(msg: &Incoming, retry_count: RetryCount) -> (HeaderMa
 /// A publish a plan hands to the client: a Core copy, or a JetStream settlement. Built and
 /// owned: it borrows nothing of the delivered message, so that a mount loop can keep it
 /// pending while the message moves.
-pub(crate) struct Publish {
-    to: Subject,
-    reply: Option<Subject>,
-    headers: Option<HeaderMap>,
-    payload: Bytes,
-    what: Unpublished,
+pub(crate) enum Publish {
+    /// A Core copy (rule 4).
+    Copy {
+        to: Subject,
+        reply: Option<Subject>,
+        headers: HeaderMap,
+        payload: Bytes,
+    },
+    /// A JetStream settlement: `payload` (`+ACK`, `-NAK`, `+TERM`) to the delivery's ack reply
+    /// subject `reply`.
+    Settlement { reply: Subject, payload: Bytes },
 }
 
 impl Publish {
@@ -188,63 +193,52 @@ impl Publish {
             true => msg.subject.clone(),
             false => Subject::from(subject.as_str()),
         };
-        Ok(Self {
+        Ok(Self::Copy {
             to,
             reply: msg.reply.clone(),
-            headers: Some(headers),
+            headers,
             payload: msg.payload.clone(),
-            what: Unpublished::Copy,
         })
-    }
-
-    /// A JetStream settlement: `payload` (`+ACK`, `-NAK`, `+TERM`) to the delivery's ack reply
-    /// subject `reply`.
-    pub(crate) fn settlement(reply: Subject, payload: Bytes) -> Self {
-        Self {
-            to: reply,
-            reply: None,
-            headers: None,
-            payload,
-            what: Unpublished::Settlement,
-        }
     }
 
     /// Hands it to `client`, without waiting for the server.
     ///
     /// # Errors
-    /// What it is ([`Unpublished::Copy`] or [`Unpublished::Settlement`]) when the client
-    /// refuses it (closed); a refused settlement keeps its ack reply subject and payload in
+    /// [`Unpublished::Copy`] or [`Unpublished::Settlement`] when the client refuses it
+    /// (closed); a refused settlement keeps its ack reply subject and payload in
     /// [`PublishFailed::settlement`], to be sent through a new client.
     pub(crate) async fn send(self, client: &Client) -> Result<(), PublishFailed> {
-        let Self {
-            to,
-            reply,
-            headers,
-            payload,
-            what,
-        } = self;
-        if what == Unpublished::Settlement {
-            // Its subject and payload kept, to be sent again through a new client.
-            let kept = (to.clone(), payload.clone());
-            return client
-                .publish(to, payload)
+        match self {
+            Self::Copy {
+                to,
+                reply: Some(reply),
+                headers,
+                payload,
+            } => client
+                .publish_with_reply_and_headers(to, reply, headers, payload)
                 .await
-                .map_err(|e| PublishFailed {
-                    settlement: Some(kept),
-                    ..PublishFailed::new(what, e)
-                });
-        }
-        let result = match (reply, headers) {
-            (Some(reply), Some(headers)) => {
+                .map_err(|e| PublishFailed::new(Unpublished::Copy, e)),
+            Self::Copy {
+                to,
+                reply: None,
+                headers,
+                payload,
+            } => client
+                .publish_with_headers(to, headers, payload)
+                .await
+                .map_err(|e| PublishFailed::new(Unpublished::Copy, e)),
+            Self::Settlement { reply, payload } => {
+                // Its subject and payload kept, to be sent again through a new client.
+                let kept = (reply.clone(), payload.clone());
                 client
-                    .publish_with_reply_and_headers(to, reply, headers, payload)
+                    .publish(reply, payload)
                     .await
+                    .map_err(|e| PublishFailed {
+                        settlement: Some(kept),
+                        ..PublishFailed::new(Unpublished::Settlement, e)
+                    })
             }
-            (None, Some(headers)) => client.publish_with_headers(to, headers, payload).await,
-            (Some(reply), None) => client.publish_with_reply(to, reply, payload).await,
-            (None, None) => client.publish(to, payload).await,
-        };
-        result.map_err(|e| PublishFailed::new(what, e))
+        }
     }
 }
 

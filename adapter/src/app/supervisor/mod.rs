@@ -316,7 +316,6 @@ impl<R: Runtime> Supervisor<R> {
         Ok(())
     }
 
-    /// Keeps a recovery for the report: the last [`RECOVERIES_KEPT`].
     /// Counts one loss of the client or of subscriptions in the window: past
     /// [`MAX_RECOVERIES`] within [`RECOVERY_WINDOW`], the app cannot go on.
     fn count_loss(&self, watch: &mut Watch, names: &[String]) -> Result<(), String> {
@@ -365,6 +364,7 @@ impl<R: Runtime> Supervisor<R> {
         Ok(client)
     }
 
+    /// Keeps a recovery for the report: the last [`RECOVERIES_KEPT`].
     fn record(&self, reason: &str, mounts: Vec<String>) {
         let mut kept = self
             .recoveries
