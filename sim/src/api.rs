@@ -249,7 +249,7 @@ impl Server {
             .map(|m| {
                 m.payload.len()
                     + m.subject.as_str().len()
-                    + m.headers.as_ref().map_or(0, crate::routing::headers_len)
+                    + m.headers.as_ref().map_or(0, crate::wire::headers_len)
             })
             .sum();
         let ts = |m: Option<&crate::StoredMessage>| {

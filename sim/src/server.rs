@@ -10,9 +10,9 @@ use ruststream_core::{ACK_PREFIX, Subject, Wildcard};
 use crate::consumer::Consumer;
 use crate::ids::{ConnectionId, SubscriptionId};
 use crate::journal::{Delivered, Publish, Published, Record};
-use crate::routing::headers_len;
 use crate::stream::PubAck;
 use crate::stream::Stream;
+use crate::wire::headers_len;
 use crate::{Faults, SimError};
 
 /// nats-server's `max_payload` by default: 1 MiB.

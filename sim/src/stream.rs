@@ -238,7 +238,7 @@ impl Stream {
         payload: &Bytes,
         now: Instant,
     ) -> Result<(PubAck, Vec<u64>), SimError> {
-        let size = payload.len() + headers.map_or(0, crate::routing::headers_len);
+        let size = payload.len() + headers.map_or(0, crate::wire::headers_len);
         let max = self.config.max_message_size;
         if max > 0 && size as i64 > i64::from(max) {
             return Err(SimError::MessageTooLarge {
