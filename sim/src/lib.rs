@@ -118,37 +118,33 @@
 //! `inactive_threshold`. Messages are async-nats messages, so bytes async-nats cannot read
 //! cannot be stored. Health's `since` times are virtual: `Health::live` reads the system
 //! clock, so a test asks `live_at(sim.now())`.
+//!
+//! # Where things are
+//! Two folders, and imports run one way: `endpoint/` imports `model/`, never the reverse.
+//! - `model/`: the sans-io model ([`Server`] and what it holds: streams, consumers, the
+//!   journal, faults) and its wire vocabulary (acknowledgement payloads, pull requests, the
+//!   NATS client protocol's framing). No async, no tokio, no socket, no clock.
+//! - `endpoint/`: the async side. The NATS protocol endpoint that serves the model on
+//!   loopback ([`Authorization`] for what it requires), the virtual-time [`Runtime`], and
+//!   the [`Sim`] handle a test holds.
 
-mod api;
-mod consumer;
 mod endpoint;
-mod error;
-mod faults;
-mod harness;
-mod ids;
-mod jetstream;
-mod journal;
-mod protocol;
-mod routing;
-mod runtime;
-mod server;
-mod stream;
-mod wire;
+mod model;
 
-pub use consumer::{
+pub use model::consumer::{
     ConsumerState, DEFAULT_MAX_ACK_PENDING, DEFAULT_MAX_WAITING, SERVER_DEFAULT_ACK_WAIT, Sequences,
 };
-pub use error::{SimError, WorkQueueRule};
-pub use faults::Faults;
-pub use ids::{ConnectionId, SubscriptionId};
-pub use journal::{Delivered, Publish, Published, Record};
-pub use server::{DEFAULT_MAX_PAYLOAD, EPOCH_NANOS, PULL_PREFIX, Server, ServerVersion};
-pub use stream::{DEFAULT_DUPLICATE_WINDOW, PubAck, StoredMessage, StreamState};
-pub use wire::{AckKind, PullRequest};
+pub use model::error::{SimError, WorkQueueRule};
+pub use model::faults::Faults;
+pub use model::ids::{ConnectionId, SubscriptionId};
+pub use model::journal::{Delivered, Publish, Published, Record};
+pub use model::server::{DEFAULT_MAX_PAYLOAD, EPOCH_NANOS, PULL_PREFIX, Server, ServerVersion};
+pub use model::stream::{DEFAULT_DUPLICATE_WINDOW, PubAck, StoredMessage, StreamState};
+pub use model::wire::{AckKind, PullRequest};
 
 pub use endpoint::Authorization;
-pub use harness::{MAX_STEP, STEP, Sim, TimedOut};
-pub use runtime::Runtime;
+pub use endpoint::harness::{MAX_STEP, STEP, Sim, TimedOut};
+pub use endpoint::runtime::Runtime;
 
 /// The app on the simulator: `ruststream-adapter`'s [`App`](ruststream_adapter::App) on the
 /// virtual-time [`Runtime`], the same builder, mounts and handlers as `ruststream-tokio`'s.

@@ -8,7 +8,7 @@ use async_nats::jetstream::stream::{Config, DiscardPolicy, RetentionPolicy};
 use bytes::Bytes;
 use ruststream_core::{MSG_ID_HEADER, Subject, Wildcard};
 
-use crate::SimError;
+use crate::model::error::SimError;
 
 /// nats-server's duplicate window when a stream sets none.
 pub const DEFAULT_DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
@@ -238,7 +238,7 @@ impl Stream {
         payload: &Bytes,
         now: Instant,
     ) -> Result<(PubAck, Vec<u64>), SimError> {
-        let size = payload.len() + headers.map_or(0, crate::wire::headers_len);
+        let size = payload.len() + headers.map_or(0, crate::model::wire::headers_len);
         let max = self.config.max_message_size;
         if max > 0 && size as i64 > i64::from(max) {
             return Err(SimError::MessageTooLarge {

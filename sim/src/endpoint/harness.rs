@@ -8,14 +8,14 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::stream;
 use bytes::Bytes;
 
-use crate::consumer::ConsumerState;
 use crate::endpoint::{self, Authorization, Shared};
-use crate::error::SimError;
-use crate::faults::Faults;
-use crate::ids::ConnectionId;
-use crate::journal::{Publish, Published, Record};
-use crate::server::Server;
-use crate::stream::{StoredMessage, StreamState};
+use crate::model::consumer::ConsumerState;
+use crate::model::error::SimError;
+use crate::model::faults::Faults;
+use crate::model::ids::ConnectionId;
+use crate::model::journal::{Publish, Published, Record};
+use crate::model::server::Server;
+use crate::model::stream::{StoredMessage, StreamState};
 
 /// How often [`Sim::run_until`] and [`Sim::run_until_idle`] look again, in virtual time,
 /// while the journal grows; each look without a new record waits twice as long, up to
@@ -276,7 +276,7 @@ impl Sim {
             .iter()
             .filter(|r| match r {
                 Record::Published { subject, .. } => {
-                    !subject.starts_with(crate::server::PULL_PREFIX)
+                    !subject.starts_with(crate::model::server::PULL_PREFIX)
                 }
                 _ => true,
             })

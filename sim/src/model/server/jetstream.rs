@@ -8,15 +8,15 @@ use async_nats::jetstream::consumer::{AckPolicy, pull};
 use async_nats::jetstream::stream;
 use ruststream_core::{ACK_PREFIX, AckReply, Subject};
 
-use crate::SimError;
-use crate::consumer::{Consumer, ConsumerState, Send};
-use crate::error::WorkQueueRule;
-use crate::ids::ConnectionId;
-use crate::journal::{Publish, Record};
-use crate::routing::has_interest;
-use crate::server::{EPOCH_NANOS, Server, ServerVersion, StreamEntry};
-use crate::stream::{PubAck, StoredMessage, Stream, StreamState, overlap};
-use crate::wire::{AckKind, PullRequest};
+use crate::model::consumer::{Consumer, ConsumerState, Send};
+use crate::model::error::SimError;
+use crate::model::error::WorkQueueRule;
+use crate::model::ids::ConnectionId;
+use crate::model::journal::{Publish, Record};
+use crate::model::server::routing::has_interest;
+use crate::model::server::{EPOCH_NANOS, Server, ServerVersion, StreamEntry};
+use crate::model::stream::{PubAck, StoredMessage, Stream, StreamState, overlap};
+use crate::model::wire::{AckKind, PullRequest};
 
 impl Server {
     /// Reads an acknowledgement. Whether it was lost (by a fault) and so goes no further.

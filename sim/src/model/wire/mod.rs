@@ -1,9 +1,13 @@
-//! What clients send the server, read as nats-server reads it: acknowledgement payloads and
-//! pull requests; and the size of a header block on the wire.
+//! The vocabulary on the wire, stateless. Here, what clients send the server, read as
+//! nats-server reads it: acknowledgement payloads and pull requests; and the size of a header
+//! block on the wire. In [`protocol`], the NATS client protocol's operations and messages,
+//! parsed from bytes and written to bytes.
 
 use std::time::Duration;
 
 use async_nats::HeaderMap;
+
+pub(crate) mod protocol;
 
 /// How an acknowledgement reads (the payload of a publish to a `$JS.ACK.` subject).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,6 +9,11 @@
 //! tokio runtime with its clock paused, loopback bytes are readable as soon as they are
 //! written, so the runtime only moves its virtual clock when every task, the endpoint's
 //! included, waits for a timer: runs are deterministic.
+//!
+//! This folder is the simulator's async side, above the model (it imports `crate::model`,
+//! which never imports it): this file is the endpoint, `runtime.rs` the virtual-time
+//! [`Runtime`](runtime::Runtime) and its clock, `harness.rs` the [`Sim`](harness::Sim) test
+//! API that holds the endpoint.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -20,12 +25,15 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, mpsc};
 
-use crate::api::API_PREFIX;
-use crate::error::SimError;
-use crate::ids::{ConnectionId, SubscriptionId};
-use crate::journal::Publish;
-use crate::protocol::{self, ClientOp};
-use crate::server::{PULL_PREFIX, Server};
+use crate::model::error::SimError;
+use crate::model::ids::{ConnectionId, SubscriptionId};
+use crate::model::journal::Publish;
+use crate::model::server::api::API_PREFIX;
+use crate::model::server::{PULL_PREFIX, Server};
+use crate::model::wire::protocol::{self, ClientOp};
+
+pub(crate) mod harness;
+pub(crate) mod runtime;
 
 /// Direct gets: `$JS.API.DIRECT.GET.<stream>`.
 const DIRECT_GET_PREFIX: &str = "$JS.API.DIRECT.GET.";
@@ -350,7 +358,7 @@ impl Inner {
             // nats-server answers one: a JetStream error to the reply subject.
             Err(e) => {
                 if let Some(reply) = reply {
-                    self.respond(&reply, crate::api::error_body(e).to_string());
+                    self.respond(&reply, crate::model::server::api::error_body(e).to_string());
                 }
                 Ok(())
             }

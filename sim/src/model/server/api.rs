@@ -17,8 +17,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 
-use crate::error::SimError;
-use crate::server::{EPOCH_NANOS, Server};
+use crate::model::error::SimError;
+use crate::model::server::{EPOCH_NANOS, Server};
 
 /// The prefix of every JetStream API subject.
 pub(crate) const API_PREFIX: &str = "$JS.API.";
@@ -189,7 +189,8 @@ impl Server {
                     "time": wall_time(self, m.stored_at),
                 });
                 if let Some(headers) = &m.headers {
-                    let block = crate::protocol::header_block(Some(headers), None, None);
+                    let block =
+                        crate::model::wire::protocol::header_block(Some(headers), None, None);
                     message["hdrs"] = Value::String(STANDARD.encode(block));
                 }
                 Ok(json!({"message": message}))
@@ -237,7 +238,7 @@ impl Server {
     /// A stream configuration as the model would store it, without storing it: the same
     /// defaults filled in, so that an update to the same configuration is recognised.
     fn create_stream_preview(&self, config: stream::Config) -> Result<stream::Config, SimError> {
-        Ok(crate::stream::Stream::new(config)?.config)
+        Ok(crate::model::stream::Stream::new(config)?.config)
     }
 
     fn stream_info(&self, name: &str) -> Result<Value, ApiError> {
@@ -249,10 +250,12 @@ impl Server {
             .map(|m| {
                 m.payload.len()
                     + m.subject.as_str().len()
-                    + m.headers.as_ref().map_or(0, crate::wire::headers_len)
+                    + m.headers
+                        .as_ref()
+                        .map_or(0, crate::model::wire::headers_len)
             })
             .sum();
-        let ts = |m: Option<&crate::StoredMessage>| {
+        let ts = |m: Option<&crate::model::stream::StoredMessage>| {
             m.map_or_else(|| ZERO_TIME.to_owned(), |m| wall_time(self, m.stored_at))
         };
         Ok(json!({
@@ -274,7 +277,7 @@ impl Server {
     fn consumer_info(&self, stream: &str, name: &str) -> Result<Value, ApiError> {
         let state = self.consumer_state(stream, name)?;
         let config: consumer::Config = state.config.into_consumer_config();
-        let sequences = |s: crate::Sequences| json!({"consumer_seq": s.consumer_sequence, "stream_seq": s.stream_sequence});
+        let sequences = |s: crate::model::consumer::Sequences| json!({"consumer_seq": s.consumer_sequence, "stream_seq": s.stream_sequence});
         Ok(json!({
             "stream_name": stream,
             "name": name,
@@ -323,7 +326,7 @@ impl Server {
                     e.stream
                         .subjects()
                         .iter()
-                        .any(|s| crate::stream::overlap(s, f))
+                        .any(|s| crate::model::stream::overlap(s, f))
                 })
             })
             .map(|(name, _)| name.clone())

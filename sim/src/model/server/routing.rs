@@ -7,10 +7,10 @@ use async_nats::{HeaderMap, StatusCode};
 use bytes::Bytes;
 use ruststream_core::Subject;
 
-use crate::ids::SubscriptionId;
-use crate::journal::Delivered;
-use crate::server::{Server, Subscription};
-use crate::wire::headers_len;
+use crate::model::ids::SubscriptionId;
+use crate::model::journal::Delivered;
+use crate::model::server::{Server, Subscription};
+use crate::model::wire::headers_len;
 
 impl Server {
     /// Sends a status message (a pull request's end, `503 No Responders`) to `inbox`.

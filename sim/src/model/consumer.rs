@@ -24,10 +24,10 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull::Config};
 use ruststream_core::Wildcard;
 
-use crate::SimError;
-use crate::ids::ConnectionId;
-use crate::stream::Stream;
-use crate::wire::{AckKind, PullRequest};
+use crate::model::error::SimError;
+use crate::model::ids::ConnectionId;
+use crate::model::stream::Stream;
+use crate::model::wire::{AckKind, PullRequest};
 
 /// nats-server's `ack_wait` when a consumer sets none.
 pub const SERVER_DEFAULT_ACK_WAIT: Duration = Duration::from_secs(30);
@@ -203,7 +203,7 @@ impl Consumer {
             if !stream
                 .subjects()
                 .iter()
-                .any(|s| crate::stream::overlap(s, &filter))
+                .any(|s| crate::model::stream::overlap(s, &filter))
             {
                 return Err(invalid(format!(
                     "filter subject `{subject}` does not match any of the stream's subjects"
