@@ -1,7 +1,8 @@
 //! The modelled server: its connections and subscriptions, virtual time, and what a publish
 //! does. Every `impl Server` is in this folder, one concern a file: this one holds the type
-//! and its core; Core routing is in `routing.rs`, streams and consumers in `jetstream.rs`,
-//! the JetStream API's answers in `api.rs`.
+//! and its core; Core routing is in `routing.rs`, what streams and consumers do with messages
+//! (storing, acknowledgements, pull requests, deliveries) in `jetstream.rs`, creating,
+//! reading and deleting them in `management.rs`, the JetStream API's answers in `api.rs`.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -20,6 +21,7 @@ use crate::model::wire::headers_len;
 
 pub(crate) mod api;
 mod jetstream;
+mod management;
 mod routing;
 
 /// nats-server's `max_payload` by default: 1 MiB.
