@@ -28,8 +28,8 @@ use tokio::sync::{Notify, mpsc};
 use crate::model::error::SimError;
 use crate::model::ids::{ConnectionId, SubscriptionId};
 use crate::model::journal::Publish;
-use crate::model::server::api::API_PREFIX;
 use crate::model::server::{PULL_PREFIX, Server};
+use crate::model::wire::api::API_PREFIX;
 use crate::model::wire::protocol::{self, ClientOp};
 
 pub(crate) mod harness;
@@ -358,7 +358,7 @@ impl Inner {
             // nats-server answers one: a JetStream error to the reply subject.
             Err(e) => {
                 if let Some(reply) = reply {
-                    self.respond(&reply, crate::model::server::api::error_body(e).to_string());
+                    self.respond(&reply, crate::model::wire::api::error_body(e).to_string());
                 }
                 Ok(())
             }

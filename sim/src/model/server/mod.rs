@@ -19,7 +19,7 @@ use crate::model::stream::PubAck;
 use crate::model::stream::Stream;
 use crate::model::wire::headers_len;
 
-pub(crate) mod api;
+mod api;
 mod jetstream;
 mod management;
 mod routing;

@@ -1,12 +1,13 @@
 //! The vocabulary on the wire, stateless. Here, what clients send the server, read as
 //! nats-server reads it: acknowledgement payloads and pull requests; and the size of a header
 //! block on the wire. In [`protocol`], the NATS client protocol's operations and messages,
-//! parsed from bytes and written to bytes.
+//! parsed from bytes and written to bytes; in [`api`], the JetStream API's JSON.
 
 use std::time::Duration;
 
 use async_nats::HeaderMap;
 
+pub(crate) mod api;
 pub(crate) mod protocol;
 
 /// How an acknowledgement reads (the payload of a publish to a `$JS.ACK.` subject).
