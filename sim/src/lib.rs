@@ -142,7 +142,7 @@ pub use model::server::{DEFAULT_MAX_PAYLOAD, EPOCH_NANOS, PULL_PREFIX, Server, S
 pub use model::stream::{DEFAULT_DUPLICATE_WINDOW, PubAck, StoredMessage, StreamState};
 pub use model::wire::{AckKind, PullRequest};
 
-pub use endpoint::Authorization;
+pub use endpoint::access::Authorization;
 pub use endpoint::harness::{MAX_STEP, STEP, Sim, TimedOut};
 pub use endpoint::runtime::Runtime;
 

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::stream;
 use bytes::Bytes;
 
-use crate::endpoint::{self, Authorization, Shared};
+use crate::endpoint::access::Authorization;
+use crate::endpoint::{self, Shared};
 use crate::model::consumer::ConsumerState;
 use crate::model::error::SimError;
 use crate::model::faults::Faults;
@@ -121,7 +122,7 @@ impl Sim {
             .expect("a current-thread tokio runtime");
         runtime.block_on(async move {
             #[allow(clippy::expect_used)] // documented
-            let sim = Sim::start(server(endpoint::now()))
+            let sim = Sim::start(server(endpoint::runtime::now()))
                 .await
                 .expect("the simulator's endpoint listens on loopback");
             scenario(sim).await
@@ -176,7 +177,7 @@ impl Sim {
 
     /// The virtual clock's instant (the one the app's `Runtime::now` reads).
     pub fn now(&self) -> Instant {
-        endpoint::now()
+        endpoint::runtime::now()
     }
 
     /// Lets `by` of virtual time pass, everything due in it happening in order: handlers

@@ -11,75 +11,35 @@
 //! included, waits for a timer: runs are deterministic.
 //!
 //! This folder is the simulator's async side, above the model (it imports `crate::model`,
-//! which never imports it): this file is the endpoint, `runtime.rs` the virtual-time
-//! [`Runtime`](runtime::Runtime) and its clock, `harness.rs` the [`Sim`](harness::Sim) test
-//! API that holds the endpoint.
+//! which never imports it), in floors, lowest first:
+//! - `runtime.rs`: the virtual clock ([`now`]) and the [`Runtime`](runtime::Runtime) the app
+//!   runs on.
+//! - The endpoint. Here, the state its tasks and the test share ([`Shared`]), the listener
+//!   ([`start`]) and the task that lets the model's timers fall due; in `access.rs`, who is
+//!   let in; in `connection.rs`, one client connection's task, which reads its operations and
+//!   writes what is queued for it; in `dispatch.rs`, those operations applied to the model.
+//! - `harness.rs`: the [`Sim`](harness::Sim) test API, which holds the endpoint.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{Notify, mpsc};
 
-use crate::model::error::SimError;
+use crate::endpoint::access::Access;
+use crate::endpoint::connection::serve;
+use crate::endpoint::runtime::now;
 use crate::model::ids::{ConnectionId, SubscriptionId};
-use crate::model::journal::Publish;
-use crate::model::server::{PULL_PREFIX, Server};
-use crate::model::wire::api::API_PREFIX;
-use crate::model::wire::protocol::{self, ClientOp};
+use crate::model::server::Server;
+use crate::model::wire::protocol;
 
+pub(crate) mod access;
+mod connection;
+mod dispatch;
 pub(crate) mod harness;
 pub(crate) mod runtime;
-
-/// Direct gets: `$JS.API.DIRECT.GET.<stream>`.
-const DIRECT_GET_PREFIX: &str = "$JS.API.DIRECT.GET.";
-
-/// The virtual instant: the runtime's clock, which a paused tokio runtime moves only when
-/// every task waits for a timer.
-pub(crate) fn now() -> Instant {
-    tokio::time::Instant::now().into_std()
-}
-
-/// What a client must give in its `CONNECT` to be let in.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Authorization {
-    /// A user and password (`user`, `pass`), as `nats://user:password@host` gives them.
-    UserPassword {
-        /// The user.
-        user: String,
-        /// The password.
-        password: String,
-    },
-    /// A token (`auth_token`), as `nats://token@host` gives it.
-    Token(String),
-}
-
-impl Authorization {
-    /// Whether a `CONNECT`'s JSON options give what this requires.
-    fn admits(&self, options: &str) -> bool {
-        let options: serde_json::Value = serde_json::from_str(options).unwrap_or_default();
-        let field = |name: &str| options.get(name).and_then(serde_json::Value::as_str);
-        match self {
-            Self::UserPassword { user, password } => {
-                field("user") == Some(user.as_str()) && field("pass") == Some(password.as_str())
-            }
-            Self::Token(token) => field("auth_token") == Some(token.as_str()),
-        }
-    }
-}
-
-/// How the endpoint lets clients in: what it requires, whether JetStream is on, whether it is
-/// up.
-#[derive(Debug, Clone)]
-pub(crate) struct Access {
-    pub(crate) authorization: Option<Authorization>,
-    pub(crate) jetstream: bool,
-    pub(crate) up: bool,
-}
 
 /// What the endpoint's tasks and the test share.
 pub(crate) struct Shared {
@@ -88,6 +48,7 @@ pub(crate) struct Shared {
     changed: Notify,
 }
 
+/// The model and the endpoint's side of each client connection, behind [`Shared`]'s lock.
 pub(crate) struct Inner {
     pub(crate) server: Server,
     pub(crate) access: Access,
@@ -224,150 +185,6 @@ impl Inner {
             let _ = client.out.send(bytes.into());
         }
     }
-
-    /// Applies one operation of `connection`. `Err` closes the connection after its `-ERR`.
-    fn apply(&mut self, connection: ConnectionId, op: ClientOp) -> Result<(), ()> {
-        let admitted = self.clients.get(&connection).is_some_and(|c| c.admitted);
-        match op {
-            ClientOp::Connect(options) => {
-                let admits = self
-                    .access
-                    .authorization
-                    .as_ref()
-                    .is_none_or(|a| a.admits(&options));
-                if !admits {
-                    self.send(connection, &b"-ERR 'Authorization Violation'\r\n"[..]);
-                    return Err(());
-                }
-                if let Some(client) = self.clients.get_mut(&connection) {
-                    client.admitted = true;
-                }
-                return Ok(());
-            }
-            ClientOp::Pong => return Ok(()),
-            ClientOp::Ping if admitted => {
-                self.send(connection, &b"PONG\r\n"[..]);
-                return Ok(());
-            }
-            _ if !admitted => {
-                // nats-server wants `CONNECT` first where it requires authorization.
-                self.send(connection, &b"-ERR 'Authorization Violation'\r\n"[..]);
-                return Err(());
-            }
-            _ => {}
-        }
-        match op {
-            ClientOp::Connect(_) | ClientOp::Pong => {}
-            ClientOp::Ping => self.send(connection, &b"PONG\r\n"[..]),
-            ClientOp::Sub {
-                subject,
-                queue,
-                sid,
-            } => match self
-                .server
-                .subscribe(connection, &subject, queue.as_deref())
-            {
-                Ok(id) => {
-                    if let Some(client) = self.clients.get_mut(&connection) {
-                        client.sids.insert(sid.clone(), id);
-                    }
-                    self.routes.insert(
-                        id,
-                        Route {
-                            connection,
-                            sid,
-                            delivered: 0,
-                            max: None,
-                        },
-                    );
-                }
-                Err(_) => self.send(connection, &b"-ERR 'Invalid Subject'\r\n"[..]),
-            },
-            ClientOp::Unsub { sid, max } => {
-                let id = self
-                    .clients
-                    .get(&connection)
-                    .and_then(|c| c.sids.get(&sid).copied());
-                if let Some(id) = id {
-                    match (max, self.routes.get_mut(&id)) {
-                        (Some(max), Some(route)) if route.delivered < max => route.max = Some(max),
-                        _ => self.end_subscription(id),
-                    }
-                }
-            }
-            ClientOp::Pub {
-                subject,
-                reply,
-                headers,
-                payload,
-            } => return self.publish(connection, subject, reply, headers, payload),
-        }
-        Ok(())
-    }
-
-    fn publish(
-        &mut self,
-        connection: ConnectionId,
-        subject: String,
-        reply: Option<String>,
-        headers: Option<async_nats::HeaderMap>,
-        payload: Bytes,
-    ) -> Result<(), ()> {
-        if subject.starts_with(API_PREFIX) && !self.access.jetstream {
-            // A server without JetStream has no responder for its API, pull requests
-            // included.
-            if let Some(reply) = reply {
-                self.server.no_responders(&reply);
-            }
-            return Ok(());
-        }
-        if subject.starts_with(DIRECT_GET_PREFIX) {
-            // A stream without `allow_direct` (the model refuses it) has no direct-get
-            // responder: nats-server answers `503 No Responders`.
-            if let Some(reply) = reply {
-                self.server.no_responders(&reply);
-            }
-            return Ok(());
-        }
-        if let Some(api) = subject.strip_prefix(API_PREFIX)
-            && !subject.starts_with(PULL_PREFIX)
-        {
-            let body = self.server.answer_api(api, &payload);
-            if let Some(reply) = reply {
-                self.respond(&reply, body.to_string());
-            }
-            return Ok(());
-        }
-        let message = Publish {
-            subject,
-            reply: reply.clone(),
-            headers,
-            payload,
-        };
-        match self.server.publish(connection, message, now()) {
-            Ok(_) => Ok(()),
-            Err(SimError::MaxPayload { .. }) => {
-                self.send(connection, &b"-ERR 'Maximum Payload Violation'\r\n"[..]);
-                Err(())
-            }
-            Err(SimError::Subject { .. }) => {
-                self.send(connection, &b"-ERR 'Invalid Publish Subject'\r\n"[..]);
-                Ok(())
-            }
-            // A refused JetStream publish (a fault, a full stream) is answered as
-            // nats-server answers one: a JetStream error to the reply subject.
-            Err(e) => {
-                if let Some(reply) = reply {
-                    self.respond(&reply, crate::model::wire::api::error_body(e).to_string());
-                }
-                Ok(())
-            }
-        }
-    }
-
-    fn respond(&mut self, reply: &str, body: String) {
-        self.server.respond(reply, Bytes::from(body));
-    }
 }
 
 /// The endpoint: a listener on loopback and the task driving the model's timers.
@@ -407,100 +224,4 @@ async fn timers(shared: Arc<Shared>) {
             None => shared.changed.notified().await,
         }
     }
-}
-
-/// Serves one client connection until it closes, breaks the protocol, or a fault closes it.
-async fn serve(shared: Arc<Shared>, socket: TcpStream, addr: SocketAddr, client_id: u64) {
-    let _ = socket.set_nodelay(true);
-    let (mut reader, mut writer) = socket.into_split();
-    let (out, mut outgoing) = mpsc::unbounded_channel::<Bytes>();
-    let close = Arc::new(Notify::new());
-    let connection = {
-        let mut inner = shared.lock();
-        if !inner.access.up {
-            // Down: the connection closes before the server says anything.
-            return;
-        }
-        let connection = inner.server.connect();
-        let info = serde_json::json!({
-            "server_id": "RUSTSTREAMSIM",
-            "server_name": "ruststream-sim",
-            "version": inner.server.version.announced(),
-            "proto": 1,
-            "go": "ruststream-sim",
-            "host": addr.ip().to_string(),
-            "port": addr.port(),
-            "headers": true,
-            "max_payload": inner.server.max_payload(),
-            "jetstream": inner.access.jetstream,
-            "auth_required": inner.access.authorization.is_some(),
-            "client_id": client_id,
-        });
-        let _ = out.send(Bytes::from(format!("INFO {info}\r\n")));
-        let admitted = inner.access.authorization.is_none();
-        inner.clients.insert(
-            connection,
-            Client {
-                admitted,
-                out,
-                sids: HashMap::new(),
-                close: close.clone(),
-            },
-        );
-        connection
-    };
-    let writing = tokio::spawn(async move {
-        while let Some(bytes) = outgoing.recv().await {
-            if writer.write_all(&bytes).await.is_err() {
-                break;
-            }
-        }
-    });
-    let mut buf = BytesMut::with_capacity(64 * 1024);
-    'reading: loop {
-        tokio::select! {
-            biased;
-            () = close.notified() => {
-                writing.abort();
-                break 'reading;
-            }
-            read = reader.read_buf(&mut buf) => {
-                if !matches!(read, Ok(n) if n > 0) {
-                    break 'reading;
-                }
-                let mut ops = Vec::new();
-                let broken = loop {
-                    match protocol::parse(&mut buf) {
-                        Ok(Some(op)) => ops.push(op),
-                        Ok(None) => break None,
-                        Err(e) => break Some(e),
-                    }
-                };
-                protocol::order_subscriptions(&mut ops);
-                let mut inner = shared.lock();
-                for op in ops {
-                    if inner.apply(connection, op).is_err() {
-                        inner.flush();
-                        break 'reading;
-                    }
-                }
-                if let Some(e) = broken {
-                    inner.send(connection, format!("-ERR '{e}'\r\n"));
-                    break 'reading;
-                }
-                inner.flush();
-                drop(inner);
-                shared.changed.notify_one();
-            }
-        }
-    }
-    {
-        let mut inner = shared.lock();
-        inner.close(connection);
-        inner.flush();
-    }
-    shared.changed.notify_one();
-    // The writer ends once its queue is drained (an `-ERR` reaches the client first); a
-    // fault's close aborted it.
-    let _ = writing.await;
 }
