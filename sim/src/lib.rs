@@ -143,8 +143,8 @@ pub use model::stream::{DEFAULT_DUPLICATE_WINDOW, PubAck, StoredMessage, StreamS
 pub use model::wire::{AckKind, PullRequest};
 
 pub use endpoint::access::Authorization;
-pub use endpoint::harness::{MAX_STEP, STEP, Sim, TimedOut};
 pub use endpoint::runtime::Runtime;
+pub use endpoint::sim::{MAX_STEP, STEP, Sim, TimedOut};
 
 /// The app on the simulator: `ruststream-adapter`'s [`App`](ruststream_adapter::App) on the
 /// virtual-time [`Runtime`], the same builder, mounts and handlers as `ruststream-tokio`'s.

@@ -18,7 +18,7 @@
 //!   ([`start`]) and the task that lets the model's timers fall due; in `access.rs`, who is
 //!   let in; in `connection.rs`, one client connection's task, which reads its operations and
 //!   writes what is queued for it; in `dispatch.rs`, those operations applied to the model.
-//! - `harness.rs`: the [`Sim`](harness::Sim) test API, which holds the endpoint.
+//! - `sim/`: the [`Sim`](sim::Sim) test API, which holds the endpoint.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -38,8 +38,8 @@ use crate::model::wire::protocol;
 pub(crate) mod access;
 mod connection;
 mod dispatch;
-pub(crate) mod harness;
 pub(crate) mod runtime;
+pub(crate) mod sim;
 
 /// What the endpoint's tasks and the test share.
 pub(crate) struct Shared {
