@@ -121,12 +121,16 @@
 //!
 //! # Where things are
 //! Two folders, and imports run one way: `endpoint/` imports `model/`, never the reverse.
-//! - `model/`: the sans-io model ([`Server`] and what it holds: streams, consumers, the
-//!   journal, faults) and its wire vocabulary (acknowledgement payloads, pull requests, the
-//!   NATS client protocol's framing). No async, no tokio, no socket, no clock.
-//! - `endpoint/`: the async side. The NATS protocol endpoint that serves the model on
-//!   loopback ([`Authorization`] for what it requires), the virtual-time [`Runtime`], and
-//!   the [`Sim`] handle a test holds.
+//! - `model/`: the sans-io model. No async, no tokio, no socket, no clock. `server/` holds
+//!   [`Server`], every `impl Server` in it, one concern a file; `stream/` and `consumer/` the
+//!   state machines it drives; `journal.rs` what clients and the server exchange ([`Publish`],
+//!   [`Delivered`], [`Record`]); `faults.rs` [`Faults`]; `error.rs` [`SimError`]; `wire/` the
+//!   vocabulary on the wire ([`AckKind`], [`PullRequest`], the NATS client protocol's framing,
+//!   the JetStream API's JSON).
+//! - `endpoint/`: the async side, lowest first: `runtime.rs`, the virtual clock and
+//!   [`Runtime`]; the NATS protocol endpoint that serves the model on loopback (`mod.rs`,
+//!   `access.rs` with [`Authorization`], `connection.rs`, `dispatch.rs`); `sim/`, the [`Sim`]
+//!   handle a test holds, its waits ([`Sim::run_until`]) in `sim/wait.rs`.
 
 mod endpoint;
 mod model;

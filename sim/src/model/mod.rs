@@ -3,15 +3,24 @@
 //! Nothing here imports the endpoint's folder (`sim/src/endpoint/`); the endpoint imports the
 //! model.
 //!
-//! - [`server`]: [`Server`](server::Server), the modelled server, with every `impl Server`
-//!   in its folder (its core, Core routing, JetStream, the JetStream API's answers).
-//! - [`stream`] and [`consumer`]: one stream and one pull consumer, each its own state machine,
-//!   which the server holds and drives.
+//! - [`server`]: [`Server`](server::Server), the modelled server. Every `impl Server` is in its
+//!   folder, one concern a file: its core (connections, subscriptions, publish, time), Core
+//!   routing, what streams and consumers do with messages, their management, and the answers
+//!   to the JetStream API.
+//! - [`stream`] and [`consumer`]: one stream and one pull consumer, each a state machine of its
+//!   own that the server holds and drives, each a folder: a stream's publish path is in
+//!   `stream/store.rs`; a consumer's configuration, pull requests and acknowledgements are in
+//!   `consumer/config.rs`, `consumer/pull.rs` and `consumer/ack.rs`.
 //! - [`wire`]: the vocabulary on the wire, stateless: acknowledgement payloads, pull requests
-//!   and header sizes, and in [`wire::protocol`] the NATS client protocol's framing.
+//!   and header sizes; in [`wire::protocol`] the NATS client protocol's framing, which the
+//!   endpoint reads and writes with; in [`wire::api`] the JetStream API's JSON.
 //! - [`journal`]: what clients publish, what the server delivers, and the journal of what it
 //!   did; [`ids`] names connections and subscriptions; [`error`] says what the model
 //!   refuses; [`faults`] makes it misbehave on purpose.
+//!
+//! Imports inside the model point down as well: [`ids`], [`error`], [`faults`] and [`wire`] at
+//! the bottom; [`stream`] above them; [`consumer`] and [`journal`] above the stream; [`server`]
+//! at the top. A folder's files import its `mod.rs`, which imports none of them.
 
 pub(crate) mod consumer;
 pub(crate) mod error;

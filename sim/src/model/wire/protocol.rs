@@ -4,10 +4,8 @@
 //! the NATS documentation's "Client Protocol" page; header blocks are `NATS/1.0` with an
 //! optional status line, then `Name: Value` lines, as nats-server writes them.
 //!
-//! Pure parsing and formatting: bytes in, operations out, messages back to bytes; no socket,
-//! no clock, no state. So it is wire vocabulary and sits in the model, below both users: the
-//! model's own `STREAM.MSG.GET` answer carries a header block written here, and the endpoint
-//! only carries these bytes over loopback.
+//! Pure (bytes in, operations out, messages back to bytes; no socket), so it is wire vocabulary
+//! in the model, below both its users: the model's `STREAM.MSG.GET` answer and the endpoint.
 
 use async_nats::HeaderMap;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
