@@ -118,37 +118,37 @@
 //! `inactive_threshold`. Messages are async-nats messages, so bytes async-nats cannot read
 //! cannot be stored. Health's `since` times are virtual: `Health::live` reads the system
 //! clock, so a test asks `live_at(sim.now())`.
+//!
+//! # Where things are
+//! Two folders, and imports run one way: `endpoint/` imports `model/`, never the reverse.
+//! - `model/`: the sans-io model. No async, no tokio, no socket, no clock. `server/` holds
+//!   [`Server`], every `impl Server` in it, one concern a file; `stream/` and `consumer/` the
+//!   state machines it drives; `journal.rs` what clients and the server exchange ([`Publish`],
+//!   [`Delivered`], [`Record`]); `faults.rs` [`Faults`]; `error.rs` [`SimError`]; `wire/` the
+//!   vocabulary on the wire ([`AckKind`], [`PullRequest`], the NATS client protocol's framing,
+//!   the JetStream API's JSON).
+//! - `endpoint/`: the async side, lowest first: `runtime.rs`, the virtual clock and
+//!   [`Runtime`]; the NATS protocol endpoint that serves the model on loopback (`mod.rs`,
+//!   `access.rs` with [`Authorization`], `connection.rs`, `dispatch.rs`); `sim/`, the [`Sim`]
+//!   handle a test holds, its waits ([`Sim::run_until`]) in `sim/wait.rs`.
 
-mod api;
-mod consumer;
 mod endpoint;
-mod error;
-mod faults;
-mod harness;
-mod ids;
-mod jetstream;
-mod journal;
-mod protocol;
-mod routing;
-mod runtime;
-mod server;
-mod stream;
-mod wire;
+mod model;
 
-pub use consumer::{
+pub use model::consumer::{
     ConsumerState, DEFAULT_MAX_ACK_PENDING, DEFAULT_MAX_WAITING, SERVER_DEFAULT_ACK_WAIT, Sequences,
 };
-pub use error::{SimError, WorkQueueRule};
-pub use faults::Faults;
-pub use ids::{ConnectionId, SubscriptionId};
-pub use journal::{Delivered, Publish, Published, Record};
-pub use server::{DEFAULT_MAX_PAYLOAD, EPOCH_NANOS, PULL_PREFIX, Server, ServerVersion};
-pub use stream::{DEFAULT_DUPLICATE_WINDOW, PubAck, StoredMessage, StreamState};
-pub use wire::{AckKind, PullRequest};
+pub use model::error::{SimError, WorkQueueRule};
+pub use model::faults::Faults;
+pub use model::ids::{ConnectionId, SubscriptionId};
+pub use model::journal::{Delivered, Publish, Published, Record};
+pub use model::server::{DEFAULT_MAX_PAYLOAD, EPOCH_NANOS, PULL_PREFIX, Server, ServerVersion};
+pub use model::stream::{DEFAULT_DUPLICATE_WINDOW, PubAck, StoredMessage, StreamState};
+pub use model::wire::{AckKind, PullRequest};
 
-pub use endpoint::Authorization;
-pub use harness::{MAX_STEP, STEP, Sim, TimedOut};
-pub use runtime::Runtime;
+pub use endpoint::access::Authorization;
+pub use endpoint::runtime::Runtime;
+pub use endpoint::sim::{MAX_STEP, STEP, Sim, TimedOut};
 
 /// The app on the simulator: `ruststream-adapter`'s [`App`](ruststream_adapter::App) on the
 /// virtual-time [`Runtime`], the same builder, mounts and handlers as `ruststream-tokio`'s.

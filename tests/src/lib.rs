@@ -1,8 +1,41 @@
 //! Support for the conformance suite: a private nats-server per test, a capture of the log,
 //! and helpers to observe the wire and the server's state.
 //!
-//! The scenarios themselves live in `tests/scenarios.rs`, written once and compiled once per
-//! adapter (`tests/tokio.rs` includes them with `use ruststream_tokio as adapter`).
+//! The scenarios themselves live in `tests/scenarios/` (a file per subject), written once and
+//! compiled once per instantiation: `tests/tests/tokio.rs` declares them with
+//! `use ruststream_tokio as adapter` and `tests/tests/smol.rs` with `ruststream_smol`, each on a
+//! real nats-server; `tests/tests/sim.rs` with `ruststream_sim`, on the simulator's model.
+//! `tests/scenarios/mod.rs` says what an instantiation provides.
+//!
+//! The other test files of `tests/tests/`:
+//! - `app_vs_server.rs`: the app on the simulator against the app on a real nats-server, on
+//!   scenarios a proptest draws with a fixed seed: the handler's runs and what reaches the
+//!   wire must agree.
+//! - `model_vs_server.rs`: the simulator's model against a real nats-server at the wire, on
+//!   JetStream scripts a proptest draws with a fixed seed: deliveries, the ends of pull
+//!   requests and the consumer's final state must agree.
+//! - `faults.rs`: faults under load (a service killed and started again, a nats-server
+//!   restarted under a running app, a cluster node that dies), and nothing lost.
+//! - `scripted.rs`: the `scripted` example run as a user runs it, on both runtimes, against a
+//!   secured server.
+//! - `signals.rs`: shutdown on SIGTERM and SIGINT on both adapters, one test in its binary
+//!   (a signal goes to the whole process).
+//! - `demo.rs`: the demos run as a new user runs them (`cargo run --example demo`).
+//!
+//! What this crate gives them:
+//! - here: the log's capture ([`capture_logs`], [`log_lines`], [`logged`]), [`eventually`]
+//!   and [`PATIENCE`], the wire ([`Wire`], [`round_trip`], [`headers_of`]), [`TestClient`],
+//!   [`Endpoint`] (what a test client connects to) and [`example_bin`];
+//! - `server.rs`, re-exported here: [`NatsServer`], [`ServerOptions`], [`nats_server_bin`],
+//!   [`nats_server_version`];
+//! - [`sim`]: [`SimServer`](sim::SimServer), the simulator where the scenarios have a
+//!   `NatsServer`;
+//! - [`cluster`]: [`NatsCluster`](cluster::NatsCluster), a few nats-server nodes for the fault
+//!   tests;
+//! - [`process`]: [`Scripted`](process::Scripted), the `scripted` example as a process;
+//! - [`raw`]: a raw TCP publisher, for bytes async-nats refuses to build;
+//! - [`metrics`]: a recorder that keeps every metric the runtime registers;
+//! - [`paired`]: medians for the benches' interleaved rounds (the benches include it by path).
 
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 

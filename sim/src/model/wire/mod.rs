@@ -1,7 +1,14 @@
-//! What clients send the server, read as nats-server reads it: acknowledgement payloads and
-//! pull requests.
+//! The vocabulary on the wire, stateless. Here, what clients send the server, read as
+//! nats-server reads it: acknowledgement payloads and pull requests; and the size of a header
+//! block on the wire. In [`protocol`], the NATS client protocol's operations and messages,
+//! parsed from bytes and written to bytes; in [`api`], the JetStream API's JSON.
 
 use std::time::Duration;
+
+use async_nats::HeaderMap;
+
+pub(crate) mod api;
+pub(crate) mod protocol;
 
 /// How an acknowledgement reads (the payload of a publish to a `$JS.ACK.` subject).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,6 +126,20 @@ fn go_duration(text: &str) -> Option<Duration> {
         total += number * nanos_per;
     }
     (total.is_finite() && total < u64::MAX as f64).then(|| Duration::from_nanos(total as u64))
+}
+
+/// The headers' size on the wire: `NATS/1.0\r\n`, each `name: value\r\n`, and `\r\n`.
+pub(crate) fn headers_len(headers: &HeaderMap) -> usize {
+    let pairs: usize = headers
+        .iter()
+        .map(|(name, values)| {
+            values
+                .iter()
+                .map(|v| AsRef::<str>::as_ref(name).len() + 2 + v.as_str().len() + 2)
+                .sum::<usize>()
+        })
+        .sum();
+    10 + pairs + 2
 }
 
 #[cfg(test)]

@@ -3,6 +3,9 @@
 //! messages the server sends (`MSG`, `HMSG`) written to bytes. The wire format is the one in
 //! the NATS documentation's "Client Protocol" page; header blocks are `NATS/1.0` with an
 //! optional status line, then `Name: Value` lines, as nats-server writes them.
+//!
+//! Pure (bytes in, operations out, messages back to bytes; no socket), so it is wire vocabulary
+//! in the model, below both its users: the model's `STREAM.MSG.GET` answer and the endpoint.
 
 use async_nats::HeaderMap;
 use bytes::{Buf, BufMut, Bytes, BytesMut};

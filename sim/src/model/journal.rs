@@ -5,9 +5,9 @@ use std::time::Instant;
 use async_nats::HeaderMap;
 use bytes::Bytes;
 
-use crate::ids::{ConnectionId, SubscriptionId};
-use crate::stream::PubAck;
-use crate::wire::AckKind;
+use crate::model::ids::{ConnectionId, SubscriptionId};
+use crate::model::stream::PubAck;
+use crate::model::wire::AckKind;
 
 /// A message for the server: what a client publishes.
 #[derive(Debug, Clone, PartialEq)]
@@ -117,7 +117,7 @@ pub enum Record {
         delivered: u64,
         /// What it says.
         kind: AckKind,
-        /// Whether [`Faults::lose_acks`](crate::Faults::lose_acks) made it vanish.
+        /// Whether [`Faults::lose_acks`](crate::model::faults::Faults::lose_acks) made it vanish.
         lost: bool,
     },
     /// A message delivered `max_deliver` times came up for redelivery (its last deadline

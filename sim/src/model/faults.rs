@@ -2,11 +2,11 @@
 
 use ruststream_core::{Subject, Wildcard};
 
-use crate::SimError;
+use crate::model::error::SimError;
 
 /// What the next operations should suffer. Each switch counts down: it applies to the next
 /// `n` matching operations, then the server behaves again. A dropped connection is
-/// [`Server::disconnect`](crate::Server::disconnect).
+/// [`Server::disconnect`](crate::model::server::Server::disconnect).
 #[derive(Debug, Default, Clone)]
 pub struct Faults {
     lost_acks: usize,

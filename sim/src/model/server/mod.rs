@@ -1,5 +1,8 @@
 //! The modelled server: its connections and subscriptions, virtual time, and what a publish
-//! does. Routing is in `routing.rs`, streams and consumers in `jetstream.rs`.
+//! does. Every `impl Server` is in this folder, one concern a file: this one holds the type
+//! and its core; Core routing is in `routing.rs`, what streams and consumers do with messages
+//! (storing, acknowledgements, pull requests, deliveries) in `jetstream.rs`, creating,
+//! reading and deleting them in `management.rs`, the JetStream API's answers in `api.rs`.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -7,13 +10,19 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use ruststream_core::{ACK_PREFIX, Subject, Wildcard};
 
-use crate::consumer::Consumer;
-use crate::ids::{ConnectionId, SubscriptionId};
-use crate::journal::{Delivered, Publish, Published, Record};
-use crate::routing::headers_len;
-use crate::stream::PubAck;
-use crate::stream::Stream;
-use crate::{Faults, SimError};
+use crate::model::consumer::Consumer;
+use crate::model::error::SimError;
+use crate::model::faults::Faults;
+use crate::model::ids::{ConnectionId, SubscriptionId};
+use crate::model::journal::{Delivered, Publish, Published, Record};
+use crate::model::stream::PubAck;
+use crate::model::stream::Stream;
+use crate::model::wire::headers_len;
+
+mod api;
+mod jetstream;
+mod management;
+mod routing;
 
 /// nats-server's `max_payload` by default: 1 MiB.
 pub const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
@@ -41,9 +50,9 @@ pub enum ServerVersion {
 }
 
 impl ServerVersion {
-    /// The version [`Sim`](crate::Sim)'s endpoint announces in its `INFO`: the nats-server
-    /// release whose behaviour the model follows (the one the model-vs-server test checks it
-    /// against), `2.9.10` or `2.15.1`.
+    /// The version `Sim`'s endpoint announces in its `INFO`: the nats-server release whose
+    /// behaviour the model follows (the one the model-vs-server test checks it against),
+    /// `2.9.10` or `2.15.1`.
     pub fn announced(self) -> &'static str {
         match self {
             ServerVersion::V2_9 => "2.9.10",

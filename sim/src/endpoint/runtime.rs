@@ -1,9 +1,18 @@
 //! The virtual-time runtime: ruststream's adapter on a current-thread tokio runtime whose clock
 //! is paused, so that every sleep, timeout and deadline of the app, of async-nats and of the
 //! model is virtual.
+//!
+//! The lowest floor of the endpoint's folder: it imports nothing from it. [`now`] reads the
+//! virtual clock for the endpoint and the test API, as [`Runtime`]'s `now` does for the app.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
+
+/// The virtual instant: the runtime's clock, which a paused tokio runtime moves only when
+/// every task waits for a timer.
+pub(crate) fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
 
 /// The runtime the simulator runs ruststream on: tokio's tasks and timers on the virtual clock
 /// [`Sim::run`](crate::Sim::run) starts paused. [`now`](ruststream_adapter::Runtime::now) is
@@ -52,7 +61,7 @@ impl ruststream_adapter::Runtime for Runtime {
 
     /// The virtual clock (tokio's, paused in a simulation).
     fn now() -> Instant {
-        crate::endpoint::now()
+        self::now()
     }
 
     /// Sleeps on the virtual clock.

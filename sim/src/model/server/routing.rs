@@ -7,9 +7,10 @@ use async_nats::{HeaderMap, StatusCode};
 use bytes::Bytes;
 use ruststream_core::Subject;
 
-use crate::ids::SubscriptionId;
-use crate::journal::Delivered;
-use crate::server::{Server, Subscription};
+use crate::model::ids::SubscriptionId;
+use crate::model::journal::Delivered;
+use crate::model::server::{Server, Subscription};
+use crate::model::wire::headers_len;
 
 impl Server {
     /// Sends a status message (a pull request's end, `503 No Responders`) to `inbox`.
@@ -122,18 +123,4 @@ pub(crate) fn has_interest(
         return false;
     };
     subscriptions.values().any(|s| s.subject.matches(&subject))
-}
-
-/// The headers' size on the wire: `NATS/1.0\r\n`, each `name: value\r\n`, and `\r\n`.
-pub(crate) fn headers_len(headers: &HeaderMap) -> usize {
-    let pairs: usize = headers
-        .iter()
-        .map(|(name, values)| {
-            values
-                .iter()
-                .map(|v| AsRef::<str>::as_ref(name).len() + 2 + v.as_str().len() + 2)
-                .sum::<usize>()
-        })
-        .sum();
-    10 + pairs + 2
 }

@@ -10,98 +10,21 @@
 //! `CONSUMER.MSG.NEXT`, the pull request, is the model's own ([`Server::publish`]); a direct
 //! get (`DIRECT.GET`) is answered `503 No Responders`, as nats-server answers it for a stream
 //! without `allow_direct`, which the model refuses.
+//!
+//! Here, the server's answers; how requests read and how errors are written, which needs no
+//! server, is in `model/wire/api.rs`.
 
-use async_nats::jetstream::consumer::{self, IntoConsumerConfig, pull};
+use async_nats::jetstream::consumer::{self, IntoConsumerConfig};
 use async_nats::jetstream::{ErrorCode, stream};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 
-use crate::error::SimError;
-use crate::server::{EPOCH_NANOS, Server};
-
-/// The prefix of every JetStream API subject.
-pub(crate) const API_PREFIX: &str = "$JS.API.";
-
-/// nats-server's page size for `STREAM.NAMES` and `CONSUMER.NAMES`.
-const PAGE: usize = 1024;
-
-/// The time nats-server writes for "never" (Go's zero time).
-const ZERO_TIME: &str = "0001-01-01T00:00:00Z";
-
-/// A JetStream API error, as nats-server answers one.
-pub(crate) struct ApiError {
-    code: u16,
-    err_code: ErrorCode,
-    description: String,
-}
-
-impl ApiError {
-    fn new(code: u16, err_code: ErrorCode, description: impl Into<String>) -> Self {
-        Self {
-            code,
-            err_code,
-            description: description.into(),
-        }
-    }
-
-    fn not_modelled(what: &str) -> Self {
-        Self::new(
-            400,
-            ErrorCode::BAD_REQUEST,
-            format!("{what} is not modelled by ruststream-sim"),
-        )
-    }
-
-    fn bad_request(problem: impl std::fmt::Display) -> Self {
-        Self::new(
-            400,
-            ErrorCode::BAD_REQUEST,
-            format!("bad request: {problem}"),
-        )
-    }
-}
-
-impl From<SimError> for ApiError {
-    fn from(e: SimError) -> Self {
-        let description = e.to_string();
-        let (code, err_code) = match e {
-            SimError::StreamNotFound(_) => (404, ErrorCode::STREAM_NOT_FOUND),
-            SimError::ConsumerNotFound { .. } => (404, ErrorCode::CONSUMER_NOT_FOUND),
-            SimError::StreamExists(_) => (400, ErrorCode::STREAM_NAME_EXIST),
-            SimError::SubjectsOverlap { .. } => (400, ErrorCode::STREAM_SUBJECT_OVERLAP),
-            SimError::ConsumerExists { .. } => (400, ErrorCode::CONSUMER_ALREADY_EXISTS),
-            SimError::StreamFull(_) => (503, ErrorCode::STREAM_STORE_FAILED),
-            SimError::MessageTooLarge { .. } => (400, ErrorCode(10054)),
-            SimError::WrongExpectation { header, .. } => match header {
-                "Nats-Expected-Stream" => (400, ErrorCode(10060)),
-                "Nats-Expected-Last-Msg-Id" => (400, ErrorCode(10070)),
-                _ => (400, ErrorCode(10071)),
-            },
-            // A fault the test injected: no nats-server error is its twin.
-            SimError::PublishFailed { .. } => (503, ErrorCode(10000)),
-            SimError::InvalidConfig { .. } => (400, ErrorCode::STREAM_INVALID_CONFIG),
-            SimError::WorkQueue { rule, .. } => (400, ErrorCode(rule.err_code())),
-            _ => (400, ErrorCode::BAD_REQUEST),
-        };
-        Self {
-            code,
-            err_code,
-            description,
-        }
-    }
-}
-
-/// A JetStream error answer, as nats-server writes one: `{"error": {"code", "err_code",
-/// "description"}}`; for an API request, or a JetStream publish the model refused.
-pub(crate) fn error_body(e: impl Into<ApiError>) -> Value {
-    let e = e.into();
-    json!({"error": {
-        "code": e.code,
-        "err_code": e.err_code.0,
-        "description": e.description,
-    }})
-}
+use crate::model::error::SimError;
+use crate::model::server::{EPOCH_NANOS, Server};
+use crate::model::wire::api::{
+    ApiError, ZERO_TIME, consumer_config, error_body, page, request, response_type, stream_config,
+};
 
 /// The RFC 3339 time of a virtual instant: the model's clock starts at [`EPOCH_NANOS`].
 pub(crate) fn wall_time(server: &Server, at: std::time::Instant) -> String {
@@ -189,7 +112,8 @@ impl Server {
                     "time": wall_time(self, m.stored_at),
                 });
                 if let Some(headers) = &m.headers {
-                    let block = crate::protocol::header_block(Some(headers), None, None);
+                    let block =
+                        crate::model::wire::protocol::header_block(Some(headers), None, None);
                     message["hdrs"] = Value::String(STANDARD.encode(block));
                 }
                 Ok(json!({"message": message}))
@@ -237,7 +161,7 @@ impl Server {
     /// A stream configuration as the model would store it, without storing it: the same
     /// defaults filled in, so that an update to the same configuration is recognised.
     fn create_stream_preview(&self, config: stream::Config) -> Result<stream::Config, SimError> {
-        Ok(crate::stream::Stream::new(config)?.config)
+        Ok(crate::model::stream::Stream::new(config)?.config)
     }
 
     fn stream_info(&self, name: &str) -> Result<Value, ApiError> {
@@ -249,10 +173,12 @@ impl Server {
             .map(|m| {
                 m.payload.len()
                     + m.subject.as_str().len()
-                    + m.headers.as_ref().map_or(0, crate::routing::headers_len)
+                    + m.headers
+                        .as_ref()
+                        .map_or(0, crate::model::wire::headers_len)
             })
             .sum();
-        let ts = |m: Option<&crate::StoredMessage>| {
+        let ts = |m: Option<&crate::model::stream::StoredMessage>| {
             m.map_or_else(|| ZERO_TIME.to_owned(), |m| wall_time(self, m.stored_at))
         };
         Ok(json!({
@@ -274,7 +200,7 @@ impl Server {
     fn consumer_info(&self, stream: &str, name: &str) -> Result<Value, ApiError> {
         let state = self.consumer_state(stream, name)?;
         let config: consumer::Config = state.config.into_consumer_config();
-        let sequences = |s: crate::Sequences| json!({"consumer_seq": s.consumer_sequence, "stream_seq": s.stream_sequence});
+        let sequences = |s: crate::model::consumer::Sequences| json!({"consumer_seq": s.consumer_sequence, "stream_seq": s.stream_sequence});
         Ok(json!({
             "stream_name": stream,
             "name": name,
@@ -323,101 +249,12 @@ impl Server {
                     e.stream
                         .subjects()
                         .iter()
-                        .any(|s| crate::stream::overlap(s, f))
+                        .any(|s| crate::model::stream::overlap(s, f))
                 })
             })
             .map(|(name, _)| name.clone())
             .collect()
     }
-}
-
-/// The name the response's `type` field gives a request on `subject`.
-fn response_type(subject: &str) -> &'static str {
-    let tokens: Vec<&str> = subject.split('.').collect();
-    match tokens.as_slice() {
-        ["INFO"] => "account_info",
-        ["STREAM", "CREATE", ..] => "stream_create",
-        ["STREAM", "UPDATE", ..] => "stream_update",
-        ["STREAM", "INFO", ..] => "stream_info",
-        ["STREAM", "DELETE", ..] => "stream_delete",
-        ["STREAM", "NAMES", ..] => "stream_names",
-        ["STREAM", "LIST", ..] => "stream_list",
-        ["STREAM", "MSG", "GET", ..] => "stream_msg_get",
-        ["CONSUMER", "CREATE", ..] | ["CONSUMER", "DURABLE", ..] => "consumer_create",
-        ["CONSUMER", "INFO", ..] => "consumer_info",
-        ["CONSUMER", "DELETE", ..] => "consumer_delete",
-        ["CONSUMER", "NAMES", ..] => "consumer_names",
-        ["CONSUMER", "LIST", ..] => "consumer_list",
-        _ => "error",
-    }
-}
-
-/// A request's JSON object; an empty payload is an empty request.
-fn request(payload: &[u8]) -> Result<Value, ApiError> {
-    if payload.iter().all(u8::is_ascii_whitespace) {
-        return Ok(json!({}));
-    }
-    serde_json::from_slice(payload).map_err(ApiError::bad_request)
-}
-
-fn page(key: &str, items: Value, total: usize) -> Value {
-    let mut body = json!({"total": total, "offset": 0, "limit": PAGE});
-    body[key] = items;
-    body
-}
-
-/// `asked` over the JSON of `T::default()`: what a request leaves out takes nats-server's
-/// default, as the server fills it in (async-nats' types require some fields, such as
-/// `discard`, that a hand-written request may leave out).
-fn with_defaults<T: Default + serde::Serialize + serde::de::DeserializeOwned>(
-    asked: Value,
-) -> Result<T, ApiError> {
-    let mut base = serde_json::to_value(T::default()).map_err(ApiError::bad_request)?;
-    match (&mut base, asked) {
-        (Value::Object(base), Value::Object(asked)) => base.extend(asked),
-        (_, other) => {
-            return Err(ApiError::bad_request(format!(
-                "a configuration must be a JSON object, not {other}"
-            )));
-        }
-    }
-    serde_json::from_value(base).map_err(ApiError::bad_request)
-}
-
-fn stream_config(name: &str, payload: &[u8]) -> Result<stream::Config, ApiError> {
-    let config: stream::Config = with_defaults(request(payload)?)?;
-    if config.name != name {
-        return Err(ApiError::new(
-            400,
-            ErrorCode::STREAM_MISMATCH,
-            "stream name in subject does not match request",
-        ));
-    }
-    Ok(config)
-}
-
-/// The pull consumer a `CONSUMER.CREATE` asks for, and its action (`create`, `update`, or
-/// empty for either). A push consumer (a `deliver_subject`) is refused as not modelled, not
-/// made a pull consumer.
-fn consumer_config(payload: &[u8]) -> Result<(pull::Config, String), ApiError> {
-    let asked = request(payload)?;
-    let action = asked
-        .get("action")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    let config = asked.get("config").cloned().unwrap_or_else(|| json!({}));
-    if config
-        .get("deliver_subject")
-        .and_then(Value::as_str)
-        .is_some_and(|s| !s.is_empty())
-    {
-        return Err(ApiError::not_modelled(
-            "a push consumer (`deliver_subject`)",
-        ));
-    }
-    let config = with_defaults(config)?;
-    Ok((config, action))
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! What the model refuses, and why.
 
-use crate::ids::{ConnectionId, SubscriptionId};
+use crate::model::ids::{ConnectionId, SubscriptionId};
 
 /// Why the modelled server refused an operation. Every variant names what it refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -31,7 +31,7 @@ pub enum SimError {
         /// The server's limit, in bytes.
         max_payload: usize,
     },
-    /// A publish failed on purpose, by [`Faults::fail_publishes`](crate::Faults::fail_publishes).
+    /// A publish failed on purpose, by [`Faults::fail_publishes`](crate::model::faults::Faults::fail_publishes).
     #[error("publish to `{subject}` failed (fault injected)")]
     PublishFailed {
         /// The subject of the publish.
