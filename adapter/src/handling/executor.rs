@@ -56,27 +56,28 @@ pub(crate) fn execute(
     delivery: &CoreDelivery<'_>,
     plan: &Plan<'_>,
 ) -> Execution {
-    // Most arrival plans hold nothing: checked where it is called, with no call.
+    // Checked where it is called, with no call: most arrival plans hold nothing, and where the
+    // caller knows the plan runs the handler, the rest of this is never built in.
     match plan.actions().split_last() {
         None => Execution::Done(Ok(())),
-        Some((last, before)) => execute_actions(ctx, msg, delivery, plan, last, before),
+        Some(_) if plan.runs_handler() => {
+            arrival_logs(ctx, msg, delivery, plan);
+            Execution::Done(Ok(()))
+        }
+        Some((last, before)) => execute_actions(ctx, msg, delivery, last, before),
     }
 }
 
-/// [`execute`] of a plan that holds actions: `last`, and those `before` it.
-#[inline]
+/// [`execute`] of a plan that holds actions and does not run the handler: `last`, and those
+/// `before` it.
+#[inline(always)]
 fn execute_actions(
     ctx: &MountContext,
     msg: &Incoming,
     delivery: &CoreDelivery<'_>,
-    plan: &Plan<'_>,
     last: &Action<'_>,
     before: &[Action<'_>],
 ) -> Execution {
-    if plan.runs_handler() {
-        arrival_logs(ctx, msg, delivery, plan);
-        return Execution::Done(Ok(()));
-    }
     if matches!(last, Action::PublishDeadLetter { .. }) || !before.iter().all(awaits_nothing) {
         return Execution::Waits;
     }
@@ -219,7 +220,7 @@ fn awaits_nothing(action: &Action<'_>) -> bool {
 ///
 /// # Errors
 /// A copy the delay queue did not take, or one too large to publish when it falls due.
-#[inline]
+#[inline(always)]
 fn at_once(
     ctx: &MountContext,
     msg: &Incoming,
