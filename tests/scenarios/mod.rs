@@ -21,7 +21,10 @@
 //!   have the public API every runtime crate of ruststream has: what
 //!   `ruststream_adapter::reexport_api!()` re-exports (`Mount`, `Delivery`, `Outcome`,
 //!   `StartError`, `Backoff`, `async_nats`, `connect_url`, ...) and its own `App` and
-//!   `Running`.
+//!   `Running`. The crate MUST be a dev-dependency of `tests/Cargo.toml`, and its adapter
+//!   built with the `otel` feature (`trace.rs` reads a handler's trace context): the tokio and
+//!   smol crates turn it on there, and the simulator's adapter has it through them, as the
+//!   workspace builds one `ruststream-adapter` for all three.
 //! - `run`: `fn run<F: std::future::Future<Output = ()>>(scenario: F)`. It drives one
 //!   scenario's future to its end on the adapter's runtime, blocking the calling thread (the
 //!   test's), and returns when the future completes; a panic in it fails the test. It MUST take

@@ -1,7 +1,7 @@
 //! The third floor: the public API that applications write against, and what the runtime
 //! tells them back. Handlers ([`handler`], their function adapters in [`handler_fn`] and
 //! [`json`], what they are given in [`delivery`] and what they return in [`handled`]), the
-//! handler's [`context`] (one API with the handler trait: the two import each other), a
+//! handler's [`context`], a
 //! mount's declaration ([`mount`], [`error_policy`]), [`health`], and [`reports`]. Imports only
 //! from the floors below ([`crate::support`], [`crate::runtime`]).
 

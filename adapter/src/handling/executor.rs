@@ -12,7 +12,8 @@
 //! task of its own for a delivery's plan, in place for a recovery's. Those are the fast paths,
 //! and they are branches of [`execute`]: the loops never look at a plan's actions.
 //!
-//! One exhaustive `match` over the core's actions: a new action breaks the build here.
+//! Every `match` here over the core's actions is exhaustive: a new action breaks the build
+//! here (and in the metrics, which count each action).
 //! Nothing here decides anything about attempts, limits or headers: the plan says what to do,
 //! and this module does it over async-nats, in order, stopping at the first action that fails
 //! (the core's adapter obligations); the recovery from a failure, and the report of the

@@ -22,7 +22,7 @@ use super::lease::run_leased;
 use super::publish::{Publish, PublishFailed};
 use super::read::{Reader, stream_sequence};
 use super::recover::conclude;
-use super::report::report;
+use super::settled::report;
 use crate::api::handler::HandlerSlot;
 use crate::runtime::Runtime;
 use crate::state::mount_context::MountContext;
@@ -75,7 +75,7 @@ pub(crate) enum Rest<'m> {
 
 /// A delivery whose plan was carried out up to its last action, a publish
 /// ([`Execution::Publish`]): once the client takes the publish, the delivery is reported
-/// ([`report`]); if it fails, [`Sending::finish`] (or [`finish`] from [`Stage::Sent`])
+/// ([`report`]); if it fails, [`Sending::complete`] (or [`finish`] from [`Stage::Sent`])
 /// recovers.
 pub(crate) struct Sending<'m> {
     pub(crate) delivery: CoreDelivery<'m>,
@@ -87,7 +87,7 @@ pub(crate) struct Sending<'m> {
 impl Sending<'_> {
     /// Hands the publish to the client, awaited on the calling task (the mount's
     /// back-pressure), then reports the delivery, or recovers from the publish's failure.
-    async fn finish<R: Runtime>(self, ctx: &MountContext, msg: &Incoming) {
+    async fn complete<R: Runtime>(self, ctx: &MountContext, msg: &Incoming) {
         let Sending {
             delivery,
             event,
@@ -237,7 +237,7 @@ pub(crate) async fn process<R: Runtime>(
         match rest {
             Rest::Sending(sending) => {
                 // Polled in place, inside the span.
-                let mut sent = std::pin::pin!(sending.finish::<R>(ctx, &msg));
+                let mut sent = std::pin::pin!(sending.complete::<R>(ctx, &msg));
                 std::future::poll_fn(|cx| {
                     let _entered = span.enter();
                     sent.as_mut().poll(cx)

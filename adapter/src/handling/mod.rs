@@ -1,7 +1,7 @@
 //! The fifth floor: the handling of one delivery, from the message a loop received to its
 //! settlement. [`flow`] is its life (read, the arrival check, the handler's run, the plan);
 //! [`executor`] is the one place a plan is carried out, with what it publishes
-//! ([`publish`], [`dead_letter`]) and how it ends ([`recover`], [`report`]); [`handler_run`]
+//! ([`publish`], [`dead_letter`]) and how it ends ([`recover`], [`settled`]); [`handler_run`]
 //! runs a handler with its panics caught, and [`lease`] keeps a running handler's lease.
 //! Imports only from the floors below.
 
@@ -13,4 +13,4 @@ pub(crate) mod lease;
 pub(crate) mod publish;
 pub(crate) mod read;
 pub(crate) mod recover;
-pub(crate) mod report;
+pub(crate) mod settled;

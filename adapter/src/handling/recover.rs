@@ -5,7 +5,7 @@ use ruststream_core::{Delivery as CoreDelivery, Disposition, Event, Plan, plan_w
 
 use super::executor::carry_out;
 use super::publish::{PublishFailed, Unpublished};
-use super::report::report_sent;
+use super::settled::report_sent;
 use crate::runtime::Runtime;
 use crate::state::mount_context::MountContext;
 use crate::support::incoming::Incoming;

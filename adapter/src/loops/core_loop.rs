@@ -11,7 +11,7 @@ use tracing::Instrument;
 use super::buffered::{Buffered, count_buffered};
 use crate::handling::flow::{Rest, Sending, Stage, Waiting, begin, finish, spawn_holding, waiting};
 use crate::handling::read::read_core;
-use crate::handling::report::report;
+use crate::handling::settled::report;
 use crate::runtime::Runtime;
 use crate::state::mount_context::MountContext;
 use crate::support::metrics::Loss;

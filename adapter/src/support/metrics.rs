@@ -1,6 +1,6 @@
 //! Metrics through the `metrics` facade: the application installs a recorder (a Prometheus
-//! exporter, say) and every mount reports into it. This module only documents them: there is
-//! nothing to call.
+//! exporter, say) and every mount reports into it. An application calls nothing here: this
+//! module updates them, and its docs list them.
 //!
 //! **Install the recorder before [`App::start`](crate::App::start)**: each mount registers its
 //! metrics once, when it starts, and keeps the handles; a recorder installed later sees

@@ -20,7 +20,8 @@
 //!
 //! Imports inside the model point down as well: [`ids`], [`error`], [`faults`] and [`wire`] at
 //! the bottom; [`stream`] above them; [`consumer`] and [`journal`] above the stream; [`server`]
-//! at the top. A folder's files import its `mod.rs`, which imports none of them.
+//! at the top. A folder's files import its `mod.rs`, which imports none of them,
+//! and each other only downwards (`server/jetstream.rs` uses `server/routing.rs`).
 
 pub(crate) mod consumer;
 pub(crate) mod error;

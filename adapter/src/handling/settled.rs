@@ -1,4 +1,5 @@
-//! Reporting a settled delivery: the `ruststream::settlement` event and the observer.
+//! A settled delivery reported: the `ruststream::settlement` event, the metrics and the
+//! observer (`api::reports` holds what the user is handed; this is the act of telling).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
