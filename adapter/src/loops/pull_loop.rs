@@ -86,6 +86,11 @@ pub(crate) async fn pull_loop<R: Runtime>(
     // Where each delivery's handler runs (see `Handler::slot`).
     let mut run_slot = ctx.handler.clone().slot();
     let mut backoff = Duration::from_millis(50);
+    // A request answered `503 No Responders` (JetStream off, or no server of the stream's
+    // answers): the pause before the next one, growing like `backoff`; zero while JetStream
+    // answers.
+    let mut unanswered = Duration::ZERO;
+    let mut pause = false;
     let mut watching = true;
     'pull: loop {
         if *shutdown.borrow() {
@@ -103,6 +108,14 @@ pub(crate) async fn pull_loop<R: Runtime>(
             && let Some(next) = waiting.pop_front()
         {
             start_waiting::<R>(&ctx, &mut pulls, &busy, next, permit, &mut run_slot).await;
+        }
+        // Nothing answered the last request: ask again only after a pause, not at once and
+        // without end.
+        if std::mem::take(&mut pause) && !pulls.is_stopping() {
+            tokio::select! {
+                _ = R::sleep_until(R::now() + unanswered) => {}
+                _ = shutdown.changed() => {}
+            }
         }
         // While the supervisor suspects a message of bringing the client down, one at a time,
         // and nothing prefetched.
@@ -224,6 +237,10 @@ pub(crate) async fn pull_loop<R: Runtime>(
         loop {
             match msg.status {
                 None | Some(StatusCode::OK) => {
+                    if !unanswered.is_zero() {
+                        answered_again(&ctx);
+                        unanswered = Duration::ZERO;
+                    }
                     let reserved = match pulls.handle_message() {
                         Receipt::Reserved => held.take_one(),
                         // Prefetched, or more than requested (should not happen): a free slot
@@ -269,6 +286,13 @@ pub(crate) async fn pull_loop<R: Runtime>(
                 }
                 Some(StatusCode::IDLE_HEARTBEAT) => {}
                 Some(status) => {
+                    if status == StatusCode::NO_RESPONDERS {
+                        unanswered = no_answer(&ctx, unanswered);
+                        pause = true;
+                    } else if !unanswered.is_zero() {
+                        answered_again(&ctx);
+                        unanswered = Duration::ZERO;
+                    }
                     // The request ended (expired, or terminated by the server): free the
                     // slots of the messages it will not bring.
                     let pending = msg
@@ -321,4 +345,22 @@ fn inbox_closed(ctx: &MountContext, shutdown: &watch::Receiver<bool>) {
     } else {
         tracing::error!(mount = %ctx.name, "the pull inbox closed; the mount stops");
     }
+}
+
+/// A pull request answered `503 No Responders`: nothing serves the consumer (JetStream is off,
+/// or the stream has no server that answers). The pause before the next request, after
+/// `unanswered` (zero: the first): 50 ms, doubling up to 2 s; the first is logged at warn
+/// level.
+fn no_answer(ctx: &MountContext, unanswered: Duration) -> Duration {
+    if unanswered.is_zero() {
+        tracing::warn!(mount = %ctx.name,
+            "no JetStream server answers the mount's pull requests (503 no responders: JetStream is off, or the stream has no leader); asking again after a pause that grows to 2 s");
+        return Duration::from_millis(50);
+    }
+    (unanswered * 2).min(Duration::from_secs(2))
+}
+
+/// JetStream answers the mount's pull requests again, after [`no_answer`].
+fn answered_again(ctx: &MountContext) {
+    tracing::info!(mount = %ctx.name, "JetStream answers the mount's pull requests again");
 }

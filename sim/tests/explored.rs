@@ -1,0 +1,93 @@
+//! What the explorer (`ruststream_sim::explore`) found, each kept as a test named after the
+//! seed that found it: the seed itself runs to its end without a violation, and, where the
+//! finding is one behaviour, a scenario of its own shows it.
+//!
+//! A run whose virtual clock stops (a task that never waits) would hang its test instead of
+//! failing it: each runs on a thread of its own, and the test fails when it has not ended
+//! within [`LIMIT`] of real time.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use async_nats::jetstream::stream;
+use ruststream_sim::{App, Delivery, Mount, Outcome, Record, Sim};
+
+/// How long a test may take in real time.
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// Runs `test` on a thread of its own; fails when it does not end within [`LIMIT`].
+fn within_limit<T: Send + 'static>(what: &str, test: impl FnOnce() -> T + Send + 'static) -> T {
+    let (done, ended) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(test());
+    });
+    match ended.recv_timeout(LIMIT) {
+        Ok(result) => result,
+        Err(_) => panic!(
+            "{what}: still running after {LIMIT:?} of real time: the simulation's virtual clock stopped (a task that never waits)"
+        ),
+    }
+}
+
+/// Seed 2 turned JetStream off under a running JetStream mount: every pull request was
+/// answered `503 No Responders` at once, and the pull loop asked again at once, without end,
+/// so virtual time never moved (on a real server: a loop of requests as fast as the network
+/// answers them). Now it asks again after a pause that grows to 2 s, and consumes again once
+/// JetStream is back.
+#[test]
+fn seed_2_a_pull_loop_answered_no_responders_asks_again_after_a_pause() {
+    let (requests_while_off, handled) = within_limit("JetStream off for 3 s", || {
+        Sim::run(|sim| async move {
+            sim.create_stream(stream::Config {
+                name: "ORDERS".into(),
+                subjects: vec!["orders.>".into()],
+                ..Default::default()
+            })
+            .unwrap();
+            let handled = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let count = handled.clone();
+            let running = App::new(&sim.url())
+                .mount(
+                    Mount::jetstream("orders", "ORDERS", "worker"),
+                    move |_: Delivery| {
+                        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        async { Outcome::Ack }
+                    },
+                )
+                .start()
+                .await
+                .unwrap();
+            sim.publish("orders.new", "1").unwrap();
+            sim.advance(Duration::from_millis(500)).await;
+            let before = sim.journal().len();
+            sim.jetstream(false);
+            sim.advance(Duration::from_secs(3)).await;
+            let requests_while_off = sim.journal()[before..]
+                .iter()
+                .filter(|r| matches!(r, Record::Published { subject, .. } if subject.starts_with("$JS.API.CONSUMER.MSG.NEXT.")))
+                .count();
+            sim.jetstream(true);
+            sim.publish("orders.new", "2").unwrap();
+            let seen = handled.clone();
+            sim.run_until("the second message", Duration::from_secs(10), move |_| {
+                seen.load(std::sync::atomic::Ordering::SeqCst) == 2
+            })
+            .await
+            .unwrap();
+            running.shutdown().await;
+            (
+                requests_while_off,
+                handled.load(std::sync::atomic::Ordering::SeqCst),
+            )
+        })
+    });
+    // 50 ms, doubling to 2 s: a handful of requests in 3 s.
+    assert!(
+        requests_while_off <= 10,
+        "{requests_while_off} pull requests in 3 s of JetStream off"
+    );
+    assert_eq!(handled, 2);
+}
+
