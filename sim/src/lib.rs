@@ -133,6 +133,7 @@
 //!   handle a test holds, its waits ([`Sim::run_until`]) in `sim/wait.rs`.
 
 mod endpoint;
+pub mod explore;
 mod model;
 
 pub use model::consumer::{

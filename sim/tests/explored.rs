@@ -91,3 +91,9 @@ fn seed_2_a_pull_loop_answered_no_responders_asks_again_after_a_pause() {
     assert_eq!(handled, 2);
 }
 
+/// Seed 2 of the explorer runs to its end, and every invariant holds.
+#[test]
+fn seed_2_runs_to_its_end() {
+    let checked = within_limit("seed 2", || ruststream_sim::explore::check_seed(2));
+    assert!(checked.violations.is_empty(), "{:?}", checked.violations);
+}

@@ -1,0 +1,216 @@
+//! `ruststream-explore`: runs the explorer (`ruststream_sim::explore`) over a range of seeds,
+//! each a random scenario of mounts, messages and faults on the simulator, checked against the
+//! settlement contract's invariants. `scripts/explore.sh` runs it.
+//!
+//! ```text
+//! ruststream-explore [--seeds N] [--from SEED] [--minutes M] [--twice K] [--shrink] [--show]
+//! ```
+//!
+//! Every failing seed prints one command that runs it again, alone. Exit status: 0 when every
+//! seed held, 1 when an invariant broke or a seed run twice did not run the same way.
+
+#![allow(clippy::print_stdout)]
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use ruststream_sim::explore::{self, Scenario};
+
+/// Seeded random scenarios on the simulator, checked against the settlement contract.
+#[derive(Debug, Parser)]
+#[command(name = "ruststream-explore")]
+struct Args {
+    /// How many seeds to run (with --minutes: at most this many).
+    #[arg(long, default_value_t = 200)]
+    seeds: u64,
+    /// The first seed; by default one drawn from the clock, printed first.
+    #[arg(long)]
+    from: Option<u64>,
+    /// Run for this many minutes (then the seeds are not bounded unless --seeds is given too).
+    #[arg(long)]
+    minutes: Option<f64>,
+    /// Run the first K seeds twice and check that each runs the same way.
+    #[arg(long, default_value_t = 0)]
+    twice: u64,
+    /// Shrink each failing seed to a smaller scenario that breaks the same invariant.
+    #[arg(long)]
+    shrink: bool,
+    /// Print each seed's scenario (JSON) and what it came to.
+    #[arg(long)]
+    show: bool,
+    /// Print each seed's whole trace: every journal record and handler run, with its virtual
+    /// time (the lines its fingerprint hashes).
+    #[arg(long)]
+    trace: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    quiet_deliberate_panics();
+    // The runtime's log, when asked for (`RUST_LOG=ruststream=debug`): off by default, as a
+    // scenario's faults make it loud.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
+    let from = args.from.unwrap_or_else(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        // Small enough to type: below ten million.
+        (nanos % 10_000_000) as u64
+    });
+    let bounded_by_seeds = args.minutes.is_none() || std::env::args().any(|a| a == "--seeds");
+    let deadline = args
+        .minutes
+        .map(|m| Instant::now() + Duration::from_secs_f64(m * 60.0));
+    println!(
+        "explore: seeds from {from}{}{}",
+        match bounded_by_seeds {
+            true => format!(", {} of them", args.seeds),
+            false => String::new(),
+        },
+        match args.minutes {
+            Some(m) => format!(", for at most {m} minutes"),
+            None => String::new(),
+        }
+    );
+    let started = Instant::now();
+    let (mut ran, mut failed, mut unsettled, mut trouble) = (0u64, 0u64, 0u64, 0u64);
+    let mut seed = from;
+    loop {
+        if bounded_by_seeds && ran >= args.seeds {
+            break;
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
+        if args.show {
+            println!(
+                "seed {seed}: scenario {}",
+                serde_json_line(&Scenario::of_seed(seed))
+            );
+        }
+        if args.trace {
+            let trace = explore::run(&Scenario::of_seed(seed));
+            for line in explore::canonical(&trace) {
+                println!("seed {seed}: {line}");
+            }
+        }
+        let Some(checked) = within_limit(seed) else {
+            println!(
+                "seed {seed}: hung: still running after {HANG:?} of real time, its virtual clock stopped (a task that never waits)"
+            );
+            println!(
+                "seed {seed}: rerun alone with: scripts/explore.sh --from {seed} --seeds 1 --show"
+            );
+            // The stuck run's thread cannot be stopped: the explorer ends here.
+            return ExitCode::FAILURE;
+        };
+        ran += 1;
+        if args.show {
+            show(seed, &checked);
+        }
+        if !checked.settled {
+            unsettled += 1;
+        }
+        if !checked.trouble.is_empty() {
+            trouble += 1;
+        }
+        let mut broke = !checked.violations.is_empty();
+        for v in &checked.violations {
+            println!("seed {seed}: {v}");
+        }
+        if seed - from < args.twice {
+            let Some(again) = within_limit(seed) else {
+                println!("seed {seed}: hung the second time it ran");
+                return ExitCode::FAILURE;
+            };
+            if again.fingerprint != checked.fingerprint {
+                broke = true;
+                println!(
+                    "seed {seed}: not deterministic: two runs differ (fingerprints {:x} and {:x}); see it with --show",
+                    checked.fingerprint, again.fingerprint
+                );
+            }
+        }
+        if broke {
+            failed += 1;
+            println!(
+                "seed {seed}: rerun alone with: scripts/explore.sh --from {seed} --seeds 1 --show"
+            );
+            if args.shrink
+                && let Some(first) = checked.violations.first()
+                && let Some(smaller) = explore::shrink(seed, first.invariant, 300)
+            {
+                println!(
+                    "seed {seed}: a smaller scenario that breaks it: {}",
+                    serde_json_line(&smaller)
+                );
+            }
+        }
+        seed += 1;
+    }
+    let elapsed = started.elapsed();
+    let per_minute = ran as f64 / elapsed.as_secs_f64().max(1e-9) * 60.0;
+    println!(
+        "explore: {ran} seeds ({from}..{seed}) in {:.1} s, {per_minute:.0} a minute; {failed} failed, {unsettled} still settling at their end, {trouble} with an app that did not start",
+        elapsed.as_secs_f64()
+    );
+    match failed {
+        0 => ExitCode::SUCCESS,
+        _ => ExitCode::FAILURE,
+    }
+}
+
+/// How long one seed may run in real time: a run whose virtual clock stops (a task that
+/// never waits) would otherwise hang the explorer.
+const HANG: Duration = Duration::from_secs(60);
+
+/// Runs seed `seed` on a thread of its own, for at most [`HANG`]: `None` when it hung.
+fn within_limit(seed: u64) -> Option<explore::Checked> {
+    let (done, ended) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(explore::check_seed(seed));
+    });
+    ended.recv_timeout(HANG).ok()
+}
+
+/// A seed's scenario and what it came to.
+fn show(seed: u64, checked: &explore::Checked) {
+    println!(
+        "seed {seed}: {} handler runs, {} journal records, settled {}, fingerprint {:x}{}",
+        checked.size.0,
+        checked.size.1,
+        checked.settled,
+        checked.fingerprint,
+        match checked.trouble.is_empty() {
+            true => String::new(),
+            false => format!(", trouble: {:?}", checked.trouble),
+        }
+    );
+}
+
+fn serde_json_line(scenario: &Scenario) -> String {
+    serde_json::to_string(scenario).unwrap_or_else(|e| format!("(does not encode: {e})"))
+}
+
+/// The scenarios' handlers panic on purpose (rule 13): those panics are not printed; any
+/// other is, as usual.
+fn quiet_deliberate_panics() {
+    let usual = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| info.payload().downcast_ref::<String>().map(String::as_str));
+        if message.is_some_and(|m| m.starts_with("explorer:")) {
+            return;
+        }
+        usual(info);
+    }));
+}

@@ -1,0 +1,731 @@
+//! The contract's invariants, checked on a [`Trace`]: from the model's journal (what reached the
+//! server, in order), the handlers' own record (what ran, and what it decided) and the
+//! runtime's reports. Each check is named after the rule it keeps; a broken one gives a
+//! [`Violation`] saying what happened to which message.
+//!
+//! The checks are an account of the contract written apart from the planner (what each
+//! handler's end must come to on the wire is stated here again, simply), so that the explorer
+//! checks the runtime against the rules, not against itself.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use super::run::{HandlerRun, Trace, dead_letter_subject, id_of, mount_name, stream_name};
+use super::scenario::{End, Fault, MountSpec, Source};
+use crate::model::journal::Record;
+use crate::model::wire::AckKind;
+
+/// One invariant that did not hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// The invariant, named after its rule (`rule 8: dead letter before +TERM`).
+    pub invariant: &'static str,
+    /// What happened, naming the message, mount and attempt.
+    pub detail: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.invariant, self.detail)
+    }
+}
+
+/// Every invariant that does not hold in `trace`.
+pub fn check(trace: &Trace) -> Vec<Violation> {
+    let facts = Facts::of(trace);
+    let mut found = Vec::new();
+    attempts_within_the_limit(trace, &mut found);
+    one_settlement_per_delivery(&facts, &mut found);
+    no_settlement_of_a_superseded_delivery(&facts, &mut found);
+    settlements_follow_the_handler(trace, &facts, &mut found);
+    dead_letters_before_term(trace, &facts, &mut found);
+    dead_letters_as_delivered(trace, &facts, &mut found);
+    one_run_at_a_time_under_a_lease(trace, &facts, &mut found);
+    core_copies_carry_their_attempt(trace, &facts, &mut found);
+    core_messages_handled_or_counted(trace, &mut found);
+    core_retries_copied_or_counted(trace, &facts, &mut found);
+    found
+}
+
+/// A JetStream settlement in the journal: its place, time and what it said.
+#[derive(Debug, Clone, Copy)]
+struct Settlement {
+    index: usize,
+    at: Instant,
+    delivered: u64,
+    kind: AckKind,
+}
+
+/// A publish in the journal to one of the scenario's subjects.
+#[derive(Debug, Clone)]
+struct Publication {
+    index: usize,
+    subject: String,
+    payload: bytes::Bytes,
+    headers: Vec<(String, String)>,
+    failed: bool,
+}
+
+/// A message of a JetStream mount: (mount, stream sequence).
+type Key = (usize, u64);
+
+/// A JetStream delivery in the journal: (journal index, time, delivery count).
+type Delivery = (usize, Instant, u64);
+
+/// What the journal says, sorted for the checks.
+struct Facts {
+    /// JetStream settlements that reached the server, by (mount, stream sequence).
+    settlements: BTreeMap<(usize, u64), Vec<Settlement>>,
+    /// JetStream deliveries: (journal index, time, delivery count), by (mount, stream sequence).
+    deliveries: BTreeMap<Key, Vec<Delivery>>,
+    /// Every publish but the JetStream API's and inboxes' (the scenario's own messages, copies,
+    /// dead letters).
+    publications: Vec<Publication>,
+    /// When each fault that breaks the connection or the app happened (virtual time since the
+    /// start).
+    breaks: Vec<Duration>,
+    /// Acknowledgements (renewals included) lost on their way to the server: (time, delivery
+    /// count), by (mount, stream sequence). The runtime cannot know of them.
+    lost: BTreeMap<(usize, u64), Vec<(Instant, u64)>>,
+    /// The simulation's start.
+    start: Instant,
+}
+
+impl Facts {
+    fn of(trace: &Trace) -> Self {
+        let mount_of_stream: BTreeMap<String, usize> = trace
+            .scenario
+            .mounts
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.is_jetstream())
+            .map(|(i, _)| (stream_name(i), i))
+            .collect();
+        let mut settlements: BTreeMap<(usize, u64), Vec<Settlement>> = BTreeMap::new();
+        let mut deliveries: BTreeMap<Key, Vec<Delivery>> = BTreeMap::new();
+        let mut publications = Vec::new();
+        let mut lost: BTreeMap<(usize, u64), Vec<(Instant, u64)>> = BTreeMap::new();
+        for (index, record) in trace.journal.iter().enumerate() {
+            match record {
+                Record::Acknowledged {
+                    at,
+                    stream,
+                    stream_sequence,
+                    delivered,
+                    lost: true,
+                    ..
+                } => {
+                    if let Some(&mount) = mount_of_stream.get(stream) {
+                        lost.entry((mount, *stream_sequence))
+                            .or_default()
+                            .push((*at, *delivered));
+                    }
+                }
+                Record::Acknowledged {
+                    at,
+                    stream,
+                    stream_sequence,
+                    delivered,
+                    kind,
+                    lost: false,
+                    ..
+                } if !matches!(kind, AckKind::Progress | AckKind::Unknown) => {
+                    if let Some(&mount) = mount_of_stream.get(stream) {
+                        settlements
+                            .entry((mount, *stream_sequence))
+                            .or_default()
+                            .push(Settlement {
+                                index,
+                                at: *at,
+                                delivered: *delivered,
+                                kind: *kind,
+                            });
+                    }
+                }
+                Record::Delivered {
+                    at,
+                    stream,
+                    stream_sequence,
+                    delivered,
+                    ..
+                } => {
+                    if let Some(&mount) = mount_of_stream.get(stream) {
+                        deliveries
+                            .entry((mount, *stream_sequence))
+                            .or_default()
+                            .push((index, *at, *delivered));
+                    }
+                }
+                Record::Published {
+                    subject,
+                    headers,
+                    payload,
+                    failed,
+                    ..
+                } if !subject.starts_with("$JS.") && !subject.starts_with("_INBOX.") => {
+                    let mut pairs: Vec<(String, String)> = headers
+                        .iter()
+                        .flat_map(|h| {
+                            h.iter().flat_map(|(name, values)| {
+                                values
+                                    .iter()
+                                    .map(move |v| (name.to_string(), v.as_str().to_owned()))
+                            })
+                        })
+                        .collect();
+                    pairs.sort();
+                    publications.push(Publication {
+                        index,
+                        subject: subject.clone(),
+                        payload: payload.clone(),
+                        headers: pairs,
+                        failed: *failed,
+                    });
+                }
+                _ => {}
+            }
+        }
+        let breaks = trace
+            .scenario
+            .faults
+            .iter()
+            .filter(|f| {
+                matches!(
+                    f.fault,
+                    Fault::DropConnections
+                        | Fault::ServerDown(_)
+                        | Fault::JetStreamOff(_)
+                        | Fault::Restart { .. }
+                )
+            })
+            .filter(|f| !matches!(f.fault, Fault::LoseAcks(_)))
+            .map(|f| Duration::from_millis(u64::from(f.at_ms)))
+            .collect();
+        Self {
+            settlements,
+            deliveries,
+            publications,
+            breaks,
+            lost,
+            start: trace.start,
+        }
+    }
+
+    /// Whether a fault that breaks the connection or the app came between `from` and `to`
+    /// (virtual time since the start; a restart's new app and a server's return come after
+    /// it).
+    fn broken_between(&self, from: Duration, to: Duration) -> bool {
+        self.breaks.iter().any(|&at| at >= from && at <= to)
+    }
+
+    /// `at` as virtual time since the start.
+    fn since(&self, at: Instant) -> Duration {
+        at.saturating_duration_since(self.start)
+    }
+
+    /// Whether an acknowledgement of delivery `delivered` of message `key` (a renewal, say)
+    /// was lost before `before`.
+    fn lost_before(&self, key: (usize, u64), delivered: u64, before: Instant) -> bool {
+        self.lost
+            .get(&key)
+            .is_some_and(|lost| lost.iter().any(|(at, d)| *d == delivered && *at <= before))
+    }
+}
+
+/// The payload of message `id`, as sent.
+fn sent_payload(trace: &Trace, id: u64) -> Option<&bytes::Bytes> {
+    trace.sent.iter().find(|s| s.id == id).map(|s| &s.payload)
+}
+
+/// Rules 2 and 3: a handler never runs an attempt past `max_attempts` (a delivery that arrives
+/// past it takes the at-limit path without running).
+fn attempts_within_the_limit(trace: &Trace, found: &mut Vec<Violation>) {
+    for run in &trace.runs {
+        let spec = &trace.scenario.mounts[run.mount];
+        if let Some(max) = spec.max_attempts
+            && run.attempt > u64::from(max)
+        {
+            found.push(Violation {
+                invariant: "rules 2-3: no attempt past max_attempts runs the handler",
+                detail: format!(
+                    "message {} on mount {} ran attempt {} (max_attempts {max}, app {})",
+                    run.id,
+                    mount_name(run.mount),
+                    run.attempt,
+                    run.app
+                ),
+            });
+        }
+    }
+}
+
+/// At most one settlement (`+ACK`, `-NAK`, `+TERM`) reaches the server for each delivery.
+fn one_settlement_per_delivery(facts: &Facts, found: &mut Vec<Violation>) {
+    for ((mount, sequence), settlements) in &facts.settlements {
+        let mut seen: BTreeMap<u64, Vec<AckKind>> = BTreeMap::new();
+        for s in settlements {
+            seen.entry(s.delivered).or_default().push(s.kind);
+        }
+        for (delivered, kinds) in seen {
+            if kinds.len() > 1 {
+                found.push(Violation {
+                    invariant: "at most one settlement a delivery",
+                    detail: format!(
+                        "mount {} stream sequence {sequence} delivery {delivered} settled {} times: {kinds:?}",
+                        mount_name(*mount),
+                        kinds.len()
+                    ),
+                });
+            }
+        }
+    }
+}
+
+/// Rule 16: a result that comes after its delivery's deadline passed without a renewal is
+/// discarded: no settlement of a delivery reaches the server after the server delivered the
+/// message again (a settlement at the very instant of the redelivery is not told apart).
+fn no_settlement_of_a_superseded_delivery(facts: &Facts, found: &mut Vec<Violation>) {
+    for (key, settlements) in &facts.settlements {
+        let Some(deliveries) = facts.deliveries.get(key) else {
+            continue;
+        };
+        for s in settlements {
+            let newer = deliveries.iter().find(|(index, at, delivered)| {
+                *delivered > s.delivered && *index < s.index && *at < s.at
+            });
+            // Excused: a renewal lost on its way (the runtime sent it, and could not know), or
+            // the connection broken while the delivery waited for its result.
+            let first = deliveries
+                .iter()
+                .find(|(_, _, d)| *d == s.delivered)
+                .map(|(_, at, _)| *at);
+            if let Some((_, at, delivered)) = newer
+                && !facts.lost_before(*key, s.delivered, *at)
+                && !first
+                    .is_some_and(|from| facts.broken_between(facts.since(from), facts.since(*at)))
+            {
+                found.push(Violation {
+                    invariant: "rule 16: a late result is discarded",
+                    detail: format!(
+                        "mount {} stream sequence {} delivery {} settled with {:?} after the server had delivered it again (delivery {delivered})",
+                        mount_name(key.0),
+                        key.1,
+                        s.delivered,
+                        s.kind
+                    ),
+                });
+            }
+        }
+    }
+}
+
+/// What a handler's end at `attempt` must come to on JetStream, as Part C says: `Some(kind)`
+/// of the settlement (a `-NAK` with or without its delay), or `None` for nothing.
+fn expected_jetstream(spec: &MountSpec, attempt: u64, end: End) -> Option<AckKind> {
+    let at_limit = spec
+        .max_attempts
+        .is_some_and(|max| attempt >= u64::from(max));
+    match end {
+        End::Ack => Some(AckKind::Ack),
+        End::Drop | End::Reject => Some(AckKind::Term),
+        End::Retry | End::Err | End::RetryAfter(_) if at_limit => Some(AckKind::Term),
+        End::Retry | End::Err | End::RetryAfter(_) => Some(AckKind::Nak(None)),
+        End::NoOutcome | End::Panic => None,
+    }
+}
+
+fn same_kind(a: AckKind, b: AckKind) -> bool {
+    std::mem::discriminant(&a) == std::mem::discriminant(&b)
+}
+
+/// Each JetStream settlement is what the handler's end at that attempt comes to: `+ACK` only
+/// after a run that said ack, `+TERM` only after drop, reject, an undecodable payload or the
+/// limit, `-NAK` only after a retry (or a failed dead letter, rule 8, which comes back past the
+/// limit).
+fn settlements_follow_the_handler(trace: &Trace, facts: &Facts, found: &mut Vec<Violation>) {
+    for ((mount, sequence), settlements) in &facts.settlements {
+        let spec = &trace.scenario.mounts[*mount];
+        let sent = trace
+            .sent
+            .iter()
+            .find(|s| s.mount == *mount && s.stored == Some(*sequence));
+        let Some(sent) = sent else { continue };
+        let undecodable = trace.scenario.messages[sent.id as usize].undecodable;
+        for s in settlements {
+            let run = trace.runs.iter().rev().find(|r| {
+                r.mount == *mount
+                    && r.stream_sequence == Some(*sequence)
+                    && r.attempt == s.delivered
+                    && r.ended.is_some()
+            });
+            let past_limit = spec
+                .max_attempts
+                .is_some_and(|max| s.delivered > u64::from(max));
+            let expected = match (undecodable || past_limit, run) {
+                (true, _) => Some(AckKind::Term),
+                (false, Some(run)) => expected_jetstream(spec, s.delivered, run.end),
+                // No run ended at that attempt: only the at-limit path or a recovery can settle.
+                (false, None) => None,
+            };
+            // A dead letter that failed is answered with a delayed -NAK (rule 8).
+            let dead_letter_failed = matches!(s.kind, AckKind::Nak(_))
+                && matches!(expected, Some(AckKind::Term))
+                && spec.dead_letters.is_some();
+            let fits = match expected {
+                Some(kind) => same_kind(kind, s.kind) || dead_letter_failed,
+                None => false,
+            };
+            if !fits {
+                found.push(Violation {
+                    invariant: "Part C: each settlement is what the handler's end comes to",
+                    detail: format!(
+                        "mount {} message {} (stream sequence {sequence}) delivery {} settled {:?}; the handler's end there: {}",
+                        mount_name(*mount),
+                        sent.id,
+                        s.delivered,
+                        s.kind,
+                        match run {
+                            Some(run) => format!("{:?}", run.end),
+                            None if undecodable => "undecodable".to_owned(),
+                            None => "no run ended".to_owned(),
+                        }
+                    ),
+                });
+            }
+        }
+    }
+}
+
+/// Rule 8: a message the runtime dead-letters is settled (`+TERM`) only after its dead letter
+/// reached the server; and a delivery counts as dead-lettered (in what its observer is told)
+/// only with its dead letter on the wire.
+fn dead_letters_before_term(trace: &Trace, facts: &Facts, found: &mut Vec<Violation>) {
+    for (mount, spec) in trace.scenario.mounts.iter().enumerate() {
+        let Some(subject) = dead_letter_subject(spec, mount) else {
+            continue;
+        };
+        let name = mount_name(mount);
+        // A plain (Core, unstored) dead letter that the server refused is gone on the way,
+        // which Core cannot tell (it reached the server): it counts as on the wire. A stored
+        // one that failed was refused to the runtime, which must not count it confirmed.
+        let plain = spec.dead_letters == Some(super::scenario::DeadLetters::Plain);
+        let letters: Vec<&Publication> = facts
+            .publications
+            .iter()
+            .filter(|p| p.subject == subject && (plain || !p.failed))
+            .collect();
+        let reported = trace
+            .observed
+            .iter()
+            .filter(|o| o.settled.mount == name)
+            .filter(|o| o.settled.disposition == ruststream_core::Disposition::DeadLettered);
+        if !spec.is_jetstream() {
+            let reported = reported.count();
+            if reported > letters.len() {
+                found.push(Violation {
+                    invariant: "rule 8: a dead letter before the delivery is settled",
+                    detail: format!(
+                        "Core mount {name}: {reported} deliveries reported dead-lettered, {} dead letters reached {subject}",
+                        letters.len()
+                    ),
+                });
+            }
+            continue;
+        }
+        for observed in reported {
+            let Some(sequence) = observed.settled.stream_sequence else {
+                continue;
+            };
+            let Some(sent) = trace
+                .sent
+                .iter()
+                .find(|s| s.mount == mount && s.stored == Some(sequence))
+            else {
+                continue;
+            };
+            let Some(letter) = letters.iter().find(|p| p.payload == sent.payload) else {
+                found.push(Violation {
+                    invariant: "rule 8: a dead letter before +TERM",
+                    detail: format!(
+                        "mount {name} message {} (stream sequence {sequence}) attempt {} reported dead-lettered, and no dead letter of it reached {subject}",
+                        sent.id, observed.settled.attempt
+                    ),
+                });
+                continue;
+            };
+            let term = facts
+                .settlements
+                .get(&(mount, sequence))
+                .into_iter()
+                .flatten()
+                .find(|s| matches!(s.kind, AckKind::Term));
+            if let Some(term) = term
+                && term.index < letter.index
+            {
+                found.push(Violation {
+                    invariant: "rule 8: a dead letter before +TERM",
+                    detail: format!(
+                        "mount {name} message {} (stream sequence {sequence}): +TERM (journal record {}) before its dead letter (journal record {})",
+                        sent.id, term.index, letter.index
+                    ),
+                });
+            }
+        }
+    }
+}
+
+/// Rules 9 and 19: a dead letter is the delivery as it arrived (its payload), with provenance
+/// headers exactly when its mount asks for them.
+fn dead_letters_as_delivered(trace: &Trace, facts: &Facts, found: &mut Vec<Violation>) {
+    for (mount, spec) in trace.scenario.mounts.iter().enumerate() {
+        let Some(subject) = dead_letter_subject(spec, mount) else {
+            continue;
+        };
+        for letter in facts.publications.iter().filter(|p| p.subject == subject) {
+            let Some(id) = id_of(&letter.payload) else {
+                found.push(Violation {
+                    invariant: "rule 9: a dead letter is the delivery as it arrived",
+                    detail: format!(
+                        "a dead letter on {subject} carries a payload no message had ({} bytes)",
+                        letter.payload.len()
+                    ),
+                });
+                continue;
+            };
+            if sent_payload(trace, id) != Some(&letter.payload) {
+                found.push(Violation {
+                    invariant: "rule 9: a dead letter is the delivery as it arrived",
+                    detail: format!(
+                        "the dead letter of message {id} on {subject} is not its payload"
+                    ),
+                });
+            }
+            let has = |name: &str| {
+                letter
+                    .headers
+                    .iter()
+                    .any(|(n, _)| n.eq_ignore_ascii_case(name))
+            };
+            let provenance = has(ruststream_core::PROVENANCE_MOUNT)
+                && has(ruststream_core::PROVENANCE_REASON)
+                && has(ruststream_core::PROVENANCE_ATTEMPT);
+            if provenance != spec.provenance {
+                found.push(Violation {
+                    invariant: "rule 19: provenance headers on request",
+                    detail: format!(
+                        "the dead letter of message {id} on {subject} has{} provenance headers; mount {} asks{} for them",
+                        if provenance { "" } else { " no" },
+                        mount_name(mount),
+                        if spec.provenance { "" } else { " not" }
+                    ),
+                });
+            }
+        }
+    }
+}
+
+/// Rule 16: while its lease is renewed, a JetStream delivery is not delivered again, so two
+/// runs of one message never overlap, unless the connection broke, an acknowledgement was
+/// lost or the app restarted meanwhile (a renewal that cannot be sent).
+fn one_run_at_a_time_under_a_lease(trace: &Trace, facts: &Facts, found: &mut Vec<Violation>) {
+    let mut by_message: BTreeMap<(usize, u64), Vec<&HandlerRun>> = BTreeMap::new();
+    for run in &trace.runs {
+        let spec = &trace.scenario.mounts[run.mount];
+        if spec.is_jetstream() && spec.leases {
+            by_message.entry((run.mount, run.id)).or_default().push(run);
+        }
+    }
+    for ((mount, id), runs) in by_message {
+        for pair in runs.windows(2) {
+            let (first, next) = (pair[0], pair[1]);
+            let Some(ended) = first.ended else { continue };
+            let renewal_lost = first.stream_sequence.is_some_and(|sequence| {
+                facts.lost.get(&(mount, sequence)).is_some_and(|lost| {
+                    lost.iter()
+                        .any(|(at, d)| *d == first.attempt && facts.since(*at) <= next.started)
+                })
+            });
+            let broken = renewal_lost || facts.broken_between(first.started, next.started);
+            if next.started < ended && !broken {
+                found.push(Violation {
+                    invariant: "rule 16: one run at a time while the lease is renewed",
+                    detail: format!(
+                        "mount {} message {id}: attempt {} started at {:?} while attempt {} (from {:?}) ran until {:?}",
+                        mount_name(mount),
+                        next.attempt,
+                        next.started,
+                        first.attempt,
+                        first.started,
+                        ended
+                    ),
+                });
+            }
+        }
+    }
+}
+
+/// The subject a Core mount's copies go to.
+fn copy_subject(spec: &MountSpec, mount: usize) -> Option<String> {
+    match spec.source {
+        Source::CoreSubject => Some(format!("core.{mount}")),
+        Source::CoreWildcard => Some(format!("copies.{mount}")),
+        Source::JetStream { .. } => None,
+    }
+}
+
+/// The retry count a copy carries.
+fn retry_count(publication: &Publication) -> Option<u64> {
+    publication
+        .headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(ruststream_core::RETRY_COUNT_HEADER))
+        .and_then(|(_, v)| v.parse().ok())
+}
+
+/// Rules 4 and 5: a Core copy is the message after the attempt it names: its payload, and a
+/// handler run of that attempt ended asking for it.
+fn core_copies_carry_their_attempt(trace: &Trace, facts: &Facts, found: &mut Vec<Violation>) {
+    for (mount, spec) in trace.scenario.mounts.iter().enumerate() {
+        let Some(subject) = copy_subject(spec, mount) else {
+            continue;
+        };
+        for copy in facts.publications.iter().filter(|p| p.subject == subject) {
+            let Some(count) = retry_count(copy) else {
+                continue;
+            };
+            let Some(id) = id_of(&copy.payload) else {
+                continue;
+            };
+            let asked = trace.runs.iter().any(|r| {
+                r.mount == mount
+                    && r.id == id
+                    && r.attempt == count
+                    && matches!(r.end, End::Retry | End::RetryAfter(_) | End::Err)
+            });
+            if !asked {
+                found.push(Violation {
+                    invariant: "rule 4: a copy follows the attempt it names",
+                    detail: format!(
+                        "a copy of message {id} on {subject} names attempt {count}, which no run of mount {} ended asking for",
+                        mount_name(mount)
+                    ),
+                });
+            }
+        }
+    }
+}
+
+/// The scenario's apps that ran without being dropped (their losses are in their reports).
+fn accounted(trace: &Trace) -> bool {
+    trace.dropped.is_empty() && trace.trouble.is_empty()
+}
+
+/// Rule 21: every Core message published while its mount listened is handled, or counted as
+/// lost (dropped for a full buffer, or received and not handled at shutdown).
+fn core_messages_handled_or_counted(trace: &Trace, found: &mut Vec<Violation>) {
+    if !accounted(trace) {
+        return;
+    }
+    for (mount, spec) in trace.scenario.mounts.iter().enumerate() {
+        if spec.is_jetstream() {
+            continue;
+        }
+        let unhandled: Vec<u64> = trace
+            .sent
+            .iter()
+            .filter(|s| s.mount == mount && s.receivers > 0)
+            .filter(|s| !trace.scenario.messages[s.id as usize].undecodable)
+            .filter(|s| {
+                !trace
+                    .runs
+                    .iter()
+                    .any(|r| r.mount == mount && r.id == s.id && r.attempt == 1)
+            })
+            .map(|s| s.id)
+            .collect();
+        let counted: u64 = trace
+            .reports
+            .iter()
+            .flat_map(|(_, r)| r.core_losses.iter())
+            .filter(|l| l.mount == mount_name(mount))
+            .map(|l| l.slow_consumer + l.unhandled_at_shutdown)
+            .sum();
+        if unhandled.len() as u64 > counted {
+            found.push(Violation {
+                invariant: "rule 21: a Core message is handled or counted lost",
+                detail: format!(
+                    "mount {}: messages {unhandled:?} never ran, and the reports count {counted} lost",
+                    mount_name(mount)
+                ),
+            });
+        }
+    }
+}
+
+/// Rules 4, 14 and 21: every Core retry below the limit is copied (the copy reached the server,
+/// or the server refused it), or counted lost (a copy whose publish failed, or still waiting
+/// at the end of a shutdown).
+fn core_retries_copied_or_counted(trace: &Trace, facts: &Facts, found: &mut Vec<Violation>) {
+    if !accounted(trace) {
+        return;
+    }
+    for (mount, spec) in trace.scenario.mounts.iter().enumerate() {
+        let Some(subject) = copy_subject(spec, mount) else {
+            continue;
+        };
+        let copies: BTreeSet<(u64, u64)> = facts
+            .publications
+            .iter()
+            .filter(|p| p.subject == subject)
+            .filter_map(|p| Some((id_of(&p.payload)?, retry_count(p)?)))
+            .collect();
+        let copies_asked = |run: &HandlerRun| {
+            let below = spec
+                .max_attempts
+                .is_none_or(|max| run.attempt < u64::from(max));
+            let retries = spec.max_attempts.is_some() || spec.backoff.is_some();
+            below
+                && match run.end {
+                    End::Retry | End::Err => retries,
+                    End::RetryAfter(_) => true,
+                    _ => false,
+                }
+        };
+        let missing: Vec<(u64, u64)> = trace
+            .runs
+            .iter()
+            .filter(|r| r.mount == mount && r.ended.is_some() && copies_asked(r))
+            .map(|r| (r.id, r.attempt))
+            .filter(|key| !copies.contains(key))
+            .collect();
+        let counted: u64 = trace
+            .reports
+            .iter()
+            .map(|(_, r)| {
+                let name = mount_name(mount);
+                let losses: u64 = r
+                    .core_losses
+                    .iter()
+                    .filter(|l| l.mount == name)
+                    .map(|l| l.unpublished_copies)
+                    .sum();
+                let at_shutdown: u64 = r
+                    .lost_copies
+                    .iter()
+                    .filter(|(m, _)| *m == name)
+                    .map(|(_, n)| *n as u64)
+                    .sum();
+                losses + at_shutdown
+            })
+            .sum();
+        if missing.len() as u64 > counted {
+            found.push(Violation {
+                invariant: "rule 21: a Core retry is copied or counted lost",
+                detail: format!(
+                    "mount {}: retries (message, attempt) {missing:?} have no copy on the wire, and the reports count {counted} copies lost",
+                    mount_name(mount)
+                ),
+            });
+        }
+    }
+}

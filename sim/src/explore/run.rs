@@ -1,0 +1,528 @@
+//! Running a [`Scenario`] on the simulator: the app, its mounts and handlers (each handler doing
+//! what its message's payload says for the attempt), the publishes and faults at their times,
+//! restarts of the app, then quiet until everything has settled and a graceful shutdown. What
+//! happened is kept in a [`Trace`] for the invariants.
+
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{consumer::pull, stream};
+use ruststream_adapter::{Backoff, Delivery, Mount, Outcome, Settled, ShutdownReport};
+use serde::{Deserialize, Serialize};
+
+use super::scenario::{Attempt, DeadLetters, End, Fault, MountSpec, Scenario, Source};
+use crate::endpoint::sim::Sim;
+use crate::model::consumer::ConsumerState;
+use crate::model::journal::Record;
+use crate::model::stream::StoredMessage;
+use crate::{App, Running};
+
+/// A message's payload, as its handler decodes it: its identity and what to do.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Payload {
+    /// The message's identity in the scenario (its index).
+    pub id: u64,
+    /// What its handler does at each attempt (the last one again after it).
+    pub attempts: Vec<Attempt>,
+}
+
+/// One handler run, as the handler recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandlerRun {
+    /// The app (counted from 0, one more at each restart) it ran in.
+    pub app: usize,
+    /// The mount.
+    pub mount: usize,
+    /// The message.
+    pub id: u64,
+    /// Its attempt number, from the runtime.
+    pub attempt: u64,
+    /// Its stream sequence (JetStream).
+    pub stream_sequence: Option<u64>,
+    /// When it started (virtual time since the start).
+    pub started: Duration,
+    /// When it ended; `None` when it never did (cancelled at its time limit, or still running
+    /// when the simulation ended).
+    pub ended: Option<Duration>,
+    /// What it did.
+    pub end: End,
+}
+
+/// A settlement an app's observer saw.
+#[derive(Debug, Clone)]
+pub struct Observed {
+    /// The app it was in.
+    pub app: usize,
+    /// When (virtual time since the start).
+    pub at: Duration,
+    /// What the runtime said of it.
+    pub settled: Settled,
+}
+
+/// A message the scenario published.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sent {
+    /// Its identity.
+    pub id: u64,
+    /// The mount it is for.
+    pub mount: usize,
+    /// When (virtual time since the start).
+    pub at: Duration,
+    /// Its payload.
+    pub payload: bytes::Bytes,
+    /// How many subscriptions received it (Core); 0 when the publish failed or nothing listened.
+    pub receivers: usize,
+    /// Its stream sequence, when a stream stored it.
+    pub stored: Option<u64>,
+}
+
+/// Everything a run of a scenario left, for the invariants.
+#[derive(Debug, Clone)]
+pub struct Trace {
+    /// The scenario.
+    pub scenario: Scenario,
+    /// The model's journal.
+    pub journal: Vec<Record>,
+    /// The simulation's start (virtual), which the journal's instants count from.
+    pub start: Instant,
+    /// Every handler run.
+    pub runs: Vec<HandlerRun>,
+    /// Every settlement an observer saw.
+    pub observed: Vec<Observed>,
+    /// What each graceful shutdown reported, by app.
+    pub reports: Vec<(usize, ShutdownReport)>,
+    /// The apps that were dropped without a shutdown.
+    pub dropped: Vec<usize>,
+    /// The messages published.
+    pub sent: Vec<Sent>,
+    /// The dead-letter stream's messages at the end.
+    pub dead_letters: Vec<StoredMessage>,
+    /// Each JetStream mount's consumer at the end, by mount.
+    pub consumers: Vec<(usize, ConsumerState)>,
+    /// Whether everything settled before the scenario's time ran out.
+    pub settled: bool,
+    /// Why the run could not go as the scenario says (an app that did not start), if it could
+    /// not.
+    pub trouble: Vec<String>,
+}
+
+/// The name of mount `index`.
+pub fn mount_name(index: usize) -> String {
+    format!("m{index}")
+}
+
+/// The subject a message for mount `index` is published to.
+pub fn subject(spec: &MountSpec, index: usize) -> String {
+    match spec.source {
+        Source::CoreSubject => format!("core.{index}"),
+        Source::CoreWildcard => format!("wild.{index}.in"),
+        Source::JetStream { .. } => format!("js{index}.in"),
+    }
+}
+
+/// The dead-letter subject of mount `index`, if it has one.
+pub fn dead_letter_subject(spec: &MountSpec, index: usize) -> Option<String> {
+    spec.dead_letters.map(|d| match d {
+        DeadLetters::Stored => format!("dlq.{index}"),
+        DeadLetters::Plain => format!("lost.{index}"),
+    })
+}
+
+/// The stream of JetStream mount `index`.
+pub fn stream_name(index: usize) -> String {
+    format!("S{index}")
+}
+
+/// The payload of message `id` (a JSON [`Payload`], or bytes that do not decode).
+pub fn payload_of(id: u64, attempts: &[Attempt], undecodable: bool) -> bytes::Bytes {
+    match undecodable {
+        true => format!("undecodable {id}").into(),
+        #[allow(clippy::expect_used)] // plain data: it always encodes
+        false => serde_json::to_vec(&Payload {
+            id,
+            attempts: attempts.to_vec(),
+        })
+        .expect("a payload encodes")
+        .into(),
+    }
+}
+
+/// The message a payload is, read back: its identity.
+pub fn id_of(payload: &[u8]) -> Option<u64> {
+    if let Some(rest) = payload.strip_prefix(b"undecodable ") {
+        return std::str::from_utf8(rest).ok()?.parse().ok();
+    }
+    serde_json::from_slice::<Payload>(payload)
+        .ok()
+        .map(|p| p.id)
+}
+
+#[derive(Default)]
+struct Record_ {
+    runs: Vec<HandlerRun>,
+    observed: Vec<Observed>,
+}
+
+type Shared = Arc<Mutex<Record_>>;
+
+fn lock(shared: &Shared) -> std::sync::MutexGuard<'_, Record_> {
+    shared.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn mount_of(spec: &MountSpec, index: usize) -> Mount {
+    let name = mount_name(index);
+    let mut mount = match &spec.source {
+        Source::CoreSubject => Mount::core_subject(&name, &subject(spec, index)),
+        Source::CoreWildcard => Mount::core_wildcard(
+            &name,
+            &format!("wild.{index}.*"),
+            &format!("copies.{index}"),
+        ),
+        Source::JetStream { ack_wait_ms, .. } => {
+            Mount::jetstream(&name, &stream_name(index), &format!("c{index}"))
+                .ack_wait(Duration::from_millis(u64::from(*ack_wait_ms)))
+        }
+    };
+    if let Some(n) = spec.max_attempts {
+        mount = mount.max_attempts(n);
+    }
+    if let Some(subject) = dead_letter_subject(spec, index) {
+        mount = mount.dead_letter(&subject);
+    }
+    if let Some((base, cap, jitter)) = spec.backoff {
+        let backoff = Backoff::exponential(
+            Duration::from_millis(u64::from(base)),
+            Duration::from_millis(u64::from(cap)),
+        );
+        mount = mount.backoff(match jitter {
+            true => backoff,
+            false => backoff.jitter(0.0),
+        });
+    }
+    if spec.provenance {
+        mount = mount.provenance();
+    }
+    mount = mount.leases(spec.leases);
+    if let Some(n) = NonZeroUsize::new(usize::from(spec.concurrency)) {
+        mount = mount.concurrency(n);
+    }
+    if let Some(n) = spec.buffer.and_then(|b| NonZeroUsize::new(usize::from(b))) {
+        mount = mount.subscription_buffer(n);
+    }
+    if let Some(ms) = spec.time_limit_ms {
+        mount = mount.handler_time_limit(Duration::from_millis(u64::from(ms)));
+    }
+    mount
+}
+
+/// The scenario's app, number `app`, its handlers recording into `shared`.
+fn app_of(scenario: &Scenario, sim: &Sim, shared: &Shared, app: usize) -> App {
+    let mut built = App::new(&sim.url()).grace_period(Duration::from_secs(5));
+    for (index, spec) in scenario.mounts.iter().enumerate() {
+        let (record, clock) = (shared.clone(), sim.clone());
+        built = built.mount_json(mount_of(spec, index), move |p: Payload, d: Delivery| {
+            let (record, clock) = (record.clone(), clock.clone());
+            async move {
+                let attempt = d.attempt.get();
+                let step = usize::try_from(attempt.saturating_sub(1))
+                    .ok()
+                    .and_then(|n| p.attempts.get(n).or(p.attempts.last()))
+                    .copied()
+                    .unwrap_or(Attempt {
+                        sleep_ms: 0,
+                        end: End::Ack,
+                    });
+                let run = {
+                    let mut r = lock(&record);
+                    r.runs.push(HandlerRun {
+                        app,
+                        mount: index,
+                        id: p.id,
+                        attempt,
+                        stream_sequence: d.jetstream.as_ref().map(|j| j.stream_sequence),
+                        started: clock.elapsed(),
+                        ended: None,
+                        end: step.end,
+                    });
+                    r.runs.len() - 1
+                };
+                if step.sleep_ms > 0 {
+                    tokio::time::sleep(Duration::from_millis(u64::from(step.sleep_ms))).await;
+                }
+                // Not reached by a run cancelled at its time limit: it never ends.
+                lock(&record).runs[run].ended = Some(clock.elapsed());
+                match step.end {
+                    End::Ack => Ok(Outcome::Ack),
+                    End::Retry => Ok(Outcome::Retry),
+                    End::RetryAfter(ms) => {
+                        Ok(Outcome::RetryAfter(Duration::from_millis(u64::from(ms))))
+                    }
+                    End::Drop => Ok(Outcome::Drop),
+                    End::Reject => Ok(Outcome::Reject),
+                    End::NoOutcome => Ok(Outcome::None),
+                    End::Err => Err("explorer: the handler failed".to_owned()),
+                    #[allow(clippy::panic)] // the scenario asks for it (rule 13)
+                    End::Panic => panic!("explorer: the handler panics"),
+                }
+            }
+        });
+    }
+    let (observed, clock) = (shared.clone(), sim.clone());
+    built.on_settled(move |settled: &Settled| {
+        lock(&observed).observed.push(Observed {
+            app,
+            at: clock.elapsed(),
+            settled: settled.clone(),
+        });
+    })
+}
+
+/// What happens at a moment of the run.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    Publish(usize),
+    Fault(Fault),
+    ServerUp,
+    JetStreamOn,
+    StartApp,
+}
+
+/// Streams and consumers the scenario needs before its app starts: a stream per JetStream
+/// mount, the dead-letter stream, and the consumers with a `BackOff` (which the runtime never
+/// creates: a `BackOff` needs `max_deliver`, set here above the mount's attempts).
+fn prepare(sim: &Sim, scenario: &Scenario) -> Result<(), String> {
+    let mut streams = vec![stream::Config {
+        name: "DLQ".to_owned(),
+        subjects: vec!["dlq.>".to_owned()],
+        ..Default::default()
+    }];
+    for (index, spec) in scenario.mounts.iter().enumerate() {
+        if spec.is_jetstream() {
+            streams.push(stream::Config {
+                name: stream_name(index),
+                subjects: vec![format!("js{index}.>")],
+                ..Default::default()
+            });
+        }
+    }
+    for config in streams {
+        sim.create_stream(config).map_err(|e| e.to_string())?;
+    }
+    for (index, spec) in scenario.mounts.iter().enumerate() {
+        if let Source::JetStream {
+            ack_wait_ms,
+            backoff_ms,
+        } = &spec.source
+            && !backoff_ms.is_empty()
+        {
+            let attempts = spec.max_attempts.unwrap_or(4) as usize;
+            let max_deliver = attempts.max(backoff_ms.len()) + 2;
+            let config = pull::Config {
+                durable_name: Some(format!("c{index}")),
+                ack_policy: async_nats::jetstream::consumer::AckPolicy::Explicit,
+                ack_wait: Duration::from_millis(u64::from(*ack_wait_ms)),
+                backoff: backoff_ms
+                    .iter()
+                    .map(|ms| Duration::from_millis(u64::from(*ms)))
+                    .collect(),
+                max_deliver: i64::try_from(max_deliver).unwrap_or(i64::MAX),
+                ..Default::default()
+            };
+            sim.with(|server| server.create_consumer(&stream_name(index), config))
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs `scenario` on a new simulation and gives what happened.
+pub fn run(scenario: &Scenario) -> Trace {
+    let scenario = scenario.clone();
+    Sim::run(|sim| async move { run_on(&sim, scenario).await })
+}
+
+async fn run_on(sim: &Sim, scenario: Scenario) -> Trace {
+    let start = sim.now();
+    let shared: Shared = Arc::default();
+    let mut trace = Trace {
+        scenario: scenario.clone(),
+        journal: Vec::new(),
+        start,
+        runs: Vec::new(),
+        observed: Vec::new(),
+        reports: Vec::new(),
+        dropped: Vec::new(),
+        sent: Vec::new(),
+        dead_letters: Vec::new(),
+        consumers: Vec::new(),
+        settled: false,
+        trouble: Vec::new(),
+    };
+    if let Err(e) = prepare(sim, &scenario) {
+        trace
+            .trouble
+            .push(format!("the streams could not be made: {e}"));
+        return trace;
+    }
+    // The timeline: publishes and faults at their times (a publish first at the same
+    // instant), and what a fault schedules (the server back up, JetStream back on, the new app
+    // after a restart).
+    let mut timeline: Vec<(u32, u8, usize, Step)> = Vec::new();
+    for (i, m) in scenario.messages.iter().enumerate() {
+        timeline.push((m.at_ms, 0, i, Step::Publish(i)));
+    }
+    for (i, f) in scenario.faults.iter().enumerate() {
+        timeline.push((f.at_ms, 1, i, Step::Fault(f.fault)));
+    }
+    timeline.sort_by_key(|(at, order, i, _)| (*at, *order, *i));
+    let mut app = 0;
+    let mut running: Option<Running> = start_app(sim, &scenario, &shared, app, &mut trace).await;
+    let mut next = 0;
+    let mut later: Vec<(u32, Step)> = Vec::new();
+    let mut down = false;
+    loop {
+        // The next thing to happen: from the timeline or from what faults scheduled.
+        later.sort_by_key(|(at, _)| *at);
+        let from_timeline = timeline.get(next).map(|(at, _, _, step)| (*at, *step));
+        let from_later = later.first().copied();
+        let (at, step) = match (from_timeline, from_later) {
+            (None, None) => break,
+            (Some(t), None) => {
+                next += 1;
+                t
+            }
+            (None, Some(l)) => {
+                later.remove(0);
+                l
+            }
+            (Some(t), Some(l)) if l.0 < t.0 => {
+                later.remove(0);
+                l
+            }
+            (Some(t), Some(_)) => {
+                next += 1;
+                t
+            }
+        };
+        let target = Duration::from_millis(u64::from(at));
+        let now = sim.elapsed();
+        if target > now {
+            sim.advance(target - now).await;
+        }
+        match step {
+            Step::Publish(i) => {
+                let m = &scenario.messages[i];
+                let spec = &scenario.mounts[m.mount];
+                let id = i as u64;
+                let payload = payload_of(id, &m.attempts, m.undecodable);
+                let published = sim.publish(&subject(spec, m.mount), payload.clone());
+                trace.sent.push(Sent {
+                    id,
+                    mount: m.mount,
+                    at: sim.elapsed(),
+                    payload,
+                    receivers: published.as_ref().map_or(0, |p| p.receivers),
+                    stored: published
+                        .ok()
+                        .and_then(|p| p.stored)
+                        .map(|ack| ack.sequence),
+                });
+            }
+            Step::Fault(Fault::LoseAcks(n)) => sim.lose_acks(usize::from(n)),
+            Step::Fault(Fault::FailCopies(n)) => {
+                for pattern in ["core.>", "copies.>"] {
+                    let _ = sim.fail_publishes(pattern, usize::from(n));
+                }
+            }
+            Step::Fault(Fault::FailDeadLetters(n)) => {
+                for pattern in ["dlq.>", "lost.>"] {
+                    let _ = sim.fail_publishes(pattern, usize::from(n));
+                }
+            }
+            Step::Fault(Fault::DropConnections) => {
+                sim.drop_connections();
+            }
+            Step::Fault(Fault::ServerDown(ms)) => {
+                if !down {
+                    down = true;
+                    sim.go_down();
+                    later.push((at + ms, Step::ServerUp));
+                }
+            }
+            Step::Fault(Fault::JetStreamOff(ms)) => {
+                sim.jetstream(false);
+                later.push((at + ms, Step::JetStreamOn));
+            }
+            Step::Fault(Fault::Restart { graceful, after_ms }) => {
+                if let Some(stopping) = running.take() {
+                    match graceful {
+                        true => {
+                            let report = stopping.shutdown().await;
+                            trace.reports.push((app, report));
+                        }
+                        false => {
+                            drop(stopping);
+                            trace.dropped.push(app);
+                        }
+                    }
+                    later.push((at + after_ms, Step::StartApp));
+                }
+            }
+            Step::ServerUp => {
+                down = false;
+                sim.come_up();
+            }
+            Step::JetStreamOn => sim.jetstream(true),
+            Step::StartApp => {
+                if down {
+                    // Started once the server is back.
+                    later.push((at + 100, Step::StartApp));
+                } else if running.is_none() {
+                    app += 1;
+                    running = start_app(sim, &scenario, &shared, app, &mut trace).await;
+                }
+            }
+        }
+    }
+    if running.is_none() {
+        app += 1;
+        running = start_app(sim, &scenario, &shared, app, &mut trace).await;
+    }
+    let quiet = scenario.settle_time();
+    trace.settled = sim.run_until_idle(quiet, quiet * 4).await.is_ok();
+    if let Some(last) = running.take() {
+        let report = last.shutdown().await;
+        trace.reports.push((app, report));
+    }
+    let record = std::mem::take(&mut *lock(&shared));
+    trace.runs = record.runs;
+    trace.observed = record.observed;
+    trace.journal = sim.journal();
+    trace.dead_letters = sim.stream_messages("DLQ").unwrap_or_default();
+    for (index, spec) in scenario.mounts.iter().enumerate() {
+        if spec.is_jetstream()
+            && let Ok(state) = sim.consumer_state(&stream_name(index), &format!("c{index}"))
+        {
+            trace.consumers.push((index, state));
+        }
+    }
+    trace
+}
+
+/// Starts app number `app`; one that does not start is noted in the trace's trouble.
+async fn start_app(
+    sim: &Sim,
+    scenario: &Scenario,
+    shared: &Shared,
+    app: usize,
+    trace: &mut Trace,
+) -> Option<Running> {
+    match app_of(scenario, sim, shared, app).start().await {
+        Ok(running) => Some(running),
+        Err(e) => {
+            trace.trouble.push(format!("app {app} did not start: {e}"));
+            None
+        }
+    }
+}

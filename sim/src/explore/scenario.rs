@@ -1,0 +1,383 @@
+//! What a seed draws: a few mounts, messages with an outcome for each attempt, and faults at
+//! random times ([`Scenario`]), drawn by proptest's strategies from a seeded generator, so
+//! that a seed always gives the same scenario and a failing one can be shrunk.
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use proptest::strategy::{NewTree, ValueTree};
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+use serde::{Deserialize, Serialize};
+
+/// What a handler does at one attempt of a message: wait, then end so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attempt {
+    /// How long the handler runs before it ends (virtual milliseconds; past the mount's
+    /// `ack_wait` or its time limit for some).
+    pub sleep_ms: u32,
+    /// How it ends.
+    pub end: End,
+}
+
+/// How a handler run ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum End {
+    /// `Outcome::Ack`.
+    Ack,
+    /// `Outcome::Retry`.
+    Retry,
+    /// `Outcome::RetryAfter` this many milliseconds.
+    RetryAfter(u32),
+    /// `Outcome::Drop`.
+    Drop,
+    /// `Outcome::Reject`.
+    Reject,
+    /// `Outcome::None`.
+    NoOutcome,
+    /// The handler returns `Err` (the mount's error policy, retry by default, applies).
+    Err,
+    /// The handler panics (rule 13: no outcome).
+    Panic,
+}
+
+/// Where a mount's messages come from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Source {
+    /// A Core subject: `core<i>`.
+    CoreSubject,
+    /// A Core wildcard, `wild<i>.*`, with its copy subject `copies.<i>` (rule 10: subscribed
+    /// too, as the wildcard does not match it).
+    CoreWildcard,
+    /// A JetStream consumer `c<i>` of the stream `S<i>` (subjects `js<i>.>`), with its
+    /// `ack_wait` and perhaps a `BackOff`.
+    JetStream {
+        /// The consumer's `ack_wait`, in milliseconds.
+        ack_wait_ms: u32,
+        /// The consumer's `BackOff`, in milliseconds (none when empty).
+        backoff_ms: Vec<u32>,
+    },
+}
+
+/// Where a mount's dead letters go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DeadLetters {
+    /// To `dlq.<i>`, which the stream `DLQ` stores.
+    Stored,
+    /// To `lost.<i>`, which no stream stores (a Core mount only: a JetStream mount's must be
+    /// stored, rule 8).
+    Plain,
+}
+
+/// One mount of the scenario.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MountSpec {
+    /// Its source.
+    pub source: Source,
+    /// Its `max_attempts`.
+    pub max_attempts: Option<u32>,
+    /// Its dead letters.
+    pub dead_letters: Option<DeadLetters>,
+    /// Its backoff (rule 18): base and cap in milliseconds, and whether it has jitter.
+    pub backoff: Option<(u32, u32, bool)>,
+    /// Whether its dead letters carry provenance headers (rule 19).
+    pub provenance: bool,
+    /// Whether its leases are on (rule 16).
+    pub leases: bool,
+    /// How many deliveries it runs at once.
+    pub concurrency: u8,
+    /// Its subscription buffer (Core), in messages.
+    pub buffer: Option<u16>,
+    /// Its handler time limit, in milliseconds.
+    pub time_limit_ms: Option<u32>,
+}
+
+impl MountSpec {
+    /// Whether it consumes from JetStream.
+    pub fn is_jetstream(&self) -> bool {
+        matches!(self.source, Source::JetStream { .. })
+    }
+}
+
+/// One message of the scenario: published to a mount's subject at a time, its handler doing
+/// `attempts[n - 1]` at attempt `n` (the last one again for every attempt after it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MessageSpec {
+    /// The mount it is for (its index).
+    pub mount: usize,
+    /// When it is published, in virtual milliseconds from the start.
+    pub at_ms: u32,
+    /// What its handler does, attempt by attempt.
+    pub attempts: Vec<Attempt>,
+    /// Whether its payload does not decode (rule 17: it never reaches the handler).
+    pub undecodable: bool,
+}
+
+/// Something that goes wrong at a moment of the scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Fault {
+    /// The next `n` acknowledgements are lost on their way to the server.
+    LoseAcks(u8),
+    /// The next `n` publishes of Core copies (to any mount's copy subject) fail.
+    FailCopies(u8),
+    /// The next `n` publishes of dead letters (stored or not) fail.
+    FailDeadLetters(u8),
+    /// Every connection is dropped; clients reconnect.
+    DropConnections,
+    /// The server goes down for this many milliseconds.
+    ServerDown(u32),
+    /// JetStream is off for this many milliseconds.
+    JetStreamOff(u32),
+    /// The app stops (gracefully, or dropped without a shutdown) and a new one starts on the
+    /// same durables after this many milliseconds.
+    Restart {
+        /// Whether it stops with a graceful shutdown.
+        graceful: bool,
+        /// How long until the new app starts, in milliseconds.
+        after_ms: u32,
+    },
+}
+
+/// A fault at a moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimedFault {
+    /// When, in virtual milliseconds from the start.
+    pub at_ms: u32,
+    /// What.
+    pub fault: Fault,
+}
+
+/// Everything a seed draws.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Scenario {
+    /// The mounts, of one app (started again on a restart).
+    pub mounts: Vec<MountSpec>,
+    /// The messages, by the time they are published.
+    pub messages: Vec<MessageSpec>,
+    /// The faults, by time.
+    pub faults: Vec<TimedFault>,
+}
+
+/// The longest time a scenario publishes or injects a fault at: 6 s.
+pub const BUSY_MS: u32 = 6_000;
+
+impl Scenario {
+    /// The scenario seed `seed` draws.
+    pub fn of_seed(seed: u64) -> Self {
+        Self::tree(seed).current()
+    }
+
+    /// The scenario seed `seed` draws, as a tree proptest can shrink.
+    pub fn tree(seed: u64) -> impl ValueTree<Value = Scenario> {
+        let mut bytes = [0u8; 32];
+        bytes[..8].copy_from_slice(&seed.to_le_bytes());
+        let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &bytes);
+        let mut runner = TestRunner::new_with_rng(Config::default(), rng);
+        let tree: NewTree<BoxedStrategy<Scenario>> = scenario().new_tree(&mut runner);
+        #[allow(clippy::expect_used)] // the strategies below never reject
+        tree.expect("the scenario strategy draws a scenario from any seed")
+    }
+
+    /// How long the scenario needs after its last publish and fault for every message to
+    /// settle: each mount's longest retry delay times its attempts, its `ack_wait`, and a
+    /// margin.
+    pub fn settle_time(&self) -> Duration {
+        let longest_delay = self
+            .messages
+            .iter()
+            .flat_map(|m| m.attempts.iter())
+            .map(|a| match a.end {
+                End::RetryAfter(ms) => ms + a.sleep_ms,
+                _ => a.sleep_ms,
+            })
+            .max()
+            .unwrap_or(0);
+        let mount_wait = self
+            .mounts
+            .iter()
+            .map(|m| {
+                let ack_wait = match &m.source {
+                    Source::JetStream {
+                        ack_wait_ms,
+                        backoff_ms,
+                    } => (*ack_wait_ms).max(backoff_ms.iter().copied().max().unwrap_or(0)),
+                    _ => 0,
+                };
+                let backoff = m.backoff.map_or(0, |(_, cap, _)| cap);
+                ack_wait.max(backoff) + m.time_limit_ms.unwrap_or(0)
+            })
+            .max()
+            .unwrap_or(0);
+        let attempts = self
+            .mounts
+            .iter()
+            .map(|m| m.max_attempts.unwrap_or(4))
+            .max()
+            .unwrap_or(1);
+        Duration::from_millis(u64::from((longest_delay + mount_wait) * attempts + 2_000))
+    }
+}
+
+fn end() -> impl Strategy<Value = End> {
+    prop_oneof![
+        6 => Just(End::Ack),
+        3 => Just(End::Retry),
+        2 => (10u32..800).prop_map(End::RetryAfter),
+        1 => Just(End::Drop),
+        1 => Just(End::Reject),
+        1 => Just(End::NoOutcome),
+        1 => Just(End::Err),
+        1 => Just(End::Panic),
+    ]
+}
+
+fn attempt() -> impl Strategy<Value = Attempt> {
+    (
+        prop_oneof![6 => Just(0u32), 3 => 1u32..200, 1 => 200u32..3_000],
+        end(),
+    )
+        .prop_map(|(sleep_ms, end)| Attempt { sleep_ms, end })
+}
+
+fn source() -> impl Strategy<Value = Source> {
+    prop_oneof![
+        2 => Just(Source::CoreSubject),
+        1 => Just(Source::CoreWildcard),
+        3 => (
+            prop_oneof![Just(300u32), Just(1_000), Just(2_000)],
+            prop_oneof![
+                3 => Just(Vec::new()),
+                1 => proptest::collection::vec(200u32..1_500, 1..=3),
+            ],
+        )
+            .prop_map(|(ack_wait_ms, backoff_ms)| Source::JetStream {
+                ack_wait_ms,
+                backoff_ms,
+            }),
+    ]
+}
+
+fn mount() -> impl Strategy<Value = MountSpec> {
+    (
+        source(),
+        proptest::option::weighted(0.8, 1u32..=4),
+        proptest::option::weighted(
+            0.7,
+            prop_oneof![3 => Just(DeadLetters::Stored), 1 => Just(DeadLetters::Plain)],
+        ),
+        proptest::option::weighted(0.4, (10u32..200, 200u32..1_000, any::<bool>())),
+        any::<bool>(),
+        proptest::bool::weighted(0.8),
+        1u8..=4,
+        proptest::option::weighted(0.3, 1u16..=8),
+        proptest::option::weighted(0.3, 500u32..4_000),
+    )
+        .prop_map(
+            |(
+                source,
+                max_attempts,
+                dead_letters,
+                backoff,
+                provenance,
+                leases,
+                concurrency,
+                buffer,
+                time_limit_ms,
+            )| {
+                let jetstream = matches!(source, Source::JetStream { .. });
+                // A JetStream mount's dead letters are stored by a stream (rule 8); a consumer
+                // BackOff needs `max_deliver` set, which the runtime never does: the
+                // runtime's own backoff there instead.
+                // A dead-letter subject needs a limit (rule 7).
+                let dead_letters =
+                    dead_letters
+                        .filter(|_| max_attempts.is_some())
+                        .map(|d| match jetstream {
+                            true => DeadLetters::Stored,
+                            false => d,
+                        });
+                // A JetStream retry with neither a limit nor a backoff is a `-NAK` without a
+                // delay, redelivered at once, for ever: a loop in no time at all, which the
+                // contract allows and virtual time cannot get past. Such a mount gets a backoff.
+                let backoff = match (jetstream, max_attempts, backoff) {
+                    (true, None, None) => Some((50, 500, true)),
+                    (_, _, backoff) => backoff,
+                };
+                MountSpec {
+                    source,
+                    max_attempts,
+                    dead_letters,
+                    backoff,
+                    provenance,
+                    leases,
+                    concurrency,
+                    buffer: buffer.filter(|_| !jetstream),
+                    time_limit_ms,
+                }
+            },
+        )
+}
+
+fn message(mounts: usize) -> impl Strategy<Value = MessageSpec> {
+    (
+        0..mounts,
+        0u32..BUSY_MS,
+        proptest::collection::vec(attempt(), 1..=4),
+        proptest::bool::weighted(0.05),
+    )
+        .prop_map(|(mount, at_ms, attempts, undecodable)| MessageSpec {
+            mount,
+            at_ms,
+            attempts,
+            undecodable,
+        })
+}
+
+fn fault() -> impl Strategy<Value = Fault> {
+    prop_oneof![
+        3 => (1u8..=3).prop_map(Fault::LoseAcks),
+        2 => (1u8..=3).prop_map(Fault::FailCopies),
+        2 => (1u8..=2).prop_map(Fault::FailDeadLetters),
+        2 => Just(Fault::DropConnections),
+        1 => (100u32..3_000).prop_map(Fault::ServerDown),
+        1 => (100u32..3_000).prop_map(Fault::JetStreamOff),
+        1 => (any::<bool>(), 0u32..1_500)
+            .prop_map(|(graceful, after_ms)| Fault::Restart { graceful, after_ms }),
+    ]
+}
+
+/// The strategy of a whole scenario: 1 to 3 mounts, up to 30 messages, up to 4 faults.
+pub fn scenario() -> BoxedStrategy<Scenario> {
+    proptest::collection::vec(mount(), 1..=3)
+        .prop_flat_map(|mounts| {
+            let n = mounts.len();
+            (
+                Just(mounts),
+                proptest::collection::vec(message(n), 1..=30),
+                proptest::collection::vec(
+                    (0u32..BUSY_MS, fault()).prop_map(|(at_ms, fault)| TimedFault { at_ms, fault }),
+                    0..=4,
+                ),
+            )
+        })
+        .prop_map(|(mounts, mut messages, mut faults)| {
+            messages.sort_by_key(|m| m.at_ms);
+            faults.sort_by_key(|f| f.at_ms);
+            Scenario {
+                mounts,
+                messages,
+                faults,
+            }
+        })
+        .boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seed_always_draws_the_same_scenario_and_seeds_differ() {
+        assert_eq!(Scenario::of_seed(7), Scenario::of_seed(7));
+        assert_ne!(Scenario::of_seed(7), Scenario::of_seed(8));
+    }
+}
