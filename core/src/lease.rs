@@ -159,12 +159,12 @@ impl<T> Leases<T> {
     pub fn handle_start(&mut self, terms: LeaseTerms, item: T, now: Instant) -> LeaseKey {
         self.generation += 1;
         let generation = self.generation;
-        let deadline = terms.span.map(|span| now + span);
+        let deadline = terms.span.map(|span| crate::deadline(now, span));
         let renew_at = match (terms.renew, terms.span) {
-            (true, Some(span)) => Some(now + span / 2),
+            (true, Some(span)) => Some(crate::deadline(now, span / 2)),
             _ => None,
         };
-        let limit_at = now + terms.limit;
+        let limit_at = crate::deadline(now, terms.limit);
         let slot = self.leases.insert(Lease {
             generation,
             terms,
@@ -189,10 +189,10 @@ impl<T> Leases<T> {
         let Some(span) = lease.terms.span else {
             return;
         };
-        lease.deadline = Some(now + span);
+        lease.deadline = Some(crate::deadline(now, span));
         let old = lease.renew_at.take();
         // Past its time limit its handler is being cancelled: no more renewals.
-        let next = (now < lease.limit_at).then_some(now + span / 2);
+        let next = (now < lease.limit_at).then(|| crate::deadline(now, span / 2));
         lease.renew_at = next;
         if let Some(at) = old {
             self.due

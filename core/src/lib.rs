@@ -98,7 +98,7 @@ pub use header::{
 pub use lease::{LeaseDue, LeaseEnd, LeaseKey, LeaseTerms, Leases, lease_span};
 pub use message::{Message, Publication, wire_len};
 pub use plan::{
-    Action, DeadLetterReason, Disposition, Event, Log, MAX_ACTIONS, Outcome, Plan, plan,
+    Action, DeadLetterReason, Disposition, Event, Log, MAX_ACTIONS, Outcome, Plan, deadline, plan,
     plan_with_clock,
 };
 pub use policy::{

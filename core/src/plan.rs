@@ -363,8 +363,10 @@ impl<'a, 'p> IntoIterator for &'a Plan<'p> {
 }
 
 /// The instant `delay` after `now`, or the farthest instant after `now` that the platform can
-/// represent when `now + delay` overflows (never before `now`).
-fn deadline(now: Instant, delay: Duration) -> Instant {
+/// represent when `now + delay` overflows (never before `now`): a delay of `Duration::MAX`
+/// means "as late as can be", never a panic. Adapters use it for every deadline made from a
+/// duration an application gives (a handler time limit, a grace period, a re-read interval).
+pub fn deadline(now: Instant, delay: Duration) -> Instant {
     let mut delay = delay;
     loop {
         if let Some(at) = now.checked_add(delay) {

@@ -529,3 +529,104 @@ fn sim_run_inside_a_runtime_says_what_to_use_instead() {
         .unwrap_or_default();
     assert!(text.contains("Sim::start"), "{text}");
 }
+
+/// Runs `test` on a thread of its own and fails it when it panics or does not end within a
+/// minute of real time (a panic inside the runtime's own tasks would otherwise only be logged).
+fn ends<T: Send + 'static>(test: impl FnOnce() -> T + Send + 'static) -> T {
+    let (done, ended) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(test());
+    });
+    ended
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the test ended within a minute of real time, without a panic")
+}
+
+/// A setting of `Duration::MAX` means "never", as `disconnected_limit` documents, for every
+/// duration an application gives: a handler time limit of `Duration::MAX` still lets a handler
+/// that waits settle (it panicked in the lease's arithmetic, and the `+ACK` was never sent).
+#[test]
+fn duration_max_as_a_handler_time_limit_means_no_limit() {
+    let acks = ends(|| {
+        Sim::run(|sim| async move {
+            let running = App::new(&sim.url())
+                .stream(stream("ORDERS", &["orders.>"]))
+                .mount(
+                    Mount::jetstream("orders", "ORDERS", "worker")
+                        .handler_time_limit(Duration::MAX),
+                    |_: Delivery| async {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        Outcome::Ack
+                    },
+                )
+                .start()
+                .await
+                .unwrap();
+            sim.publish("orders.new", "1").unwrap();
+            sim.advance(Duration::from_secs(5)).await;
+            running.shutdown().await;
+            sim.journal()
+                .iter()
+                .filter(|r| {
+                    matches!(
+                        r,
+                        Record::Acknowledged {
+                            kind: AckKind::Ack,
+                            ..
+                        }
+                    )
+                })
+                .count()
+        })
+    });
+    assert_eq!(acks, 1);
+}
+
+/// A grace period of `Duration::MAX`: the shutdown waits for what runs, and reports (it
+/// panicked computing its deadline).
+#[test]
+fn duration_max_as_a_grace_period_waits_for_what_runs() {
+    let report = ends(|| {
+        Sim::run(|sim| async move {
+            let running = App::new(&sim.url())
+                .grace_period(Duration::MAX)
+                .mount(Mount::core_subject("greet", "greet"), |_: Delivery| async {
+                    Outcome::Ack
+                })
+                .start()
+                .await
+                .unwrap();
+            sim.publish("greet", "hi").unwrap();
+            sim.advance(Duration::from_millis(100)).await;
+            running.shutdown().await
+        })
+    });
+    assert_eq!(report, ruststream_sim::ShutdownReport::default());
+}
+
+/// A consumer re-read of `Duration::MAX`: the consumer is never read again, and the supervisor
+/// still does its other work: a connection down past the app's limit ends the app (the
+/// supervisor panicked at its first deadline, and the app stayed up, consuming nothing).
+#[test]
+fn duration_max_as_a_consumer_reread_never_rereads_and_the_supervisor_goes_on() {
+    let failure = ends(|| {
+        Sim::run(|sim| async move {
+            let running = App::new(&sim.url())
+                .consumer_reread(Duration::MAX)
+                .disconnected_limit(Duration::from_secs(5))
+                .mount(Mount::core_subject("greet", "greet"), |_: Delivery| async {
+                    Outcome::Ack
+                })
+                .start()
+                .await
+                .unwrap();
+            sim.go_down();
+            sim.advance(Duration::from_secs(20)).await;
+            running.until_signal().await.err().map(|e| e.to_string())
+        })
+    });
+    assert!(
+        failure.as_deref().is_some_and(|f| f.contains("down")),
+        "{failure:?}"
+    );
+}

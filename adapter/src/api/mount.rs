@@ -223,7 +223,8 @@ impl Mount {
     /// mount, subject, attempt and how long it ran, and counts as no outcome: JetStream
     /// redelivers after `ack_wait` (rule 3 ends the loop at the limit); a Core delivery is
     /// gone. Only a handler still running after its first poll can reach it;
-    /// `Duration::ZERO` cancels every such handler at once.
+    /// `Duration::ZERO` cancels every such handler at once, and `Duration::MAX` never cancels
+    /// one.
     #[must_use]
     pub fn handler_time_limit(mut self, limit: Duration) -> Self {
         self.handler_time_limit = limit;

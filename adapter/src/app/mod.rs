@@ -157,7 +157,8 @@ impl<R: Runtime> App<R> {
     }
 
     /// How long a graceful shutdown lets in-flight handlers finish and delayed Core copies
-    /// fall due (default [`DEFAULT_GRACE_PERIOD`]).
+    /// fall due (default [`DEFAULT_GRACE_PERIOD`]). `Duration::MAX` waits for them however long
+    /// they take.
     #[must_use]
     pub fn grace_period(mut self, grace: Duration) -> Self {
         self.grace = grace;
@@ -168,6 +169,7 @@ impl<R: Runtime> App<R> {
     /// `BackOff`, which its leases then follow (default [`CONSUMER_REREAD`], 5 s; rule 16).
     /// Each read is one request per JetStream mount. Until a shortened `ack_wait` is read, a
     /// handler running longer than the new `ack_wait` may be redelivered and run again.
+    /// `Duration::MAX` never reads them again.
     #[must_use]
     pub fn consumer_reread(mut self, every: Duration) -> Self {
         self.consumer_reread = every;

@@ -215,7 +215,7 @@ impl<R: Runtime> Running<R> {
             self.grace
         };
         let mut grace_period = GracePeriod {
-            deadline: R::now() + grace,
+            deadline: ruststream_core::deadline(R::now(), grace),
             cut: std::pin::pin!(cut.fuse()),
         };
         self.shutdown.send_replace(true);
