@@ -230,6 +230,36 @@ impl NatsServer {
         }
     }
 
+    /// Stops the server's process where it stands (SIGSTOP): its connections stay open, and it
+    /// reads and writes nothing until [`resume`](Self::resume), so that what clients send
+    /// piles up in their buffers, as with a server that hangs.
+    ///
+    /// # Panics
+    /// When the signal cannot be sent.
+    pub fn pause(&mut self) {
+        self.signal("STOP");
+    }
+
+    /// Lets a [`pause`](Self::pause)d server go on (SIGCONT).
+    ///
+    /// # Panics
+    /// When the signal cannot be sent.
+    pub fn resume(&mut self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&mut self, name: &str) {
+        let child = self.child.as_ref().expect("a running nats-server");
+        let sent = Command::new("sh")
+            .args(["-c", "kill -s \"$1\" \"$2\"", "sh", name])
+            .arg(child.id().to_string())
+            .status();
+        assert!(
+            matches!(sent, Ok(s) if s.success()),
+            "SIG{name} to nats-server: {sent:?}"
+        );
+    }
+
     /// Stops the server with SIGTERM, as a service manager does, and waits until it has exited
     /// (its JetStream store shut down cleanly); the store stays. Gives its exit status, which
     /// is not judged (nats-server 2.9.10 has been seen to exit 0 and 1 on SIGTERM). Nothing

@@ -912,3 +912,57 @@ fn jetstream_loses_nothing_when_a_cluster_node_dies_on_tokio() {
 fn jetstream_loses_nothing_when_a_cluster_node_dies_on_smol() {
     cluster_node_dies(Adapter::Smol);
 }
+
+/// Rules 14 and 21: a Core mount whose retry copies cannot leave (the server stopped reading,
+/// so the client's buffer is full and the loop's copy publish stays pending) still notices a
+/// shutdown: the messages it received and never handled are counted in the report, and the
+/// delivery whose copy is stuck is reported abandoned. Both were missing (the report was empty
+/// while thousands of messages were lost); found by a breaker helper.
+#[test]
+fn a_core_copy_stuck_on_a_server_that_stopped_reading_is_reported_at_shutdown() {
+    tokio_runtime().block_on(async {
+        let mut server = NatsServer::start();
+        let publisher = async_nats::connect(server.url()).await.unwrap();
+        let running = ruststream_tokio::App::new(&server.url())
+            .grace_period(Duration::from_secs(1))
+            .mount(
+                Mount::core_subject("stuck", "stuck.in").max_attempts(3),
+                |_: Delivery| async { Outcome::Retry },
+            )
+            .start()
+            .await
+            .unwrap();
+        let pad = "x".repeat(4_000);
+        for n in 0..20_000 {
+            publisher
+                .publish(
+                    "stuck.in",
+                    format!("{{\"n\":{n},\"pad\":\"{pad}\"}}").into(),
+                )
+                .await
+                .unwrap();
+        }
+        publisher.flush().await.unwrap();
+        // At once: the app is still working through its backlog (20,000 messages, three
+        // attempts each), and its copies pile up in its client from now on.
+        server.pause();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let report = running.shutdown().await;
+        server.resume();
+        let unhandled: u64 = report
+            .core_losses
+            .iter()
+            .filter(|l| l.mount == "stuck")
+            .map(|l| l.unhandled_at_shutdown)
+            .sum();
+        assert!(
+            unhandled > 0,
+            "nothing counted as received and unhandled: {report:?}"
+        );
+        assert_eq!(
+            report.abandoned,
+            [("stuck".to_owned(), 1)],
+            "the delivery whose copy is stuck: {report:?}"
+        );
+    });
+}

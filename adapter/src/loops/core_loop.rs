@@ -176,19 +176,39 @@ async fn consume<R: Runtime, S>(
             break;
         };
         let (msg, next) = next;
-        let (span, stage) = match next {
-            Next::Finish(span, stage) => (span, stage),
+        let (span, stage, _counted) = match next {
+            Next::Finish(span, stage) => (span, stage, None),
             Next::Sending(span, event) => {
                 // The client could not take the publish at once: awaited here, as the mount's
                 // back-pressure; the delivery is then reported (or recovered, if it failed).
-                let published = std::future::poll_fn(|cx| match copying.as_mut().as_pin_mut() {
-                    Some(publishing) => publishing.poll(cx),
-                    None => unreachable!("Next::Sending leaves its publish pending"),
-                })
-                .instrument(span.clone())
-                .await;
+                // Counted in flight meanwhile: a shutdown waits for it, and reports it
+                // abandoned if its grace period ends first (a server that stopped reading).
+                let counted = ctx.in_flight.enter();
+                let published = {
+                    let mut publishing = std::pin::pin!(
+                        std::future::poll_fn(|cx| match copying.as_mut().as_pin_mut() {
+                            Some(publishing) => publishing.poll(cx),
+                            None => unreachable!("Next::Sending leaves its publish pending"),
+                        })
+                        .instrument(span.clone())
+                    );
+                    tokio::select! {
+                        biased;
+                        published = &mut publishing => published,
+                        changed = shutdown.changed(), if !reported => {
+                            // Shutdown began while the publish waits: what is buffered will
+                            // never be handled, so it is counted now (rule 14).
+                            if changed.is_err() {
+                                ctx.handles_gone();
+                            }
+                            report_unhandled(ctx, &mut messages).await;
+                            reported = true;
+                            publishing.await
+                        }
+                    }
+                };
                 copying.set(None);
-                (span, Stage::Sent(event, published))
+                (span, Stage::Sent(event, published), Some(counted))
             }
         };
         if stage.in_place() {
