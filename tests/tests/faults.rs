@@ -20,7 +20,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -923,11 +923,25 @@ fn a_core_copy_stuck_on_a_server_that_stopped_reading_is_reported_at_shutdown() 
     tokio_runtime().block_on(async {
         let mut server = NatsServer::start();
         let publisher = async_nats::connect(server.url()).await.unwrap();
+        // The first delivery holds the mount's loop (a blocking wait, on purpose) until the
+        // server has stopped reading, so that the backlog is certain to be there whatever
+        // the machine's speed: the timing alone made the test pass or fail (it failed once
+        // in CI on 2.15.1, the app through its backlog before the pause).
+        let paused = Arc::new(AtomicBool::new(false));
+        let gate = paused.clone();
         let running = ruststream_tokio::App::new(&server.url())
             .grace_period(Duration::from_secs(1))
             .mount(
                 Mount::core_subject("stuck", "stuck.in").max_attempts(3),
-                |_: Delivery| async { Outcome::Retry },
+                move |_: Delivery| {
+                    let started = Instant::now();
+                    while !gate.load(Ordering::SeqCst)
+                        && started.elapsed() < Duration::from_secs(60)
+                    {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    async { Outcome::Retry }
+                },
             )
             .start()
             .await
@@ -943,9 +957,10 @@ fn a_core_copy_stuck_on_a_server_that_stopped_reading_is_reported_at_shutdown() 
                 .unwrap();
         }
         publisher.flush().await.unwrap();
-        // At once: the app is still working through its backlog (20,000 messages, three
-        // attempts each), and its copies pile up in its client from now on.
+        // The app holds its backlog (20,000 messages, three attempts each) behind the first
+        // delivery, and its copies pile up in its client from now on.
         server.pause();
+        paused.store(true, Ordering::SeqCst);
         tokio::time::sleep(Duration::from_secs(3)).await;
         let report = running.shutdown().await;
         server.resume();
