@@ -21,13 +21,22 @@
 //!    the next renewal to half a span later. A renewal that could not be sent is not reported,
 //!    and the deadline stays where it was.
 //! 4. [`Leases::handle_end`] when the handler finishes: [`LeaseEnd::OnTime`], or
-//!    [`LeaseEnd::Late`] when the deadline passed first; then the result is logged and not
-//!    sent.
+//!    [`LeaseEnd::Late`] when the deadline passed first, or [`LeaseEnd::Superseded`] when the
+//!    message was delivered again meanwhile (below); then the result is logged and not sent.
+//!
+//! A renewal can be lost on its way (the client took it, the server never saw it), and then
+//! the server delivers the message again while its handler still runs here, which nothing
+//! here can see until that delivery arrives. [`Leases::handle_delivered`], told of every
+//! JetStream delivery a mount receives, marks the leases of earlier deliveries of the same
+//! message superseded: they are renewed no more, and their results are not sent. nats-server
+//! settles a message by its stream sequence, whatever delivery the ack reply subject names,
+//! so a superseded run's `-NAK` or `+ACK` would be taken over the newer delivery's, which
+//! then runs, unrenewed or redelivered, beside another.
 //!
 //! A lease without a span (a Core mount, or a mount with leases off) is only a time limit;
 //! with leases off, the deadline still counts, so that a late result is not sent.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use slab::Slab;
@@ -44,6 +53,19 @@ pub fn lease_span(ack_wait: Duration, backoff: &[Duration], delivered: u64) -> D
     }
 }
 
+/// The JetStream delivery a lease keeps from redelivery: which message (its mount, an index the
+/// adapter gives, and its stream sequence) and which delivery of it (the delivery count of its
+/// ack reply subject).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeasedDelivery {
+    /// The mount that received it (the adapter's index; only compared).
+    pub mount: usize,
+    /// The message's stream sequence.
+    pub stream_sequence: u64,
+    /// Its delivery count: 1 for the first delivery.
+    pub delivered: u64,
+}
+
 /// How a lease is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaseTerms {
@@ -53,6 +75,9 @@ pub struct LeaseTerms {
     pub renew: bool,
     /// The mount's handler time limit.
     pub limit: Duration,
+    /// The JetStream delivery it keeps, which a later delivery of the same message supersedes
+    /// ([`Leases::handle_delivered`]); `None` on Core.
+    pub delivery: Option<LeasedDelivery>,
 }
 
 /// A lease's key, given by [`Leases::handle_start`].
@@ -82,6 +107,12 @@ pub enum LeaseEnd {
         /// How long after the deadline it came.
         by: Duration,
     },
+    /// The message was delivered again while it ran (its renewals were lost on their way, so
+    /// its deadline passed on the server though not here): the result is logged, not sent.
+    Superseded {
+        /// The delivery count of the newer delivery.
+        by: u64,
+    },
 }
 
 #[derive(Debug)]
@@ -91,6 +122,8 @@ struct Lease<T> {
     deadline: Option<Instant>,
     renew_at: Option<Instant>,
     limit_at: Instant,
+    /// The delivery count of a later delivery of its message, once one arrived.
+    superseded: Option<u64>,
     item: T,
 }
 
@@ -111,6 +144,8 @@ pub struct Leases<T> {
     leases: Slab<Lease<T>>,
     /// What is due when: (instant, kind, slot, generation).
     due: BTreeSet<(Instant, Kind, usize, u64)>,
+    /// The leases of JetStream deliveries, by message: (mount, stream sequence).
+    messages: BTreeMap<(usize, u64), Vec<LeaseKey>>,
     generation: u64,
 }
 
@@ -126,6 +161,7 @@ impl<T> Leases<T> {
         Self {
             leases: Slab::new(),
             due: BTreeSet::new(),
+            messages: BTreeMap::new(),
             generation: 0,
         }
     }
@@ -138,6 +174,12 @@ impl<T> Leases<T> {
     /// Whether no lease is held.
     pub fn is_empty(&self) -> bool {
         self.leases.is_empty()
+    }
+
+    /// How many JetStream messages have a delivery held under a lease: none means that
+    /// [`handle_delivered`](Self::handle_delivered) has nothing to do.
+    pub fn messages(&self) -> usize {
+        self.messages.len()
     }
 
     /// How many renewals and time limits are scheduled: at most two per lease held.
@@ -155,7 +197,9 @@ impl<T> Leases<T> {
         self.lease_mut(key).map(|l| &mut l.item)
     }
 
-    /// A handler started (or was found still running after its first poll) at `now`.
+    /// A handler started (or was found still running after its first poll) at `now`. A lease
+    /// of a delivery older than one of the same message already held is superseded from the
+    /// start (see [`handle_delivered`](Self::handle_delivered)), and supersedes older ones.
     pub fn handle_start(&mut self, terms: LeaseTerms, item: T, now: Instant) -> LeaseKey {
         self.generation += 1;
         let generation = self.generation;
@@ -171,6 +215,7 @@ impl<T> Leases<T> {
             deadline,
             renew_at,
             limit_at,
+            superseded: None,
             item,
         });
         if let Some(at) = renew_at {
@@ -178,7 +223,67 @@ impl<T> Leases<T> {
         }
         self.due
             .insert((limit_at, Kind::TimeLimit, slot, generation));
-        LeaseKey { slot, generation }
+        let key = LeaseKey { slot, generation };
+        if let Some(delivery) = terms.delivery {
+            self.handle_delivered(delivery);
+            let newest = self
+                .held(delivery)
+                .map(|(_, d)| d.delivered)
+                .max()
+                .unwrap_or(delivery.delivered);
+            self.messages
+                .entry((delivery.mount, delivery.stream_sequence))
+                .or_default()
+                .push(key);
+            if newest > delivery.delivered {
+                self.supersede(key, newest);
+            }
+        }
+        key
+    }
+
+    /// A mount received `delivery` (every JetStream delivery, as it arrives): the leases of
+    /// earlier deliveries of the same message are superseded. They get no more renewals (a
+    /// renewal on an earlier delivery's ack reply subject would restart the server's clock of
+    /// the newer one, and undo a `-NAK`'s delay), and [`handle_end`](Self::handle_end) says
+    /// [`LeaseEnd::Superseded`]. Returns how many it superseded now.
+    pub fn handle_delivered(&mut self, delivery: LeasedDelivery) -> usize {
+        let older: Vec<LeaseKey> = self
+            .held(delivery)
+            .filter(|(_, held)| held.delivered < delivery.delivered)
+            .map(|(key, _)| key)
+            .collect();
+        let mut superseded = 0;
+        for key in older {
+            if self.supersede(key, delivery.delivered) {
+                superseded += 1;
+            }
+        }
+        superseded
+    }
+
+    /// The leases held for `delivery`'s message, with the deliveries they keep.
+    fn held(&self, delivery: LeasedDelivery) -> impl Iterator<Item = (LeaseKey, LeasedDelivery)> {
+        self.messages
+            .get(&(delivery.mount, delivery.stream_sequence))
+            .into_iter()
+            .flatten()
+            .filter_map(|&key| Some((key, self.lease(key)?.terms.delivery?)))
+    }
+
+    /// Marks the lease `key` superseded by delivery `by` and takes its next renewal off the
+    /// schedule; whether it was not superseded before.
+    fn supersede(&mut self, key: LeaseKey, by: u64) -> bool {
+        let Some(lease) = self.lease_mut(key) else {
+            return false;
+        };
+        let first = lease.superseded.is_none();
+        lease.superseded = Some(lease.superseded.map_or(by, |b| b.max(by)));
+        if let Some(at) = lease.renew_at.take() {
+            self.due
+                .remove(&(at, Kind::Renew, key.slot, key.generation));
+        }
+        first
     }
 
     /// A `+WPI` for the lease went out at `now`: the server's clock restarts.
@@ -189,6 +294,10 @@ impl<T> Leases<T> {
         let Some(span) = lease.terms.span else {
             return;
         };
+        // Superseded while its renewal went out: the next one is not scheduled.
+        if lease.superseded.is_some() {
+            return;
+        }
         lease.deadline = Some(crate::deadline(now, span));
         let old = lease.renew_at.take();
         // Past its time limit its handler is being cancelled: no more renewals.
@@ -216,8 +325,18 @@ impl<T> Leases<T> {
         }
         self.due
             .remove(&(lease.limit_at, Kind::TimeLimit, key.slot, key.generation));
-        let end = match lease.deadline {
-            Some(deadline) if now > deadline => LeaseEnd::Late { by: now - deadline },
+        if let Some(delivery) = lease.terms.delivery {
+            let message = (delivery.mount, delivery.stream_sequence);
+            if let Some(keys) = self.messages.get_mut(&message) {
+                keys.retain(|k| *k != key);
+                if keys.is_empty() {
+                    self.messages.remove(&message);
+                }
+            }
+        }
+        let end = match (lease.superseded, lease.deadline) {
+            (Some(by), _) => LeaseEnd::Superseded { by },
+            (None, Some(deadline)) if now > deadline => LeaseEnd::Late { by: now - deadline },
             _ => LeaseEnd::OnTime,
         };
         (end, Some(lease.item))
@@ -282,6 +401,7 @@ mod tests {
             span: span.map(Duration::from_secs),
             renew,
             limit: Duration::from_secs(limit),
+            delivery: None,
         }
     }
 
@@ -296,6 +416,106 @@ mod tests {
         assert_eq!(lease_span(ack_wait, &backoff, 9), 5 * SECOND);
         assert_eq!(lease_span(ack_wait, &backoff, u64::MAX), 5 * SECOND);
         assert_eq!(lease_span(ack_wait, &backoff, 0), SECOND);
+    }
+
+    fn delivered(stream_sequence: u64, delivered: u64) -> LeasedDelivery {
+        LeasedDelivery {
+            mount: 0,
+            stream_sequence,
+            delivered,
+        }
+    }
+
+    fn delivery_terms(stream_sequence: u64, delivered: u64) -> LeaseTerms {
+        LeaseTerms {
+            delivery: Some(self::delivered(stream_sequence, delivered)),
+            ..terms(Some(10), true, 300)
+        }
+    }
+
+    #[test]
+    fn a_later_delivery_of_the_message_supersedes_the_lease_and_stops_its_renewals() {
+        let t0 = Instant::now();
+        let mut leases = Leases::new();
+        let first = leases.handle_start(delivery_terms(7, 1), "first", t0);
+        let other = leases.handle_start(delivery_terms(8, 1), "other", t0);
+        assert_eq!(leases.messages(), 2);
+        // The same delivery again, or an earlier one, supersedes nothing.
+        assert_eq!(leases.handle_delivered(delivered(7, 1)), 0);
+        // Delivery 2 of sequence 7 arrives: its renewals were lost on their way.
+        assert_eq!(leases.handle_delivered(delivered(7, 2)), 1);
+        assert_eq!(leases.handle_delivered(delivered(7, 3)), 0, "once");
+        let due = leases.handle_timeout(t0 + 5 * SECOND);
+        assert_eq!(
+            due,
+            [LeaseDue::Renew(other)],
+            "no renewal for the superseded one"
+        );
+        // Its result comes within its deadline here, and is not sent all the same.
+        assert_eq!(
+            leases.handle_end(first, t0 + SECOND),
+            (LeaseEnd::Superseded { by: 3 }, Some("first"))
+        );
+        assert_eq!(
+            leases.messages(),
+            1,
+            "its message is forgotten once it ended"
+        );
+        assert_eq!(
+            leases.handle_end(other, t0 + SECOND),
+            (LeaseEnd::OnTime, Some("other"))
+        );
+        assert_eq!(leases.messages(), 0);
+    }
+
+    #[test]
+    fn a_lease_started_after_a_newer_delivery_is_superseded_from_the_start() {
+        let t0 = Instant::now();
+        let mut leases = Leases::new();
+        let newer = leases.handle_start(delivery_terms(3, 2), "newer", t0);
+        let older = leases.handle_start(delivery_terms(3, 1), "older", t0);
+        assert_eq!(
+            leases.handle_timeout(t0 + 5 * SECOND),
+            [LeaseDue::Renew(newer)]
+        );
+        leases.handle_renewed(newer, t0 + 5 * SECOND);
+        assert_eq!(
+            leases.handle_end(older, t0 + 6 * SECOND),
+            (LeaseEnd::Superseded { by: 2 }, Some("older"))
+        );
+        assert_eq!(
+            leases.handle_end(newer, t0 + 6 * SECOND),
+            (LeaseEnd::OnTime, Some("newer"))
+        );
+    }
+
+    #[test]
+    fn a_renewal_sent_as_the_lease_was_superseded_schedules_no_next_one() {
+        let t0 = Instant::now();
+        let mut leases = Leases::new();
+        let key = leases.handle_start(delivery_terms(1, 1), (), t0);
+        assert_eq!(
+            leases.handle_timeout(t0 + 5 * SECOND),
+            [LeaseDue::Renew(key)]
+        );
+        leases.handle_delivered(delivered(1, 2));
+        leases.handle_renewed(key, t0 + 5 * SECOND);
+        // Only its time limit is left.
+        assert_eq!(leases.scheduled(), 1);
+        assert_eq!(leases.poll_timeout(), Some(t0 + 300 * SECOND));
+    }
+
+    #[test]
+    fn deliveries_of_other_mounts_do_not_supersede() {
+        let t0 = Instant::now();
+        let mut leases = Leases::new();
+        let key = leases.handle_start(delivery_terms(1, 1), (), t0);
+        let elsewhere = LeasedDelivery {
+            mount: 1,
+            ..delivered(1, 2)
+        };
+        assert_eq!(leases.handle_delivered(elsewhere), 0);
+        assert_eq!(leases.handle_end(key, t0 + SECOND).0, LeaseEnd::OnTime);
     }
 
     #[test]

@@ -95,7 +95,7 @@ pub use header::{
     RetryCount, RetryCountReading, dead_letter_msg_id, is_dropped_directive, is_retry_count,
     parse_retry_count,
 };
-pub use lease::{LeaseDue, LeaseEnd, LeaseKey, LeaseTerms, Leases, lease_span};
+pub use lease::{LeaseDue, LeaseEnd, LeaseKey, LeaseTerms, LeasedDelivery, Leases, lease_span};
 pub use message::{Message, Publication, wire_len};
 pub use plan::{
     Action, DeadLetterReason, Disposition, Event, Log, MAX_ACTIONS, Outcome, Plan, deadline, plan,

@@ -57,6 +57,7 @@ proptest! {
                         span: span.map(Duration::from_millis),
                         renew,
                         limit: Duration::from_millis(limit),
+                        delivery: None,
                     };
                     let key = leases.handle_start(terms, (), now);
                     running.push(Running { key, started: now, terms, limited: false });

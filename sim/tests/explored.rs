@@ -97,3 +97,86 @@ fn seed_2_runs_to_its_end() {
     let checked = within_limit("seed 2", || ruststream_sim::explore::check_seed(2));
     assert!(checked.violations.is_empty(), "{:?}", checked.violations);
 }
+
+/// Seed 105: the first two renewals (`+WPI`) of a long handler were lost on their way, so the
+/// server delivered the message again while the first run went on, and the runtime could not
+/// know. The first run then ended with a retry, and its `-NAK`, sent on the first delivery's
+/// ack reply subject, was taken by the server for the message (nats-server settles by stream
+/// sequence, whatever the delivery): a third delivery started while the second still ran
+/// under its lease. Now a delivery that the mount receives again (a higher delivery count of
+/// the same stream sequence) supersedes the one still running here: that one's renewals stop
+/// and its result is discarded (rule 16), so the newest delivery alone settles the message.
+#[test]
+fn seed_105_a_result_whose_message_was_delivered_again_is_discarded() {
+    let (runs, settlements) = within_limit("a run superseded by a redelivery", || {
+        Sim::run(|sim| async move {
+            sim.create_stream(stream::Config {
+                name: "ORDERS".into(),
+                subjects: vec!["orders.>".into()],
+                ..Default::default()
+            })
+            .unwrap();
+            let runs = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+            let record = runs.clone();
+            let running = App::new(&sim.url())
+                .mount(
+                    Mount::jetstream("orders", "ORDERS", "worker").ack_wait(Duration::from_secs(1)),
+                    move |d: Delivery| {
+                        let record = record.clone();
+                        async move {
+                            let attempt = d.attempt.get();
+                            record.lock().unwrap().push(attempt);
+                            // The first run outlives the deadline its lost renewals could not
+                            // move, then retries; the second runs long, and acks.
+                            match attempt {
+                                1 => {
+                                    tokio::time::sleep(Duration::from_millis(2500)).await;
+                                    Outcome::Retry
+                                }
+                                _ => {
+                                    tokio::time::sleep(Duration::from_secs(3)).await;
+                                    Outcome::Ack
+                                }
+                            }
+                        }
+                    },
+                )
+                .start()
+                .await
+                .unwrap();
+            sim.publish("orders.new", "1").unwrap();
+            // The renewals at 0.5 s and 1 s are lost: the server delivers it again at 1 s.
+            sim.lose_acks(2);
+            sim.advance(Duration::from_secs(8)).await;
+            running.shutdown().await;
+            let settlements: Vec<(u64, ruststream_sim::AckKind)> = sim
+                .journal()
+                .into_iter()
+                .filter_map(|r| match r {
+                    Record::Acknowledged {
+                        delivered,
+                        kind,
+                        lost: false,
+                        ..
+                    } if kind != ruststream_sim::AckKind::Progress => Some((delivered, kind)),
+                    _ => None,
+                })
+                .collect();
+            let runs = runs.lock().unwrap().clone();
+            (runs, settlements)
+        })
+    });
+    assert_eq!(runs, [1, 2], "one run a delivery, and no third delivery");
+    assert_eq!(
+        settlements,
+        [(2, ruststream_sim::AckKind::Ack)],
+        "the newest delivery alone settles the message"
+    );
+}
+
+/// Seed 105 of the explorer runs to its end, and every invariant holds.
+#[test]
+fn seed_105_runs_to_its_end() {
+    let checked = within_limit("seed 105", || ruststream_sim::explore::check_seed(105));
+    assert!(checked.violations.is_empty(), "{:?}", checked.violations);
+}

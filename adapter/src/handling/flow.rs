@@ -18,7 +18,7 @@ use tracing::Instrument;
 
 use super::executor::{Execution, carry_out, execute, resend, send};
 use super::handler_run::{HandlerRun, handled, poll_slot, start_handler};
-use super::lease::run_leased;
+use super::lease::{Lease, run_leased};
 use super::publish::{Publish, PublishFailed};
 use super::read::{Reader, stream_sequence};
 use super::recover::conclude;
@@ -35,8 +35,8 @@ pub(crate) type Waiting = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 /// Where a delivery that did not finish in place stands: what [`finish`] resumes from,
 /// borrowing nothing of its message.
 pub(crate) enum Stage {
-    /// Its handler is running.
-    Handling(HandlerRun, std::time::Instant),
+    /// Its handler is running, under its lease.
+    Handling(HandlerRun, Lease),
     /// Its event is known (`None`: the handler did not run), and its plan waits for the server
     /// ([`Execution::Waits`]): the plan is made again (the same for the same event) and carried
     /// out in full. The handler's error text, when it returned one, goes into a dead letter's
@@ -174,7 +174,9 @@ fn decide<'m, R: Runtime>(
                 Poll::Pending => {
                     let started = started.unwrap_or_else(R::now);
                     let run = HandlerRun(slot.take_run(&ctx.handler));
-                    return Some(Rest::Waits(Stage::Handling(run, started)));
+                    // Taken here, before the mount reads its next message (rule 16).
+                    let lease = Lease::take(ctx, msg, delivery, started);
+                    return Some(Rest::Waits(Stage::Handling(run, lease)));
                 }
             },
         })
@@ -278,18 +280,29 @@ pub(crate) async fn finish<R: Runtime>(
         )
     };
     let (event, decided, executed) = match stage {
-        Stage::Handling(run, started) => {
-            let leased = run_leased::<R>(&ctx, &msg, &delivery, run, started).await;
-            if let LeaseEnd::Late { by } = leased.end {
+        Stage::Handling(run, lease) => {
+            let leased = run_leased::<R>(&ctx, &msg, &delivery, run, lease).await;
+            if leased.end != LeaseEnd::OnTime {
                 ctx.metrics.late();
-                // Rule 16: the server may have redelivered it already, and would take a late
-                // `+ACK` over the newer attempt's answer. Nothing is sent or published.
+                // Rule 16: the server may have redelivered it already (it has, when
+                // superseded), and would take a late `+ACK` over the newer attempt's answer.
+                // Nothing is sent or published.
                 let outcome = match leased.event {
                     Event::Handled(outcome) => Some(outcome),
                     _ => None,
                 };
-                tracing::warn!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
-                    ?outcome, late_by = ?by, "late result discarded: the delivery's deadline passed without a renewal");
+                let attempt = delivery.attempt().get();
+                match leased.end {
+                    LeaseEnd::Superseded { by } => {
+                        tracing::warn!(mount = %ctx.name, subject = %msg.subject, attempt,
+                        ?outcome, delivered_again = by, "late result discarded: the message was delivered again while it ran (its renewals were lost on their way)")
+                    }
+                    LeaseEnd::Late { by } => {
+                        tracing::warn!(mount = %ctx.name, subject = %msg.subject, attempt,
+                        ?outcome, late_by = ?by, "late result discarded: the delivery's deadline passed without a renewal")
+                    }
+                    LeaseEnd::OnTime => {}
+                }
                 return;
             }
             let event = Some(leased.event);

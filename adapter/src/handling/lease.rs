@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use async_nats::{Client, Subject};
 use futures_util::FutureExt;
 use ruststream_core::{
-    Delivery as CoreDelivery, Event, LeaseEnd, LeaseTerms, Outcome, WORK_IN_PROGRESS,
+    Delivery as CoreDelivery, Event, LeaseEnd, LeaseTerms, LeasedDelivery, Outcome,
+    WORK_IN_PROGRESS,
 };
 use tokio::sync::{oneshot, watch};
 
@@ -30,38 +31,81 @@ pub(crate) struct Leased {
     pub(crate) error: Option<Box<str>>,
 }
 
-/// Runs the rest of a handler that did not finish at its first poll, under a lease: renewed
-/// while it runs (JetStream, leases on), cancelled at the mount's time limit (then logged at
-/// error level and counted as no outcome).
+/// The lease of a handler that did not finish at its first poll, taken on the mount's task
+/// before anything else is read ([`Lease::take`]), so that a later delivery of the same
+/// message that the mount receives next always finds it (rule 16: it supersedes it). Ended by
+/// [`run_leased`], or, if the delivery is dropped before (a task cancelled), when it is
+/// dropped: a lease never outlives its handler.
+pub(crate) struct Lease {
+    room: Arc<LeaseRoom>,
+    /// `None` once ended.
+    key: Option<ruststream_core::LeaseKey>,
+    cancelled: oneshot::Receiver<()>,
+    started: Instant,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            // Nothing is sent for it: the clock read only dates the end.
+            let _ = self.room.end(key, Instant::now());
+        }
+    }
+}
+
+impl Lease {
+    /// Takes the lease of `delivery`, whose handler started at `started` and is still running.
+    pub(crate) fn take(
+        ctx: &MountContext,
+        msg: &Incoming,
+        delivery: &CoreDelivery<'_>,
+        started: Instant,
+    ) -> Self {
+        let (cancel, cancelled) = oneshot::channel();
+        let io = LeaseIo {
+            reply: msg.reply.clone(),
+            cancel: Some(cancel),
+            metrics: ctx.metrics.clone(),
+        };
+        let terms = ctx.lease_settings().terms(ctx.index, delivery);
+        let key = ctx.leases.start(terms, io, started);
+        Self {
+            room: ctx.leases.clone(),
+            key: Some(key),
+            cancelled,
+            started,
+        }
+    }
+}
+
+/// Runs the rest of a handler that did not finish at its first poll, under its `lease`:
+/// renewed while it runs (JetStream, leases on), cancelled at the mount's time limit (then
+/// logged at error level and counted as no outcome).
 ///
-/// The deadline counts from here, a little after the server sent the message; renewals come
-/// at half the span, so with leases on that margin never matters, and with leases off a
-/// result that lands within it past the server's deadline is still sent.
+/// The deadline counts from the handler's start, a little after the server sent the message;
+/// renewals come at half the span, so with leases on that margin never matters, and with
+/// leases off a result that lands within it past the server's deadline is still sent.
 pub(crate) async fn run_leased<R: Runtime>(
     ctx: &MountContext,
     msg: &Incoming,
     delivery: &CoreDelivery<'_>,
     run: HandlerRun,
-    started: Instant,
+    mut lease: Lease,
 ) -> Leased {
-    let (cancel, cancelled) = oneshot::channel();
-    let io = LeaseIo {
-        reply: msg.reply.clone(),
-        cancel: Some(cancel),
-        metrics: ctx.metrics.clone(),
-    };
-    let terms = ctx.lease_settings().terms(delivery);
-    let key = ctx.leases.start(terms, io, started);
+    let started = lease.started;
     let result = tokio::select! {
         result = run => Some(result),
-        Ok(()) = cancelled => None,
+        Ok(()) = &mut lease.cancelled => None,
     };
     let now = R::now();
     if ctx.metrics.timed() {
         ctx.metrics
             .handled_in(now.saturating_duration_since(started).as_secs_f64());
     }
-    let (end, _) = ctx.leases.lock().handle_end(key, now);
+    let end = match lease.key.take() {
+        Some(key) => ctx.leases.end(key, now),
+        None => LeaseEnd::OnTime,
+    };
     let (event, error) = match result {
         Some(result) => handled(ctx, msg, delivery, result),
         None => (
@@ -119,8 +163,9 @@ pub(crate) struct WaitLease {
 pub(crate) enum WaitEnd {
     /// Renewed in time: the message may run.
     OnTime,
-    /// Its deadline passed without a renewal (renewals could not be sent): the server has
-    /// delivered it again, or will, so it must not run here too.
+    /// Its deadline passed without a renewal (renewals could not be sent), or it was delivered
+    /// again while it waited (renewals lost on their way): the server has delivered it again,
+    /// or will, so it must not run here too.
     Late,
 }
 
@@ -129,9 +174,8 @@ impl WaitLease {
     /// reply subject that reads, or no `ack_wait` known).
     pub(crate) fn hold<R: Runtime>(ctx: &MountContext, msg: &Incoming) -> Option<Self> {
         let reply = msg.reply.clone()?;
-        let delivered = ruststream_core::AckReply::parse(reply.as_bytes())
-            .ok()?
-            .delivered;
+        let parsed = ruststream_core::AckReply::parse(reply.as_bytes()).ok()?;
+        let delivered = parsed.delivered;
         let span = {
             let settings = ctx.lease_settings();
             if !settings.renew {
@@ -144,6 +188,11 @@ impl WaitLease {
             span: Some(span),
             renew: true,
             limit: WAIT_RENEWAL_LIMIT,
+            delivery: Some(LeasedDelivery {
+                mount: ctx.index,
+                stream_sequence: parsed.stream_sequence,
+                delivered,
+            }),
         };
         let io = LeaseIo {
             reply: Some(reply),
@@ -167,10 +216,18 @@ impl WaitLease {
         let Some(key) = self.key.take() else {
             return WaitEnd::OnTime;
         };
-        if let (LeaseEnd::Late { by }, _) = self.room.lock().handle_end(key, now) {
-            tracing::warn!(mount = %ctx.name, subject = %msg.subject, late_by = ?by,
-                "a prefetched message waited past its deadline (its renewals could not be sent): not run here, the server delivers it again");
-            return WaitEnd::Late;
+        match self.room.end(key, now) {
+            LeaseEnd::OnTime => {}
+            LeaseEnd::Late { by } => {
+                tracing::warn!(mount = %ctx.name, subject = %msg.subject, late_by = ?by,
+                    "a prefetched message waited past its deadline (its renewals could not be sent): not run here, the server delivers it again");
+                return WaitEnd::Late;
+            }
+            LeaseEnd::Superseded { by } => {
+                tracing::warn!(mount = %ctx.name, subject = %msg.subject, delivered_again = by,
+                    "a prefetched message was delivered again while it waited (its renewals were lost on their way): not run here, the newer delivery is");
+                return WaitEnd::Late;
+            }
         }
         if now.saturating_duration_since(self.since) >= self.span / 4
             && let Some(reply) = msg.reply.clone()
@@ -187,7 +244,7 @@ impl Drop for WaitLease {
         if let Some(key) = self.key.take() {
             // Whether it was late does not matter here (the message is not run): the clock
             // read only dates the end.
-            let _ = self.room.lock().handle_end(key, Instant::now());
+            let _ = self.room.end(key, Instant::now());
         }
     }
 }

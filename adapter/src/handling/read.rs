@@ -52,7 +52,7 @@ pub(crate) fn read_jetstream<'m>(
     let reply = msg.reply.as_ref().map_or(&b""[..], |r| r.as_bytes());
     match AckReply::parse(reply) {
         Ok(r) => {
-            ctx.received.note(r.stream_sequence);
+            arrived(ctx, &r);
             Some(CoreDelivery::jetstream(&msg.subject, r))
         }
         Err(e) => {
@@ -61,6 +61,18 @@ pub(crate) fn read_jetstream<'m>(
             None
         }
     }
+}
+
+/// Notes a JetStream delivery the mount received: for the supervisor's suspects (rule 20), and
+/// for the leases of earlier deliveries of its message, which it supersedes (rule 16). Noted
+/// again when the same delivery is read again: that changes nothing.
+pub(crate) fn arrived(ctx: &MountContext, reply: &AckReply<'_>) {
+    ctx.received.note(reply.stream_sequence);
+    ctx.leases.delivered(ruststream_core::LeasedDelivery {
+        mount: ctx.index,
+        stream_sequence: reply.stream_sequence,
+        delivered: reply.delivered,
+    });
 }
 
 /// The delivery's stream sequence, on JetStream.

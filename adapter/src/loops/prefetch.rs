@@ -11,7 +11,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use crate::api::handler::HandlerSlot;
 use crate::handling::flow::start_delivery;
 use crate::handling::lease::{WaitEnd, WaitLease};
-use crate::handling::read::read_jetstream;
+use crate::handling::read::{arrived, read_jetstream};
 use crate::runtime::Runtime;
 use crate::state::in_flight::InFlightGuard;
 use crate::state::mount_context::MountContext;
@@ -99,7 +99,7 @@ pub(super) fn wait<R: Runtime>(ctx: &MountContext, msg: Incoming) -> Prefetched 
     if let Some(reply) = &msg.reply
         && let Ok(reply) = ruststream_core::AckReply::parse(reply.as_bytes())
     {
-        ctx.received.note(reply.stream_sequence);
+        arrived(ctx, &reply);
     }
     Prefetched {
         lease: WaitLease::hold::<R>(ctx, &msg),

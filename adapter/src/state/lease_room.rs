@@ -1,11 +1,15 @@
 //! The app's leases (rule 16), shared by its deliveries, which start and end them, and its lease
 //! loop, which renews them and fires their time limits: the core's [`Leases`] behind a lock.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_nats::Subject;
-use ruststream_core::{Delivery as CoreDelivery, LeaseKey, LeaseTerms, Leases, Model, lease_span};
+use ruststream_core::{
+    Delivery as CoreDelivery, LeaseEnd, LeaseKey, LeaseTerms, LeasedDelivery, Leases, Model,
+    lease_span,
+};
 use tokio::sync::{Notify, oneshot};
 
 use crate::support::metrics::MountMetrics;
@@ -24,6 +28,9 @@ pub(crate) struct LeaseIo {
 #[derive(Default)]
 pub(crate) struct LeaseRoom {
     leases: Mutex<Leases<LeaseIo>>,
+    /// How many JetStream messages have a delivery under a lease, as of the last change: zero
+    /// spares every arrival the lock ([`delivered`](Self::delivered)).
+    messages: AtomicUsize,
     /// Wakes the lease loop when a lease starts (its first instant may be the earliest).
     started: Notify,
 }
@@ -37,9 +44,33 @@ impl LeaseRoom {
     /// Starts a lease on `terms` at `now`, and wakes the lease loop (its first instant may be
     /// the earliest).
     pub(crate) fn start(&self, terms: LeaseTerms, io: LeaseIo, now: Instant) -> LeaseKey {
-        let key = self.lock().handle_start(terms, io, now);
+        let key = {
+            let mut leases = self.lock();
+            let key = leases.handle_start(terms, io, now);
+            self.messages.store(leases.messages(), Ordering::Release);
+            key
+        };
         self.started.notify_one();
         key
+    }
+
+    /// Ends the lease `key` at `now`: whether its result may be sent (see
+    /// [`Leases::handle_end`]).
+    pub(crate) fn end(&self, key: LeaseKey, now: Instant) -> LeaseEnd {
+        let mut leases = self.lock();
+        let (end, _) = leases.handle_end(key, now);
+        self.messages.store(leases.messages(), Ordering::Release);
+        end
+    }
+
+    /// A mount received `delivery`: the leases of earlier deliveries of its message are
+    /// superseded (rule 16, [`Leases::handle_delivered`]). One atomic load while no JetStream
+    /// delivery is under a lease (handlers that finish at their first poll take none).
+    pub(crate) fn delivered(&self, delivery: LeasedDelivery) {
+        if self.messages.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        self.lock().handle_delivered(delivery);
     }
 
     /// Resolves when a lease starts: the lease loop looks at its next instant again.
@@ -62,19 +93,27 @@ pub(crate) struct LeaseSettings {
 }
 
 impl LeaseSettings {
-    /// The terms of `delivery`'s lease: its span from the consumer's `ack_wait` and `BackOff`
-    /// (JetStream), whether it is renewed, and the handler time limit.
-    pub(crate) fn terms(&self, delivery: &CoreDelivery<'_>) -> LeaseTerms {
-        let span = match (delivery.model, self.ack_wait) {
-            (Model::JetStream(reply), Some(ack_wait)) => {
-                Some(lease_span(ack_wait, &self.backoff, reply.delivered))
-            }
-            _ => None,
+    /// The terms of `delivery`'s lease on mount `mount` (its index): its span from the
+    /// consumer's `ack_wait` and `BackOff` (JetStream), whether it is renewed, the handler time
+    /// limit, and (JetStream) the delivery it keeps.
+    pub(crate) fn terms(&self, mount: usize, delivery: &CoreDelivery<'_>) -> LeaseTerms {
+        let (span, delivery) = match delivery.model {
+            Model::JetStream(reply) => (
+                self.ack_wait
+                    .map(|ack_wait| lease_span(ack_wait, &self.backoff, reply.delivered)),
+                Some(LeasedDelivery {
+                    mount,
+                    stream_sequence: reply.stream_sequence,
+                    delivered: reply.delivered,
+                }),
+            ),
+            Model::Core(_) => (None, None),
         };
         LeaseTerms {
             span,
             renew: self.renew,
             limit: self.limit,
+            delivery,
         }
     }
 }

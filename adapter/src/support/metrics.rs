@@ -21,7 +21,7 @@
 //! | `ruststream_wire_actions_total` | counter | `mount`, `action` | what went to the server: `ack` (`+ACK`), `nak` (`-NAK`), `nak_delay` (`-NAK {"delay": …}`), `term` (`+TERM`), `wpi` (`+WPI`), `copy` (a Core copy published, at once or when due), `dead_letter` (published and confirmed by its stream, or, where no stream stores its subject, flushed to the server) |
 //! | `ruststream_dead_letters_total` | counter | `mount`, `reason` | dead letters published (confirmed by their stream, or flushed to the server where none stores them), by the planner's reason: `limit`, `rejected`, `undecodable`, `copy-too-large` (a handler's `Err` counts under the reason of the outcome its error policy chose, and in `ruststream_handler_errors_total`) |
 //! | `ruststream_core_losses_total` | counter | `mount`, `cause` | Core messages lost (rule 21): `slow_consumer` (dropped, the subscription buffer full), `copy` (a copy not published), `dead_letter` (a dead letter not published), `unhandled_at_shutdown`, `copy_at_shutdown` (a delayed copy still waiting when the grace period ended) |
-//! | `ruststream_late_results_total` | counter | `mount` | handler results discarded because the delivery's deadline passed without a renewal (rule 16) |
+//! | `ruststream_late_results_total` | counter | `mount` | handler results discarded (rule 16): the delivery's deadline passed without a renewal, or the mount received the message again while it ran (its renewals lost on their way) |
 //! | `ruststream_recoveries_total` | counter | `mount` | times the mount subscribed again after its connection or subscription died (rule 20) |
 //! | `ruststream_handlers_waiting` | gauge | `mount` | deliveries whose handler (or dead letter) did not finish at its first poll and has not finished yet |
 //! | `ruststream_delayed_copies` | gauge | `mount` | Core copies waiting in the delay queue for their `retry_after` delay |
@@ -261,7 +261,7 @@ fn describe() {
         describe_counter!("ruststream_wire_actions_total", Unit::Count, "Acknowledgements, copies and dead letters sent to the server.");
         describe_counter!("ruststream_dead_letters_total", Unit::Count, "Dead letters published and confirmed, by reason.");
         describe_counter!("ruststream_core_losses_total", Unit::Count, "Core messages lost, by cause (rule 21).");
-        describe_counter!("ruststream_late_results_total", Unit::Count, "Handler results discarded: the delivery's deadline passed without a renewal.");
+        describe_counter!("ruststream_late_results_total", Unit::Count, "Handler results discarded: the delivery's deadline passed without a renewal, or the message was delivered again while it ran.");
         describe_counter!("ruststream_recoveries_total", Unit::Count, "Times a mount subscribed again after its connection or subscription died.");
         describe_gauge!("ruststream_handlers_waiting", Unit::Count, "Deliveries whose handler or dead letter did not finish at its first poll, still running.");
         describe_gauge!("ruststream_delayed_copies", Unit::Count, "Core copies waiting for their retry_after delay.");
