@@ -180,3 +180,31 @@ fn seed_105_runs_to_its_end() {
     let checked = within_limit("seed 105", || ruststream_sim::explore::check_seed(105));
     assert!(checked.violations.is_empty(), "{:?}", checked.violations);
 }
+
+/// Seed 166 lost the acknowledgements of a pull request's accounting: the pull loop believed
+/// nothing was outstanding, stopped reading its inbox, and the messages that still arrived sat
+/// unread and unrenewed until their ack wait ran out and the server delivered them again while
+/// the first copies waited. A pull loop with nothing outstanding now keeps reading its inbox.
+#[test]
+fn seed_166_runs_to_its_end() {
+    let checked = within_limit("seed 166", || ruststream_sim::explore::check_seed(166));
+    assert!(checked.violations.is_empty(), "{:?}", checked.violations);
+}
+
+/// Seed 412 turned JetStream off and on: during the pause after `503 No Responders` the pull
+/// loop read nothing, so messages of requests made before the pause sat unread. The pause now
+/// holds back requests only; the inbox is read throughout.
+#[test]
+fn seed_412_runs_to_its_end() {
+    let checked = within_limit("seed 412", || ruststream_sim::explore::check_seed(412));
+    assert!(checked.violations.is_empty(), "{:?}", checked.violations);
+}
+
+/// Seeds that broke rule 16 the same ways as 105, 166 and 412, and run to their end since.
+#[test]
+fn seeds_fixed_with_105_166_and_412_run_to_their_end() {
+    for seed in [517, 544, 644, 886, 914] {
+        let checked = within_limit("seed", move || ruststream_sim::explore::check_seed(seed));
+        assert!(checked.violations.is_empty(), "seed {seed}: {:?}", checked.violations);
+    }
+}

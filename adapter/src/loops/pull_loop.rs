@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures_util::{FutureExt, StreamExt};
 use ruststream_core::{PENDING_MESSAGES_HEADER, PullAccounting, Receipt};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{Semaphore, watch};
 
 use super::prefetch::{Held, Prefetched, prefetch_deadline, start_waiting, wait};
 use crate::handling::flow::start_delivery;
@@ -20,20 +20,6 @@ use crate::support::stop::asked_to_stop;
 
 /// How long a flush may take to tell a dead client after a failed pull request.
 const DEAD_CLIENT_CHECK: Duration = Duration::from_millis(200);
-
-/// Takes a free handler slot, or `None` once shutdown has begun.
-async fn slot(
-    slots: &Arc<Semaphore>,
-    shutdown: &mut watch::Receiver<bool>,
-) -> Option<OwnedSemaphorePermit> {
-    if *shutdown.borrow() {
-        return None;
-    }
-    tokio::select! {
-        permit = slots.clone().acquire_owned() => permit.ok(),
-        _ = shutdown.changed() => None,
-    }
-}
 
 /// A JetStream mount's pull loop: a thin driver of [`PullAccounting`], which decides when to
 /// request and how many messages, and what each message, the end of a request and a lost request do
@@ -90,7 +76,10 @@ pub(crate) async fn pull_loop<R: Runtime>(
     // answers): the pause before the next one, growing like `backoff`; zero while JetStream
     // answers.
     let mut unanswered = Duration::ZERO;
-    let mut pause = false;
+    // Until when no request goes out after such an answer. The inbox is read meanwhile: a
+    // message an earlier request brings must not wait unread (and unrenewed) through a pause
+    // (found by the explorer, seed 412).
+    let mut paused_until: Option<std::time::Instant> = None;
     let mut watching = true;
     'pull: loop {
         if *shutdown.borrow() {
@@ -109,17 +98,14 @@ pub(crate) async fn pull_loop<R: Runtime>(
         {
             start_waiting::<R>(&ctx, &mut pulls, &busy, next, permit, &mut run_slot).await;
         }
-        // Nothing answered the last request: ask again only after a pause, not at once and
-        // without end.
-        if std::mem::take(&mut pause) && !pulls.is_stopping() {
-            tokio::select! {
-                _ = R::sleep_until(R::now() + unanswered) => {}
-                _ = shutdown.changed() => {}
-            }
-        }
         // While the supervisor suspects a message of bringing the client down, one at a time,
         // and nothing prefetched.
         let now = R::now();
+        // Nothing answered the last request: ask again only after a pause, not at once and
+        // without end.
+        if paused_until.is_some_and(|until| now >= until || pulls.is_stopping()) {
+            paused_until = None;
+        }
         let careful = ctx.careful.at(now);
         let free = |available: usize| if careful { available.min(1) } else { available };
         pulls.set_prefetch_deadline(if careful {
@@ -127,8 +113,9 @@ pub(crate) async fn pull_loop<R: Runtime>(
         } else {
             prefetch_deadline(&ctx)
         });
-        if let Some(request) =
-            pulls.poll_request(free(slots.available_permits()), waiting.len(), now)
+        if paused_until.is_none()
+            && let Some(request) =
+                pulls.poll_request(free(slots.available_permits()), waiting.len(), now)
             && let Ok(permits) = slots
                 .clone()
                 .try_acquire_many_owned(u32::try_from(request.held).unwrap_or(u32::MAX))
@@ -168,7 +155,8 @@ pub(crate) async fn pull_loop<R: Runtime>(
                 }
             }
         }
-        let Some(lost_at) = pulls.poll_timeout() else {
+        let lost_at = pulls.poll_timeout();
+        if lost_at.is_none() {
             if let Some(next) = waiting.pop_front() {
                 // Nothing outstanding, messages waiting: the first takes the next free slot,
                 // shutdown or not.
@@ -184,15 +172,19 @@ pub(crate) async fn pull_loop<R: Runtime>(
             if pulls.is_done() {
                 break;
             }
-            // Every slot is busy with a spawned handler: wait for one to free up.
-            if let Some(permit) = slot(&slots, &mut shutdown).await {
-                drop(permit);
-            }
-            continue;
-        };
+        }
+        // Nothing outstanding (`lost_at` is `None`) means every slot is busy with a running
+        // handler, and the loop waits for one to free up. It reads the inbox meanwhile all
+        // the same: a request the accounting no longer counts (one it took for lost when the
+        // connection was made again, or whose end a stale status stood for) may still bring
+        // a message, which must wait renewed like any prefetched one, not unread until its
+        // `ack_wait` passes and the server delivers it again (found by the explorer, seed
+        // 166).
         let next = tokio::select! {
             next = replies.next() => next,
-            permit = slots.clone().acquire_owned(), if !waiting.is_empty() => {
+            // A free slot, for the first message that waits, or (nothing outstanding, no
+            // pause) for the next request.
+            permit = slots.clone().acquire_owned(), if !waiting.is_empty() || (lost_at.is_none() && paused_until.is_none()) => {
                 match (permit, waiting.pop_front()) {
                     (Ok(permit), Some(next)) => {
                         start_waiting::<R>(&ctx, &mut pulls, &busy, next, permit, &mut run_slot).await;
@@ -203,6 +195,7 @@ pub(crate) async fn pull_loop<R: Runtime>(
                 continue;
             }
             _ = shutdown.changed(), if !pulls.is_stopping() => continue,
+            () = R::sleep_until(paused_until.unwrap_or_else(R::now)), if paused_until.is_some() => continue,
             changed = reconnected.changed(), if watching => {
                 match changed {
                     Ok(()) => {
@@ -216,7 +209,7 @@ pub(crate) async fn pull_loop<R: Runtime>(
                 }
                 continue;
             }
-            () = R::sleep_until(lost_at) => {
+            () = R::sleep_until(lost_at.unwrap_or_else(R::now)), if lost_at.is_some() => {
                 let lost = pulls.handle_timeout(R::now());
                 // While the connection is down this is expected, and the supervisor says so.
                 if ctx.clients.borrow().connection_state() == async_nats::connection::State::Connected {
@@ -288,7 +281,7 @@ pub(crate) async fn pull_loop<R: Runtime>(
                 Some(status) => {
                     if status == StatusCode::NO_RESPONDERS {
                         unanswered = no_answer(&ctx, unanswered);
-                        pause = true;
+                        paused_until = Some(R::now() + unanswered);
                     } else if !unanswered.is_zero() {
                         answered_again(&ctx);
                         unanswered = Duration::ZERO;
