@@ -378,6 +378,10 @@ async fn run_on(sim: &Sim, scenario: Scenario) -> Trace {
     timeline.sort_by_key(|(at, order, i, _)| (*at, *order, *i));
     let mut app = 0;
     let mut running: Option<Running> = start_app(sim, &scenario, &shared, app, &mut trace).await;
+    // A graceful restart's shutdown runs beside the timeline, as a process stopping does
+    // while the world goes on (it may take its whole grace period when the server is down);
+    // the next app starts once it has ended.
+    let mut stopping_shutdown: Option<(usize, tokio::task::JoinHandle<ShutdownReport>)> = None;
     let mut next = 0;
     let mut later: Vec<(u32, Step)> = Vec::new();
     let mut down = false;
@@ -458,8 +462,7 @@ async fn run_on(sim: &Sim, scenario: Scenario) -> Trace {
                 if let Some(stopping) = running.take() {
                     match graceful {
                         true => {
-                            let report = stopping.shutdown().await;
-                            trace.reports.push((app, report));
+                            stopping_shutdown = Some((app, tokio::spawn(stopping.shutdown())));
                         }
                         false => {
                             drop(stopping);
@@ -475,16 +478,24 @@ async fn run_on(sim: &Sim, scenario: Scenario) -> Trace {
             }
             Step::JetStreamOn => sim.jetstream(true),
             Step::StartApp => {
-                if down {
+                if stopping_shutdown
+                    .as_ref()
+                    .is_some_and(|(_, shutdown)| !shutdown.is_finished())
+                {
+                    // Started once the app before it has stopped.
+                    later.push((at + 100, Step::StartApp));
+                } else if down {
                     // Started once the server is back.
                     later.push((at + 100, Step::StartApp));
                 } else if running.is_none() {
+                    finish_shutdown(&mut stopping_shutdown, &mut trace).await;
                     app += 1;
                     running = start_app(sim, &scenario, &shared, app, &mut trace).await;
                 }
             }
         }
     }
+    finish_shutdown(&mut stopping_shutdown, &mut trace).await;
     if running.is_none() {
         app += 1;
         running = start_app(sim, &scenario, &shared, app, &mut trace).await;
@@ -508,6 +519,21 @@ async fn run_on(sim: &Sim, scenario: Scenario) -> Trace {
         }
     }
     trace
+}
+
+/// Waits for a graceful restart's shutdown, if one is under way, and keeps its report.
+async fn finish_shutdown(
+    stopping: &mut Option<(usize, tokio::task::JoinHandle<ShutdownReport>)>,
+    trace: &mut Trace,
+) {
+    if let Some((app, shutdown)) = stopping.take() {
+        match shutdown.await {
+            Ok(report) => trace.reports.push((app, report)),
+            Err(e) => trace
+                .trouble
+                .push(format!("app {app}'s shutdown did not end: {e}")),
+        }
+    }
 }
 
 /// Starts app number `app`; one that does not start is noted in the trace's trouble.
