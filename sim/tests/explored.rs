@@ -205,6 +205,68 @@ fn seed_412_runs_to_its_end() {
 fn seeds_fixed_with_105_166_and_412_run_to_their_end() {
     for seed in [517, 544, 644, 886, 914] {
         let checked = within_limit("seed", move || ruststream_sim::explore::check_seed(seed));
-        assert!(checked.violations.is_empty(), "seed {seed}: {:?}", checked.violations);
+        assert!(
+            checked.violations.is_empty(),
+            "seed {seed}: {:?}",
+            checked.violations
+        );
     }
+}
+
+/// Seed 686: a graceful shutdown began while a Core mount's only delivery still ran (every
+/// slot taken, the delivery held the mount's loop); the subscription stayed open until that
+/// delivery ended, and a message the server sent it meanwhile was neither handled nor counted
+/// (rule 14, rule 21). The subscription now ends when shutdown begins (what the server sent
+/// before it read the `UNSUB` is counted), so a message published later finds no subscriber.
+#[test]
+fn seed_686_a_core_subscription_ends_when_shutdown_begins_though_a_delivery_runs() {
+    let (report, runs, receivers) = within_limit("a Core shutdown held by a delivery", || {
+        Sim::run(|sim| async move {
+            let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let count = runs.clone();
+            let running = App::new(&sim.url())
+                .mount(
+                    Mount::core_subject("greet", "greet").concurrency(std::num::NonZeroUsize::MIN),
+                    move |_: Delivery| {
+                        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        async {
+                            tokio::time::sleep(Duration::from_secs(2)).await;
+                            Outcome::Ack
+                        }
+                    },
+                )
+                .start()
+                .await
+                .unwrap();
+            sim.publish("greet", "first").unwrap();
+            sim.advance(Duration::from_millis(500)).await;
+            let stopping = tokio::spawn(running.shutdown());
+            sim.advance(Duration::from_millis(500)).await;
+            let receivers = sim.publish("greet", "second").unwrap().receivers;
+            let report = stopping.await.unwrap();
+            (
+                report,
+                runs.load(std::sync::atomic::Ordering::SeqCst),
+                receivers,
+            )
+        })
+    });
+    assert_eq!(runs, 1, "the second message ran after shutdown began");
+    let unhandled: u64 = report
+        .core_losses
+        .iter()
+        .map(|l| l.unhandled_at_shutdown)
+        .sum();
+    assert_eq!(
+        (receivers, unhandled),
+        (0, 0),
+        "the app still received Core messages 1.5 s into its shutdown, and counted {unhandled} lost"
+    );
+}
+
+/// Seed 686 of the explorer runs to its end, and every invariant holds.
+#[test]
+fn seed_686_runs_to_its_end() {
+    let checked = within_limit("seed 686", || ruststream_sim::explore::check_seed(686));
+    assert!(checked.violations.is_empty(), "{:?}", checked.violations);
 }

@@ -60,6 +60,42 @@ where
     }
 }
 
+impl<S: Subscriptions> Buffered<S> {
+    /// Asks the server to stop sending to the mount's subscriptions (see
+    /// [`Subscriptions::drain`]); what is held and what arrives until they end is still given
+    /// out.
+    pub(super) async fn drain(&mut self) {
+        self.subscription.drain().await;
+    }
+}
+
+/// A Core mount's subscriptions, which a shutdown ends.
+pub(super) trait Subscriptions:
+    futures_util::Stream<Item = async_nats::Message> + Unpin + Send
+{
+    /// Unsubscribes each (`UNSUB`, then a `PING`): async-nats still hands over what the
+    /// server sent before it read the `UNSUB`, and ends the stream once the server has answered
+    /// (async-nats' `Subscriber::drain`).
+    fn drain(&mut self) -> impl std::future::Future<Output = ()> + Send;
+}
+
+impl Subscriptions for async_nats::Subscriber {
+    async fn drain(&mut self) {
+        if let Err(e) = async_nats::Subscriber::drain(self).await {
+            // The client is gone: its subscriptions end with it.
+            tracing::debug!(error = %e, "could not unsubscribe a Core subscription at shutdown");
+        }
+    }
+}
+
+impl Subscriptions for futures_util::stream::SelectAll<async_nats::Subscriber> {
+    async fn drain(&mut self) {
+        for subscriber in self.iter_mut() {
+            Subscriptions::drain(subscriber).await;
+        }
+    }
+}
+
 impl<S> futures_util::Stream for Buffered<S>
 where
     S: futures_util::Stream<Item = async_nats::Message> + Unpin,

@@ -8,14 +8,14 @@ use futures_util::StreamExt;
 use tokio::sync::{Semaphore, watch};
 use tracing::Instrument;
 
-use super::buffered::{Buffered, count_buffered};
+use super::buffered::{Buffered, Subscriptions, count_buffered};
 use crate::handling::flow::{Rest, Sending, Stage, Waiting, begin, finish, spawn_holding, waiting};
 use crate::handling::read::read_core;
 use crate::handling::settled::report;
 use crate::runtime::Runtime;
 use crate::state::mount_context::MountContext;
 use crate::support::metrics::Loss;
-use crate::support::stop::asked_to_stop;
+use crate::support::stop::{FINAL_FLUSH, asked_to_stop};
 
 /// How many handler slots a Core mount's spawned deliveries get: `concurrency - 1`, because
 /// the mount's own task runs one delivery besides them (see [`core_loop`]), so that at most
@@ -80,14 +80,12 @@ const RUN: usize = 128;
 /// message moved for them. A run of them ends after [`RUN`] deliveries, or when none is
 /// buffered; the task then yields. Tokio's cooperative budget does not end it (the run is
 /// `unconstrained`): [`RUN`] bounds it instead.
-async fn consume<R: Runtime, S>(
+async fn consume<R: Runtime, S: Subscriptions>(
     ctx: &Arc<MountContext>,
     mut messages: Buffered<S>,
     slots: &Arc<Semaphore>,
     mut shutdown: watch::Receiver<bool>,
-) where
-    S: futures_util::Stream<Item = async_nats::Message> + Unpin,
-{
+) {
     if *shutdown.borrow_and_update() {
         return;
     }
@@ -201,9 +199,13 @@ async fn consume<R: Runtime, S>(
                             if changed.is_err() {
                                 ctx.handles_gone();
                             }
-                            report_unhandled(ctx, &mut messages).await;
                             reported = true;
-                            publishing.await
+                            let ((), published) = futures_util::future::join(
+                                unsubscribe_and_count::<R, S>(ctx, &mut messages),
+                                publishing,
+                            )
+                            .await;
+                            published
                         }
                     }
                 };
@@ -234,34 +236,78 @@ async fn consume<R: Runtime, S>(
                 if changed.is_err() {
                     ctx.handles_gone();
                 }
-                report_unhandled(ctx, &mut messages).await;
                 reported = true;
-                holding.await;
+                futures_util::future::join(
+                    unsubscribe_and_count::<R, S>(ctx, &mut messages),
+                    holding,
+                )
+                .await;
                 break;
             }
         }
     }
-    if !reported {
-        report_unhandled(ctx, &mut messages).await;
-    }
     // Stopped for a shutdown (not a subscription that ended while the app runs, which the
-    // supervisor subscribes again at once, rule 20): what runs is settled first.
+    // supervisor subscribes again at once, rule 20): what runs is settled, while the
+    // subscriptions end and what they still hold is counted.
     if asked_to_stop(&shutdown) {
-        // Unsubscribed first: what would arrive while the running deliveries settle would
-        // never be handled, nor counted.
-        drop(messages);
-        ctx.settle_at_stop::<R>().await;
+        if reported {
+            drop(messages);
+            ctx.settle_at_stop::<R>().await;
+        } else {
+            futures_util::future::join(
+                async {
+                    unsubscribe_and_count::<R, S>(ctx, &mut messages).await;
+                    drop(messages);
+                },
+                ctx.settle_at_stop::<R>(),
+            )
+            .await;
+        }
+    } else if !reported {
+        let unhandled = count_buffered(&mut messages).await as u64;
+        report_unhandled(ctx, unhandled);
     }
 }
 
-/// Counts and logs the Core messages received but not handed to a handler when shutdown
-/// began: lost, as Core NATS cannot redeliver them (rule 14).
-async fn report_unhandled<S>(ctx: &MountContext, messages: &mut Buffered<S>)
-where
-    S: futures_util::Stream<Item = async_nats::Message> + Unpin,
-{
-    let unhandled = count_buffered(messages).await;
-    ctx.losses.add(Loss::UnhandledAtShutdown, unhandled as u64);
+/// At shutdown: unsubscribes the mount's subscriptions and counts, as each comes, the Core
+/// messages received but never to be handed to a handler (held in the mount's buffer, or sent
+/// by the server before it read the `UNSUB`): lost, as Core NATS cannot redeliver them
+/// (rule 14). Until the subscriptions end, for at most [`FINAL_FLUSH`]; on a connection that
+/// is down, what the client holds already.
+///
+/// The subscriptions end when shutdown begins, not when the delivery holding the mount's loop
+/// does: what the server sent meanwhile was neither handled nor counted (the explorer's seed
+/// 686).
+async fn unsubscribe_and_count<R: Runtime, S: Subscriptions>(
+    ctx: &MountContext,
+    messages: &mut Buffered<S>,
+) {
+    // What the client holds already, counted at once: the rest may never come (a server that
+    // stopped reading takes no `UNSUB`, and the grace period may end first).
+    let mut unhandled = count_buffered(messages).await as u64;
+    ctx.losses.add(Loss::UnhandledAtShutdown, unhandled);
+    if ctx.client.connection_state() == async_nats::connection::State::Connected {
+        let counting = async {
+            messages.drain().await;
+            while futures_util::StreamExt::next(messages).await.is_some() {
+                ctx.losses.add(Loss::UnhandledAtShutdown, 1);
+                unhandled += 1;
+            }
+        };
+        if R::timeout(FINAL_FLUSH, counting).await.is_none() {
+            tracing::debug!(mount = %ctx.name,
+                "the server did not confirm the end of the Core subscriptions at shutdown in time");
+        }
+    }
+    if unhandled > 0 {
+        tracing::warn!(mount = %ctx.name, messages = unhandled,
+            "Core messages received but not handled when shutdown began: lost (Core NATS cannot redeliver them)");
+    }
+}
+
+/// Counts `unhandled` Core messages as lost at shutdown (rule 14), and logs them.
+fn report_unhandled(ctx: &MountContext, unhandled: u64) {
+    ctx.losses.add(Loss::UnhandledAtShutdown, unhandled);
     if unhandled > 0 {
         tracing::warn!(mount = %ctx.name, messages = unhandled,
             "Core messages received but not handled when shutdown began: lost (Core NATS cannot redeliver them)");
