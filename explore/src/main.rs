@@ -80,6 +80,7 @@ fn main() -> ExitCode {
     );
     let started = Instant::now();
     let (mut ran, mut failed, mut unsettled, mut trouble) = (0u64, 0u64, 0u64, 0u64);
+    let mut windows = 0u64;
     let mut seed = from;
     loop {
         if bounded_by_seeds && ran >= args.seeds {
@@ -120,6 +121,12 @@ fn main() -> ExitCode {
         if !checked.trouble.is_empty() {
             trouble += 1;
         }
+        windows += checked.windows.len() as u64;
+        if args.show {
+            for line in &checked.windows {
+                println!("seed {seed}: {line}");
+            }
+        }
         let mut broke = !checked.violations.is_empty();
         for v in &checked.violations {
             println!("seed {seed}: {v}");
@@ -157,7 +164,7 @@ fn main() -> ExitCode {
     let elapsed = started.elapsed();
     let per_minute = ran as f64 / elapsed.as_secs_f64().max(1e-9) * 60.0;
     println!(
-        "explore: {ran} seeds ({from}..{seed}) in {:.1} s, {per_minute:.0} a minute; {failed} failed, {unsettled} still settling at their end, {trouble} with an app that did not start",
+        "explore: {ran} seeds ({from}..{seed}) in {:.1} s, {per_minute:.0} a minute; {failed} failed, {unsettled} still settling at their end, {trouble} with an app that did not start, {windows} Core copies lost in rule 21's window (async-nats held them as a fault closed the connection; --show names them)",
         elapsed.as_secs_f64()
     );
     match failed {

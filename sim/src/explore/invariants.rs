@@ -32,8 +32,17 @@ impl std::fmt::Display for Violation {
 
 /// Every invariant that does not hold in `trace`.
 pub fn check(trace: &Trace) -> Vec<Violation> {
+    check_with_windows(trace).0
+}
+
+/// [`check`], and what was lost in a window the contract names (each said in a line): a Core
+/// copy the app handed to its client at the instant a fault closed the connection, lost in
+/// the client's write buffer, which the runtime cannot see (async-nats reports a publish done
+/// once it has queued it). Not a violation; counted apart so that it stays in sight.
+pub fn check_with_windows(trace: &Trace) -> (Vec<Violation>, Vec<String>) {
     let facts = Facts::of(trace);
     let mut found = Vec::new();
+    let mut windows = Vec::new();
     attempts_within_the_limit(trace, &mut found);
     one_settlement_per_delivery(&facts, &mut found);
     no_settlement_of_a_superseded_delivery(&facts, &mut found);
@@ -43,8 +52,8 @@ pub fn check(trace: &Trace) -> Vec<Violation> {
     one_run_at_a_time_under_a_lease(trace, &facts, &mut found);
     core_copies_carry_their_attempt(trace, &facts, &mut found);
     core_messages_handled_or_counted(trace, &mut found);
-    core_retries_copied_or_counted(trace, &facts, &mut found);
-    found
+    core_retries_copied_or_counted(trace, &facts, &mut found, &mut windows);
+    (found, windows)
 }
 
 /// A JetStream settlement in the journal: its place, time and what it said.
@@ -665,7 +674,16 @@ fn core_messages_handled_or_counted(trace: &Trace, found: &mut Vec<Violation>) {
 /// Rules 4, 14 and 21: every Core retry below the limit is copied (the copy reached the server,
 /// or the server refused it), or counted lost (a copy whose publish failed, or still waiting
 /// at the end of a shutdown).
-fn core_retries_copied_or_counted(trace: &Trace, facts: &Facts, found: &mut Vec<Violation>) {
+///
+/// A missing copy whose publish fell due at the instant a fault closed the app's connection
+/// (a drop or the server going down, between the run's end and its longest delay) is put in
+/// `windows` instead: async-nats had taken it, and lost it with the connection.
+fn core_retries_copied_or_counted(
+    trace: &Trace,
+    facts: &Facts,
+    found: &mut Vec<Violation>,
+    windows: &mut Vec<String>,
+) {
     if !accounted(trace) {
         return;
     }
@@ -691,13 +709,45 @@ fn core_retries_copied_or_counted(trace: &Trace, facts: &Facts, found: &mut Vec<
                     _ => false,
                 }
         };
-        let missing: Vec<(u64, u64)> = trace
+        // When a copy falls due after its run's end: exactly (`retry_after`, or at once), or
+        // somewhere up to the backoff's cap.
+        let due = |run: &HandlerRun| match (run.end, spec.backoff) {
+            (End::RetryAfter(ms), _) => {
+                let ms = Duration::from_millis(u64::from(ms));
+                (ms, ms)
+            }
+            (_, Some((base, cap, _))) => (
+                Duration::ZERO,
+                Duration::from_millis(u64::from(base.max(cap))),
+            ),
+            (_, None) => (Duration::ZERO, Duration::ZERO),
+        };
+        let closed = |run: &HandlerRun| {
+            run.ended.is_some_and(|ended| {
+                let (first, last) = due(run);
+                trace.scenario.faults.iter().any(|f| {
+                    let at = Duration::from_millis(u64::from(f.at_ms));
+                    matches!(f.fault, Fault::DropConnections | Fault::ServerDown(_))
+                        && at >= ended + first
+                        && at <= ended + last
+                })
+            })
+        };
+        let (in_window, missing): (Vec<&HandlerRun>, Vec<&HandlerRun>) = trace
             .runs
             .iter()
             .filter(|r| r.mount == mount && r.ended.is_some() && copies_asked(r))
-            .map(|r| (r.id, r.attempt))
-            .filter(|key| !copies.contains(key))
-            .collect();
+            .filter(|r| !copies.contains(&(r.id, r.attempt)))
+            .partition(|r| closed(r));
+        let missing: Vec<(u64, u64)> = missing.iter().map(|r| (r.id, r.attempt)).collect();
+        for run in in_window {
+            windows.push(format!(
+                "rule 21's window: mount {} message {} attempt {}: its copy fell due as a fault closed the connection, and is not on the wire",
+                mount_name(mount),
+                run.id,
+                run.attempt
+            ));
+        }
         let counted: u64 = trace
             .reports
             .iter()

@@ -46,6 +46,9 @@ pub struct Checked {
     pub size: (usize, usize),
     /// The run's [`fingerprint`].
     pub fingerprint: u64,
+    /// What was lost in a window the contract names, one line each (see
+    /// [`invariants::check_with_windows`]): not a violation.
+    pub windows: Vec<String>,
 }
 
 /// Runs seed `seed` and checks it.
@@ -56,9 +59,11 @@ pub fn check_seed(seed: u64) -> Checked {
 /// Runs `scenario` (drawn from `seed`, or shrunk from it) and checks it.
 pub fn check_scenario(seed: u64, scenario: &Scenario) -> Checked {
     let trace = run(scenario);
+    let (violations, windows) = invariants::check_with_windows(&trace);
     Checked {
         seed,
-        violations: invariants::check(&trace),
+        violations,
+        windows,
         trouble: trace.trouble.clone(),
         settled: trace.settled,
         size: (trace.runs.len(), trace.journal.len()),
