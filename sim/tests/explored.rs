@@ -270,3 +270,95 @@ fn seed_686_runs_to_its_end() {
     let checked = within_limit("seed 686", || ruststream_sim::explore::check_seed(686));
     assert!(checked.violations.is_empty(), "{:?}", checked.violations);
 }
+
+/// Seed 4843: with every slot busy and nothing outstanding, the pull loop waited for a slot
+/// for the first prefetched message without reading its inbox, so the redeliveries that came
+/// meanwhile sat unread and unrenewed until the server delivered them again, and the older
+/// delivery's `+TERM` settled the newer one (rule 16). The loop reads its inbox while it
+/// waits for a slot.
+#[test]
+fn seed_4843_runs_to_its_end() {
+    let checked = within_limit("seed 4843", || ruststream_sim::explore::check_seed(4843));
+    assert!(checked.violations.is_empty(), "{:?}", checked.violations);
+}
+
+/// Seed 3982: two runs of one message overlapped under a lease, the same way as seed 4843.
+#[test]
+fn seed_3982_runs_to_its_end() {
+    let checked = within_limit("seed 3982", || ruststream_sim::explore::check_seed(3982));
+    assert!(checked.violations.is_empty(), "{:?}", checked.violations);
+}
+
+/// Seed 3982: a JetStream handler returned `retry` while the server was down; its `-NAK` waited
+/// in the client and reached the server after the server had delivered the message again (a
+/// restarted server redelivers what was pending), so it made the server deliver the message
+/// once more at once, while the newer delivery ran: two runs at once (rule 16). A `-NAK` is
+/// now not handed to a client whose connection is down: the server delivers the message again
+/// after `ack_wait` all the same.
+#[test]
+fn seed_3982_a_nak_decided_while_the_server_is_down_is_not_sent_later() {
+    let (naks_of_the_first, runs) = within_limit("a -NAK while the server is down", || {
+        Sim::run(|sim| async move {
+            sim.create_stream(stream::Config {
+                name: "ORDERS".into(),
+                subjects: vec!["orders.>".into()],
+                ..Default::default()
+            })
+            .unwrap();
+            let runs = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+            let record = runs.clone();
+            let running = App::new(&sim.url())
+                .mount(
+                    Mount::jetstream("orders", "ORDERS", "worker")
+                        .ack_wait(Duration::from_secs(1))
+                        .max_attempts(3),
+                    move |d: Delivery| {
+                        let record = record.clone();
+                        async move {
+                            let started = tokio::time::Instant::now();
+                            tokio::time::sleep(Duration::from_secs(2)).await;
+                            record.lock().unwrap().push((
+                                d.attempt.get(),
+                                started,
+                                tokio::time::Instant::now(),
+                            ));
+                            Outcome::Retry
+                        }
+                    },
+                )
+                .start()
+                .await
+                .unwrap();
+            sim.publish("orders.new", "1").unwrap();
+            sim.advance(Duration::from_millis(500)).await;
+            sim.go_down();
+            sim.advance(Duration::from_secs(3)).await;
+            sim.come_up();
+            sim.advance(Duration::from_secs(15)).await;
+            running.shutdown().await;
+            let naks_of_the_first = sim
+                .journal()
+                .iter()
+                .filter(|r| {
+                    matches!(r, Record::Acknowledged { delivered: 1, kind, .. }
+                        if matches!(kind, ruststream_sim::AckKind::Nak(_)))
+                })
+                .count();
+            let runs = runs.lock().unwrap().clone();
+            (naks_of_the_first, runs)
+        })
+    });
+    assert_eq!(
+        naks_of_the_first, 0,
+        "the first delivery's -NAK reached the server after it came back"
+    );
+    for pair in runs.windows(2) {
+        assert!(
+            pair[1].1 >= pair[0].2,
+            "attempt {} started before attempt {} ended: {runs:?}",
+            pair[1].0,
+            pair[0].0
+        );
+    }
+    assert_eq!(runs.len(), 3, "three attempts: {runs:?}");
+}

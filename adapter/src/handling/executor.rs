@@ -96,6 +96,7 @@ fn execute_actions(
             Err(failed) => Execution::Done(Err(failed)),
         },
         Action::Settle(settlement) => match &msg.reply {
+            Some(_) if withheld(ctx, settlement) => Execution::Done(Err(nak_withheld())),
             Some(reply) => Execution::Publish(Publish::Settlement {
                 reply: reply.clone(),
                 payload: settlement.payload().to_bytes(),
@@ -186,6 +187,9 @@ async fn in_order(
                     no_ack_reply(ctx, msg);
                     continue;
                 };
+                if withheld(ctx, settlement) {
+                    return Err(nak_withheld());
+                }
                 let payload = settlement.payload().to_bytes();
                 send(ctx, msg, Publish::Settlement { reply, payload }).await?;
             }
@@ -262,6 +266,34 @@ fn arrival_logs(ctx: &MountContext, msg: &Incoming, delivery: &CoreDelivery<'_>,
 /// A settlement of a JetStream delivery that has no ack reply subject (never seen: such a
 /// delivery is not read, rule 22): logged, nothing sent.
 #[cold]
+/// Whether `settlement` is a `-NAK` that is not handed to the mount's client because its
+/// connection is down (rule 16). The client would send it once connected again, when the
+/// server may have delivered the message again already (its `ack_wait` ran out while the
+/// connection was down, or the server restarted): nats-server settles by stream sequence, so
+/// the old delivery's `-NAK` would make it deliver the message once more at once while the
+/// newer delivery runs. Withheld, the server delivers it again after `ack_wait` all the same,
+/// with `delivered + 1`; only the delay it asked for is lost. An `+ACK` or a `+TERM` is still
+/// handed over: either ends the message, which is what was decided. Found by the explorer's
+/// seed 3982.
+fn withheld(ctx: &MountContext, settlement: ruststream_core::Settlement) -> bool {
+    matches!(
+        settlement,
+        ruststream_core::Settlement::Nak | ruststream_core::Settlement::NakWithDelay(_)
+    ) && ctx.client.connection_state() != async_nats::connection::State::Connected
+}
+
+/// The failure that reports a withheld `-NAK` ([`withheld`]) as a settlement not sent.
+#[cold]
+fn nak_withheld() -> PublishFailed {
+    tracing::debug!(
+        "-NAK withheld: the connection is down; the server delivers the message again after its ack_wait"
+    );
+    PublishFailed::new(
+        Unpublished::Settlement,
+        "-NAK withheld while the connection is down",
+    )
+}
+
 fn no_ack_reply(ctx: &MountContext, msg: &Incoming) {
     tracing::error!(mount = %ctx.name, subject = %msg.subject, "JetStream delivery without an ack reply subject");
 }
