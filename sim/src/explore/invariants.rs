@@ -90,9 +90,9 @@ struct Facts {
     /// Every publish but the JetStream API's and inboxes' (the scenario's own messages, copies,
     /// dead letters).
     publications: Vec<Publication>,
-    /// When each fault that breaks the connection or the app happened (virtual time since the
-    /// start).
-    breaks: Vec<Duration>,
+    /// When each fault that breaks the connection or the app began and ended (virtual time
+    /// since the start; a moment for a drop or a restart).
+    breaks: Vec<(Duration, Duration)>,
     /// Acknowledgements (renewals included) lost on their way to the server: (time, delivery
     /// count), by (mount, stream sequence). The runtime cannot know of them.
     lost: BTreeMap<(usize, u64), Vec<(Instant, u64)>>,
@@ -207,8 +207,16 @@ impl Facts {
                         | Fault::Restart { .. }
                 )
             })
-            .filter(|f| !matches!(f.fault, Fault::LoseAcks(_)))
-            .map(|f| Duration::from_millis(u64::from(f.at_ms)))
+            .map(|f| {
+                let at = Duration::from_millis(u64::from(f.at_ms));
+                let lasts = match f.fault {
+                    Fault::ServerDown(ms) | Fault::JetStreamOff(ms) => {
+                        Duration::from_millis(u64::from(ms))
+                    }
+                    _ => Duration::ZERO,
+                };
+                (at, at + lasts)
+            })
             .collect();
         Self {
             settlements,
@@ -220,11 +228,14 @@ impl Facts {
         }
     }
 
-    /// Whether a fault that breaks the connection or the app came between `from` and `to`
-    /// (virtual time since the start; a restart's new app and a server's return come after
-    /// it).
+    /// Whether a fault that breaks the connection or the app came between `from` and `to`, or
+    /// lasted into that time (the server down, JetStream off: renewals reach no one
+    /// meanwhile). Virtual time since the start; a restart's new app and a server's return
+    /// come after it.
     fn broken_between(&self, from: Duration, to: Duration) -> bool {
-        self.breaks.iter().any(|&at| at >= from && at <= to)
+        self.breaks
+            .iter()
+            .any(|&(at, until)| at <= to && until >= from)
     }
 
     /// `at` as virtual time since the start.
@@ -417,7 +428,10 @@ fn dead_letters_before_term(trace: &Trace, facts: &Facts, found: &mut Vec<Violat
         // A plain (Core, unstored) dead letter that the server refused is gone on the way,
         // which Core cannot tell (it reached the server): it counts as on the wire. A stored
         // one that failed was refused to the runtime, which must not count it confirmed.
-        let plain = spec.dead_letters == Some(super::scenario::DeadLetters::Plain);
+        // So are a Core mount's dead letters where an app started while JetStream was off:
+        // start-up found no stream for them, warned, and publishes them plain (rule 8).
+        let plain = spec.dead_letters == Some(super::scenario::DeadLetters::Plain)
+            || (!spec.is_jetstream() && !trace.started_without_jetstream.is_empty());
         let letters: Vec<&Publication> = facts
             .publications
             .iter()
@@ -554,7 +568,22 @@ fn one_run_at_a_time_under_a_lease(trace: &Trace, facts: &Facts, found: &mut Vec
                         .any(|(at, d)| *d == first.attempt && facts.since(*at) <= next.started)
                 })
             });
-            let broken = renewal_lost || facts.broken_between(first.started, next.started);
+            // A run its app's graceful shutdown abandoned (reported) is renewed no more once
+            // that shutdown ended.
+            let abandoned = first.app != next.app
+                && trace
+                    .shutdown_ends
+                    .iter()
+                    .any(|(app, end)| *app == first.app && *end <= next.started && ended > *end)
+                && trace.reports.iter().any(|(app, report)| {
+                    *app == first.app
+                        && report
+                            .abandoned
+                            .iter()
+                            .any(|(m, _)| *m == mount_name(mount))
+                });
+            let broken =
+                renewal_lost || abandoned || facts.broken_between(first.started, next.started);
             if next.started < ended && !broken {
                 found.push(Violation {
                     invariant: "rule 16: one run at a time while the lease is renewed",

@@ -92,6 +92,9 @@ pub struct Trace {
     pub observed: Vec<Observed>,
     /// What each graceful shutdown reported, by app.
     pub reports: Vec<(usize, ShutdownReport)>,
+    /// When each graceful shutdown ended (virtual time since the start), by app: a handler
+    /// it reported abandoned runs on unrenewed after it.
+    pub shutdown_ends: Vec<(usize, Duration)>,
     /// The apps that were dropped without a shutdown.
     pub dropped: Vec<usize>,
     /// The messages published.
@@ -105,6 +108,9 @@ pub struct Trace {
     /// Why the run could not go as the scenario says (an app that did not start), if it could
     /// not.
     pub trouble: Vec<String>,
+    /// The apps that started while JetStream was off: their Core mounts found no stream for
+    /// their dead letters and publish them plain, as start-up warned (rule 8).
+    pub started_without_jetstream: Vec<usize>,
 }
 
 /// The name of mount `index`.
@@ -352,12 +358,14 @@ async fn run_on(sim: &Sim, scenario: Scenario) -> Trace {
         runs: Vec::new(),
         observed: Vec::new(),
         reports: Vec::new(),
+        shutdown_ends: Vec::new(),
         dropped: Vec::new(),
         sent: Vec::new(),
         dead_letters: Vec::new(),
         consumers: Vec::new(),
         settled: false,
         trouble: Vec::new(),
+        started_without_jetstream: Vec::new(),
     };
     if let Err(e) = prepare(sim, &scenario) {
         trace
@@ -381,10 +389,11 @@ async fn run_on(sim: &Sim, scenario: Scenario) -> Trace {
     // A graceful restart's shutdown runs beside the timeline, as a process stopping does
     // while the world goes on (it may take its whole grace period when the server is down);
     // the next app starts once it has ended.
-    let mut stopping_shutdown: Option<(usize, tokio::task::JoinHandle<ShutdownReport>)> = None;
+    let mut stopping_shutdown: Option<(usize, Stopping)> = None;
     let mut next = 0;
     let mut later: Vec<(u32, Step)> = Vec::new();
     let mut down = false;
+    let mut jetstream_on = true;
     loop {
         // The next thing to happen: from the timeline or from what faults scheduled.
         later.sort_by_key(|(at, _)| *at);
@@ -456,13 +465,20 @@ async fn run_on(sim: &Sim, scenario: Scenario) -> Trace {
             }
             Step::Fault(Fault::JetStreamOff(ms)) => {
                 sim.jetstream(false);
+                jetstream_on = false;
                 later.push((at + ms, Step::JetStreamOn));
             }
             Step::Fault(Fault::Restart { graceful, after_ms }) => {
                 if let Some(stopping) = running.take() {
                     match graceful {
                         true => {
-                            stopping_shutdown = Some((app, tokio::spawn(stopping.shutdown())));
+                            stopping_shutdown = Some((
+                                app,
+                                tokio::spawn(async move {
+                                    let report = stopping.shutdown().await;
+                                    (report, tokio::time::Instant::now().into_std())
+                                }),
+                            ));
                         }
                         false => {
                             drop(stopping);
@@ -476,7 +492,10 @@ async fn run_on(sim: &Sim, scenario: Scenario) -> Trace {
                 down = false;
                 sim.come_up();
             }
-            Step::JetStreamOn => sim.jetstream(true),
+            Step::JetStreamOn => {
+                sim.jetstream(true);
+                jetstream_on = true;
+            }
             Step::StartApp => {
                 if stopping_shutdown
                     .as_ref()
@@ -490,6 +509,9 @@ async fn run_on(sim: &Sim, scenario: Scenario) -> Trace {
                 } else if running.is_none() {
                     finish_shutdown(&mut stopping_shutdown, &mut trace).await;
                     app += 1;
+                    if !jetstream_on {
+                        trace.started_without_jetstream.push(app);
+                    }
                     running = start_app(sim, &scenario, &shared, app, &mut trace).await;
                 }
             }
@@ -498,6 +520,9 @@ async fn run_on(sim: &Sim, scenario: Scenario) -> Trace {
     finish_shutdown(&mut stopping_shutdown, &mut trace).await;
     if running.is_none() {
         app += 1;
+        if !jetstream_on {
+            trace.started_without_jetstream.push(app);
+        }
         running = start_app(sim, &scenario, &shared, app, &mut trace).await;
     }
     let quiet = scenario.settle_time();
@@ -505,6 +530,8 @@ async fn run_on(sim: &Sim, scenario: Scenario) -> Trace {
     if let Some(last) = running.take() {
         let report = last.shutdown().await;
         trace.reports.push((app, report));
+        let ended = sim.now().saturating_duration_since(trace.start);
+        trace.shutdown_ends.push((app, ended));
     }
     let record = std::mem::take(&mut *lock(&shared));
     trace.runs = record.runs;
@@ -521,14 +548,18 @@ async fn run_on(sim: &Sim, scenario: Scenario) -> Trace {
     trace
 }
 
+/// A graceful restart's shutdown under way: its report, and when it ended.
+type Stopping = tokio::task::JoinHandle<(ShutdownReport, Instant)>;
+
 /// Waits for a graceful restart's shutdown, if one is under way, and keeps its report.
-async fn finish_shutdown(
-    stopping: &mut Option<(usize, tokio::task::JoinHandle<ShutdownReport>)>,
-    trace: &mut Trace,
-) {
+async fn finish_shutdown(stopping: &mut Option<(usize, Stopping)>, trace: &mut Trace) {
     if let Some((app, shutdown)) = stopping.take() {
         match shutdown.await {
-            Ok(report) => trace.reports.push((app, report)),
+            Ok((report, ended)) => {
+                trace.reports.push((app, report));
+                let ended = ended.saturating_duration_since(trace.start);
+                trace.shutdown_ends.push((app, ended));
+            }
             Err(e) => trace
                 .trouble
                 .push(format!("app {app}'s shutdown did not end: {e}")),
