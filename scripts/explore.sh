@@ -3,10 +3,21 @@
 # checked against the settlement contract's invariants (ruststream_sim::explore).
 #
 #   scripts/explore.sh [--seeds N] [--from SEED] [--minutes M] [--twice K] [--shrink] [--show] [--trace]
+#   scripts/explore.sh --bug NAME|all [--seeds N] [--from SEED]
+#
+# --bug switches on one of the runtime's deliberate bugs (ruststream_adapter::deliberate) and
+# runs seeds until one finds it; it builds with the deliberate-bugs feature, which no other
+# build has.
 #
 # Every failing seed prints the command that runs it again alone. Built with the release
 # profile (seeds run about five times faster); EXPLORE_PROFILE=dev builds the debug one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 profile="${EXPLORE_PROFILE:-release}"
-exec cargo run --quiet --profile "$profile" -p ruststream-explore -- "$@"
+features=()
+for arg in "$@"; do
+  if [ "$arg" = "--bug" ]; then
+    features=(--features deliberate-bugs)
+  fi
+done
+exec cargo run --quiet --profile "$profile" -p ruststream-explore "${features[@]}" -- "$@"

@@ -54,6 +54,9 @@ pub use ruststream_core::{
     Attempt, Backoff, BackoffError, DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_JITTER,
     DeclarationError, DeclarationErrorKind, Descriptor, Disposition, MountPolicy, Outcome,
 };
+/// Deliberate bugs, for measuring the explorer: their names in every build, the switch that
+/// turns one on only with the `deliberate-bugs` feature (never in a user's build).
+pub use support::deliberate;
 pub use support::metrics;
 
 /// Re-exported so applications can build [`App::with_options`] and read headers without

@@ -4,10 +4,16 @@
 //!
 //! ```text
 //! ruststream-explore [--seeds N] [--from SEED] [--minutes M] [--twice K] [--shrink] [--show]
+//! ruststream-explore --bug NAME|all [--seeds N] [--from SEED]     (feature deliberate-bugs)
 //! ```
 //!
 //! Every failing seed prints one command that runs it again, alone. Exit status: 0 when every
 //! seed held, 1 when an invariant broke or a seed run twice did not run the same way.
+//!
+//! With `--bug`, one of the runtime's deliberate bugs is switched on
+//! (`ruststream_adapter::deliberate`) and the seeds run until one finds it: the exit status is
+//! 0 when every bug asked for was found within `--seeds` seeds, and each line says after how
+//! many.
 
 #![allow(clippy::print_stdout)]
 
@@ -43,6 +49,12 @@ struct Args {
     /// time (the lines its fingerprint hashes).
     #[arg(long)]
     trace: bool,
+    /// Switch on a deliberate bug (`settle-before-dead-letter`, `drop-lease-renewal`,
+    /// `forget-core-drop`, `retry-past-limit`, `lose-delayed-copy`, `settle-late-result`, or
+    /// `all`, one after another) and run seeds until one finds it, at most --seeds. Needs the
+    /// `deliberate-bugs` feature, which scripts/explore.sh turns on for it.
+    #[arg(long)]
+    bug: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -55,6 +67,9 @@ fn main() -> ExitCode {
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_writer(std::io::stderr)
             .init();
+    }
+    if let Some(bug) = &args.bug {
+        return hunt(bug, args.from.unwrap_or(0), args.seeds);
     }
     let from = args.from.unwrap_or_else(|| {
         let nanos = std::time::SystemTime::now()
@@ -207,6 +222,89 @@ fn serde_json_line(scenario: &Scenario) -> String {
 
 /// The scenarios' handlers panic on purpose (rule 13): those panics are not printed; any
 /// other is, as usual.
+/// `--bug`: for each bug asked for, switched on alone, runs seeds from `from` until one breaks
+/// an invariant, at most `seeds` of them, and says after how many.
+fn hunt(name: &str, from: u64, seeds: u64) -> ExitCode {
+    use ruststream_adapter::deliberate::Bug;
+    let bugs: Vec<Bug> = match name {
+        "all" => Bug::ALL.to_vec(),
+        _ => match Bug::named(name) {
+            Some(bug) => vec![bug],
+            None => {
+                let names: Vec<&str> = Bug::ALL.iter().map(|b| b.name()).collect();
+                println!(
+                    "explore: no deliberate bug is named {name:?}; the bugs are {}, or all",
+                    names.join(", ")
+                );
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    if !cfg!(feature = "deliberate-bugs") {
+        println!(
+            "explore: --bug needs the deliberate-bugs feature (scripts/explore.sh turns it on when --bug is given)"
+        );
+        return ExitCode::FAILURE;
+    }
+    let mut missed = 0;
+    for bug in bugs {
+        switch_on(Some(bug));
+        let started = Instant::now();
+        let mut found = None;
+        for seed in from..from.saturating_add(seeds) {
+            let Some(checked) = within_limit(seed) else {
+                found = Some((seed, "a hung run (its virtual clock stopped)".to_owned()));
+                break;
+            };
+            if let Some(v) = checked.violations.first() {
+                found = Some((seed, v.to_string()));
+                break;
+            }
+        }
+        switch_on(None);
+        match found {
+            Some((seed, what)) => println!(
+                "bug {}: found at seed {seed}, the {} seed run, in {:.1} s: {what}",
+                bug.name(),
+                ordinal(seed - from + 1),
+                started.elapsed().as_secs_f64()
+            ),
+            None => {
+                missed += 1;
+                println!(
+                    "bug {}: not found in {seeds} seeds from {from} ({:.1} s)",
+                    bug.name(),
+                    started.elapsed().as_secs_f64()
+                );
+            }
+        }
+    }
+    match missed {
+        0 => ExitCode::SUCCESS,
+        _ => ExitCode::FAILURE,
+    }
+}
+
+/// Switches a deliberate bug on (or all off) where the feature is built in.
+fn switch_on(bug: Option<ruststream_adapter::deliberate::Bug>) {
+    #[cfg(feature = "deliberate-bugs")]
+    ruststream_adapter::deliberate::switch_on(bug);
+    #[cfg(not(feature = "deliberate-bugs"))]
+    let _ = bug;
+}
+
+/// `1st`, `2nd`, `3rd`, `4th`, … `11th`, `21st`.
+fn ordinal(n: u64) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
+}
+
 fn quiet_deliberate_panics() {
     let usual = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {

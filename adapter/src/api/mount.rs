@@ -92,6 +92,12 @@ impl Mount {
     /// Bounds the attempts (the first delivery is attempt 1). Must be at least 1.
     #[must_use]
     pub fn max_attempts(mut self, n: u32) -> Self {
+        let n = match crate::support::deliberate::active(
+            crate::support::deliberate::Bug::RetryPastLimit,
+        ) {
+            true => n.saturating_add(1),
+            false => n,
+        };
         self.declaration = self.declaration.max_attempts(n);
         self
     }

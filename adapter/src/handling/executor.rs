@@ -29,6 +29,7 @@ use super::publish::{
     settle_through_new_client,
 };
 use crate::state::mount_context::MountContext;
+use crate::support::deliberate::{self, Bug};
 use crate::support::incoming::Incoming;
 
 /// What [`execute`] left of a plan.
@@ -180,7 +181,22 @@ async fn in_order(
     plan: &Plan<'_>,
     error: Option<&str>,
 ) -> Result<(), PublishFailed> {
+    let settle_first = deliberate::active(Bug::SettleBeforeDeadLetter)
+        && plan
+            .into_iter()
+            .any(|a| matches!(a, Action::PublishDeadLetter { .. }));
+    if settle_first {
+        for action in plan {
+            if let (Action::Settle(settlement), Some(reply)) = (action, msg.reply.clone()) {
+                let payload = settlement.payload().to_bytes();
+                send(ctx, msg, Publish::Settlement { reply, payload }).await?;
+            }
+        }
+    }
     for action in plan {
+        if settle_first && matches!(action, Action::Settle(_)) {
+            continue;
+        }
         match *action {
             Action::Settle(settlement) => {
                 let Some(reply) = msg.reply.clone() else {

@@ -9,6 +9,7 @@ use tokio::sync::{mpsc, watch};
 use crate::handling::publish::{Unpublished, publish_plain};
 use crate::runtime::Runtime;
 use crate::state::losses::Losses;
+use crate::support::deliberate::{self, Bug};
 use crate::support::metrics::{Loss, Wire};
 
 /// The delay queue of Core copies (one per app, one timer): publishes each copy when due.
@@ -40,6 +41,8 @@ pub(crate) async fn delay_loop<R: Runtime>(
     let mut open = true;
     // `finish` closed: the app's handles are gone.
     let mut orphaned = false;
+    // Delayed copies that fell due with `Bug::LoseDelayedCopy` on: every third is dropped.
+    let mut dropped_on_purpose = 0u64;
     loop {
         if orphaned && !open {
             break;
@@ -84,6 +87,12 @@ pub(crate) async fn delay_loop<R: Runtime>(
                         continue;
                     };
                     let publication = copy.into_publication(&subject);
+                    if deliberate::active(Bug::LoseDelayedCopy) {
+                        dropped_on_purpose += 1;
+                        if dropped_on_purpose.is_multiple_of(3) {
+                            continue;
+                        }
+                    }
                     match publish_plain(&client, publication, Unpublished::Copy).await {
                         Ok(()) => {
                             if let Some(metrics) = metrics {

@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use crate::handling::lease::renew;
 use crate::runtime::Runtime;
 use crate::state::lease_room::LeaseRoom;
+use crate::support::deliberate::{self, Bug};
 use crate::support::metrics::Wire;
 
 /// The lease loop of an app: one timer for every lease. Sends each renewal that falls due
@@ -47,7 +48,7 @@ pub(crate) async fn lease_loop<R: Runtime>(
                             let io = room.lock().get(key).and_then(|io| Some((io.reply.clone()?, io.metrics.clone())));
                             let Some((reply, metrics)) = io else { continue };
                             // Handed to the client: the lease is renewed from now.
-                            if renew(&clients, reply) {
+                            if deliberate::active(Bug::DropLeaseRenewal) || renew(&clients, reply) {
                                 metrics.wire(Wire::Wpi);
                                 room.lock().handle_renewed(key, R::now());
                             }

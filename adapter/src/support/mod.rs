@@ -3,6 +3,7 @@
 //! metrics, trace context, server URLs, the stop signal a loop reads, telling a dead client
 //! from a live one, and names kept once per process.
 
+pub mod deliberate;
 pub(crate) mod incoming;
 pub(crate) mod liveness;
 pub mod metrics;
