@@ -481,7 +481,12 @@ fn dead_letters_before_term(trace: &Trace, facts: &Facts, found: &mut Vec<Violat
                 .get(&(mount, sequence))
                 .into_iter()
                 .flatten()
-                .find(|s| matches!(s.kind, AckKind::Term));
+                // The dead-lettered delivery's own `+TERM`: an older delivery's (a `drop`
+                // decided while the connection was down, sent once it was back) may reach the
+                // server first (seed 16544).
+                .find(|s| {
+                    matches!(s.kind, AckKind::Term) && s.delivered == observed.settled.attempt
+                });
             if let Some(term) = term
                 && term.index < letter.index
             {
