@@ -567,10 +567,19 @@ fn one_run_at_a_time_under_a_lease(trace: &Trace, facts: &Facts, found: &mut Vec
         for pair in runs.windows(2) {
             let (first, next) = (pair[0], pair[1]);
             let Some(ended) = first.ended else { continue };
+            // Its renewals lost on their way; or those of an older delivery of the message that
+            // another app (a process of the shared durable, a dropped app still settling) ran:
+            // that app cannot see the newer delivery, and its settlement takes the message
+            // from it (rule 16 says so; seed 165972).
+            let elsewhere = |d: u64| {
+                runs.iter()
+                    .any(|r| r.attempt == d && r.app != first.app && d < first.attempt)
+            };
             let renewal_lost = first.stream_sequence.is_some_and(|sequence| {
                 facts.lost.get(&(mount, sequence)).is_some_and(|lost| {
-                    lost.iter()
-                        .any(|(at, d)| *d == first.attempt && facts.since(*at) <= next.started)
+                    lost.iter().any(|(at, d)| {
+                        (*d == first.attempt || elsewhere(*d)) && facts.since(*at) <= next.started
+                    })
                 })
             });
             // A run its app's graceful shutdown abandoned (reported) is renewed no more once
