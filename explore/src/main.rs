@@ -154,7 +154,7 @@ fn main() -> ExitCode {
             if again.fingerprint != checked.fingerprint {
                 broke = true;
                 println!(
-                    "seed {seed}: not deterministic: two runs differ (fingerprints {:x} and {:x}); see it with --show",
+                    "seed {seed}: not deterministic: two runs differ (fingerprints {:x} and {:x}); run `scripts/explore.sh --from {seed} --seeds 1 --trace` a few times and compare",
                     checked.fingerprint, again.fingerprint
                 );
             }
@@ -264,10 +264,12 @@ fn hunt(name: &str, from: u64, seeds: u64) -> ExitCode {
         switch_on(None);
         match found {
             Some((seed, what)) => println!(
-                "bug {}: found at seed {seed}, the {} seed run, in {:.1} s: {what}",
+                "bug {}: found at seed {seed}, the {} seed run, in {:.1} s: {what}\nbug {}: see it with: scripts/explore.sh --bug {} --from {seed} --seeds 1 (then, without --bug, --from {seed} --seeds 1 --show --trace shows the seed's run without the bug)",
                 bug.name(),
                 ordinal(seed - from + 1),
-                started.elapsed().as_secs_f64()
+                started.elapsed().as_secs_f64(),
+                bug.name(),
+                bug.name(),
             ),
             None => {
                 missed += 1;
