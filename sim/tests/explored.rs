@@ -1,6 +1,9 @@
-//! What the explorer (`ruststream_sim::explore`) found, each kept as a test named after the
-//! seed that found it: the seed itself runs to its end without a violation, and, where the
-//! finding is one behaviour, a scenario of its own shows it.
+//! What the explorer (`ruststream_sim::explore`) found in the runtime, kept as tests named
+//! after the seeds that found it (seeds found broken the same way share one): each seed runs
+//! to its end without a violation, and, where the finding is one behaviour, a scenario of its
+//! own shows it. Each failed before its fix. The explorer's own mistakes (an invariant or a
+//! scenario driver that was wrong) are fixed in `ruststream_sim::explore` and kept by these
+//! seeds running clean in CI's fixed range or here.
 //!
 //! A run whose virtual clock stops (a task that never waits) would hang its test instead of
 //! failing it: each runs on a thread of its own, and the test fails when it has not ended
@@ -282,7 +285,8 @@ fn seed_4843_runs_to_its_end() {
     assert!(checked.violations.is_empty(), "{:?}", checked.violations);
 }
 
-/// Seed 3982: two runs of one message overlapped under a lease, the same way as seed 4843.
+/// Seed 3982: two runs of one message overlapped under a lease: a `-NAK` decided while the
+/// server was down reached it after it had delivered the message again (see the test below).
 #[test]
 fn seed_3982_runs_to_its_end() {
     let checked = within_limit("seed 3982", || ruststream_sim::explore::check_seed(3982));

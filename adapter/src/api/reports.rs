@@ -181,8 +181,10 @@ pub struct Settled {
     pub wire: String,
     /// Whether the plan's JetStream settlement (`+ACK`, `-NAK`, `+TERM`), if it has one, was
     /// handed to a client: `false` when the app's client refused it and no new client took
-    /// it in time (a handler that finished after its app's shutdown); the server then
-    /// delivers the message again after `ack_wait`. Always `true` on Core.
+    /// it in time (a handler that finished after its app's shutdown), or when it is a `-NAK`
+    /// decided while the connection was down, which is withheld (SETTLEMENT.md rule 16: sent
+    /// late, it could hit a newer delivery); the server then delivers the message again after
+    /// `ack_wait`. Always `true` on Core.
     pub settlement_sent: bool,
 }
 

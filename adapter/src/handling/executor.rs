@@ -279,16 +279,14 @@ fn arrival_logs(ctx: &MountContext, msg: &Incoming, delivery: &CoreDelivery<'_>,
     }
 }
 
-/// A settlement of a JetStream delivery that has no ack reply subject (never seen: such a
-/// delivery is not read, rule 22): logged, nothing sent.
-#[cold]
 /// Whether `settlement` is a `-NAK` that is not handed to the mount's client because its
 /// connection is down (rule 16). The client would send it once connected again, when the
 /// server may have delivered the message again already (its `ack_wait` ran out while the
 /// connection was down, or the server restarted): nats-server settles by stream sequence, so
 /// the old delivery's `-NAK` would make it deliver the message once more at once while the
 /// newer delivery runs. Withheld, the server delivers it again after `ack_wait` all the same,
-/// with `delivered + 1`; only the delay it asked for is lost. An `+ACK` or a `+TERM` is still
+/// with `delivered + 1` (an attempt used, as the `-NAK` would have): the retry comes after
+/// `ack_wait` instead of the delay it asked for. An `+ACK` or a `+TERM` is still
 /// handed over: either ends the message, which is what was decided. Found by the explorer's
 /// seed 3982.
 fn withheld(ctx: &MountContext, settlement: ruststream_core::Settlement) -> bool {
@@ -310,6 +308,9 @@ fn nak_withheld() -> PublishFailed {
     )
 }
 
+/// A settlement of a JetStream delivery that has no ack reply subject (never seen: such a
+/// delivery is not read, rule 22): logged, nothing sent.
+#[cold]
 fn no_ack_reply(ctx: &MountContext, msg: &Incoming) {
     tracing::error!(mount = %ctx.name, subject = %msg.subject, "JetStream delivery without an ack reply subject");
 }
