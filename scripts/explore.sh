@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 profile="${EXPLORE_PROFILE:-release}"
 features=()
 for arg in "$@"; do
-  if [ "$arg" = "--bug" ]; then
+  if [ "$arg" = "--bug" ] || [ "${arg#--bug=}" != "$arg" ]; then
     features=(--features deliberate-bugs)
   fi
 done

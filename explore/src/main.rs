@@ -79,6 +79,12 @@ fn main() -> ExitCode {
         (nanos % 10_000_000) as u64
     });
     let bounded_by_seeds = args.minutes.is_none() || std::env::args().any(|a| a == "--seeds");
+    if let Some(m) = args.minutes
+        && !(m.is_finite() && m >= 0.0 && m * 60.0 < 1e15)
+    {
+        println!("explore: --minutes must be a number of minutes, 0 or more, not {m}");
+        return ExitCode::FAILURE;
+    }
     let deadline = args
         .minutes
         .map(|m| Instant::now() + Duration::from_secs_f64(m * 60.0));
@@ -174,7 +180,12 @@ fn main() -> ExitCode {
                 );
             }
         }
-        seed += 1;
+        let Some(next) = seed.checked_add(1) else {
+            // The last seed there is: nothing after it.
+            seed = u64::MAX;
+            break;
+        };
+        seed = next;
     }
     let elapsed = started.elapsed();
     let per_minute = ran as f64 / elapsed.as_secs_f64().max(1e-9) * 60.0;

@@ -366,3 +366,67 @@ fn seed_3982_a_nak_decided_while_the_server_is_down_is_not_sent_later() {
     }
     assert_eq!(runs.len(), 3, "three attempts: {runs:?}");
 }
+
+/// Seed 221029 (the hour-long run): as seed 686, with the server down when shutdown began. The
+/// subscription could not be ended then, and async-nats subscribed it again when the server
+/// came back, while the delivery holding the mount's loop still ran: what arrived was neither
+/// handled nor counted. The `UNSUB` now waits in the client for the connection, so the
+/// subscription ends as the connection comes back.
+#[test]
+fn seed_221029_a_core_subscription_ends_at_shutdown_though_the_server_is_down() {
+    let (report, runs, receivers) = within_limit("a Core shutdown with the server down", || {
+        Sim::run(|sim| async move {
+            let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let count = runs.clone();
+            let running = App::new(&sim.url())
+                .grace_period(Duration::from_secs(10))
+                .mount(
+                    Mount::core_subject("greet", "greet").concurrency(std::num::NonZeroUsize::MIN),
+                    move |_: Delivery| {
+                        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        async {
+                            tokio::time::sleep(Duration::from_secs(4)).await;
+                            Outcome::Ack
+                        }
+                    },
+                )
+                .start()
+                .await
+                .unwrap();
+            sim.publish("greet", "first").unwrap();
+            sim.advance(Duration::from_millis(500)).await;
+            sim.go_down();
+            sim.advance(Duration::from_millis(500)).await;
+            let stopping = tokio::spawn(running.shutdown());
+            sim.advance(Duration::from_millis(500)).await;
+            sim.come_up();
+            sim.advance(Duration::from_secs(1)).await;
+            let receivers = sim.publish("greet", "second").unwrap().receivers;
+            let report = stopping.await.unwrap();
+            (
+                report,
+                runs.load(std::sync::atomic::Ordering::SeqCst),
+                receivers,
+            )
+        })
+    });
+    assert_eq!(runs, 1, "the second message ran after shutdown began");
+    let unhandled: u64 = report
+        .core_losses
+        .iter()
+        .map(|l| l.unhandled_at_shutdown)
+        .sum();
+    assert!(
+        receivers == 0 || unhandled == 1,
+        "the app received a Core message after shutdown began ({receivers} receivers) and counted {unhandled} lost: {report:?}"
+    );
+}
+
+/// Seed 221029 of the explorer runs to its end, and every invariant holds.
+#[test]
+fn seed_221029_runs_to_its_end() {
+    let checked = within_limit("seed 221029", || {
+        ruststream_sim::explore::check_seed(221029)
+    });
+    assert!(checked.violations.is_empty(), "{:?}", checked.violations);
+}

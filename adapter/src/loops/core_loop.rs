@@ -298,6 +298,13 @@ async fn unsubscribe_and_count<R: Runtime, S: Subscriptions>(
             tracing::debug!(mount = %ctx.name,
                 "the server did not confirm the end of the Core subscriptions at shutdown in time");
         }
+    } else {
+        // The connection is down: the `UNSUB` waits in the client, which sends it as the
+        // connection comes back (async-nats subscribes its subscriptions again first), so that
+        // a delivery still holding the loop does not keep the subscription open behind it
+        // (the explorer's seed 221029). Not awaited: a client whose command queue is full
+        // would hold the shutdown until the server returns.
+        let _ = futures_util::FutureExt::now_or_never(messages.drain());
     }
     if unhandled > 0 {
         tracing::warn!(mount = %ctx.name, messages = unhandled,
