@@ -1,8 +1,8 @@
 //! Deliberate bugs, for showing what the explorer (`ruststream_sim::explore`) finds: each one
 //! breaks one rule of the contract at one place in the runtime, and only while it is switched
-//! on with [`switch_on`]. Compiled in with the `deliberate-bugs` feature alone, which nothing
-//! but the explorer's own measurement turns on: without it [`active`] is a constant `false`
-//! and every check below folds away.
+//! on with `switch_on` (which exists with the `deliberate-bugs` feature alone, and nothing
+//! but the explorer's own measurement turns that on): without it the runtime's check is a
+//! constant `false` and every check below folds away.
 //!
 //! The switch is process-wide (one bug at a time, for every app in the process), read where
 //! each bug lives: set it before the apps it is meant for start.
