@@ -269,4 +269,22 @@ impl Mount {
     pub fn name(&self) -> &str {
         self.declaration.name()
     }
+
+    /// The mount's settlement settings, validated as start-up validates them: its source
+    /// ([`Descriptor`](ruststream_core::Descriptor)), `max_attempts`, dead-letter subject,
+    /// backoff and provenance.
+    ///
+    /// # Errors
+    /// The [`DeclarationError`](ruststream_core::DeclarationError) that
+    /// [`App::start`](crate::App::start) would refuse the mount with.
+    pub fn policy(
+        &self,
+    ) -> Result<ruststream_core::MountPolicy, ruststream_core::DeclarationError> {
+        self.declaration.validate()
+    }
+
+    /// Whether the mount renews its JetStream deliveries' leases (rule 16; on by default).
+    pub fn leases_on(&self) -> bool {
+        self.leases
+    }
 }

@@ -191,10 +191,30 @@ impl<R: Runtime> App<R> {
     /// Calls `observer` after every settlement, from the task that settled it. Keep it quick.
     /// A panic in it is caught and logged as an error; the delivery stays settled and the
     /// mount goes on.
+    ///
+    /// Each call adds an observer (metrics beside a test's record, say); they are called in
+    /// the order they were added, and a panic in one still lets the ones after it run before
+    /// it is logged.
     #[must_use]
     pub fn on_settled(mut self, observer: impl Fn(&Settled) + Send + Sync + 'static) -> Self {
-        self.observer = Some(Arc::new(observer));
+        self.observer = Some(match self.observer.take() {
+            None => Arc::new(observer),
+            Some(before) => Arc::new(move |settled: &Settled| {
+                let first =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| before(settled)));
+                observer(settled);
+                if let Err(panic) = first {
+                    std::panic::resume_unwind(panic);
+                }
+            }),
+        });
         self
+    }
+
+    /// The mounts, in the order they were added (what start-up will check and consume from;
+    /// [`Mount::policy`] reads a mount's settings back).
+    pub fn mounts(&self) -> impl Iterator<Item = &Mount> {
+        self.mounts.iter().map(|(mount, _)| mount)
     }
 
     /// Validates every mount, connects, checks the server side, and starts consuming.

@@ -58,73 +58,105 @@ pub fn check_with_windows(trace: &Trace) -> (Vec<Violation>, Vec<String>) {
 
 /// A JetStream settlement in the journal: its place, time and what it said.
 #[derive(Debug, Clone, Copy)]
-struct Settlement {
-    index: usize,
-    at: Instant,
-    delivered: u64,
-    kind: AckKind,
+pub(super) struct Settlement {
+    pub(super) index: usize,
+    pub(super) at: Instant,
+    pub(super) delivered: u64,
+    pub(super) kind: AckKind,
 }
 
 /// A publish in the journal to one of the scenario's subjects.
 #[derive(Debug, Clone)]
-struct Publication {
-    index: usize,
-    subject: String,
-    payload: bytes::Bytes,
-    headers: Vec<(String, String)>,
-    failed: bool,
+pub(super) struct Publication {
+    pub(super) index: usize,
+    pub(super) subject: String,
+    pub(super) payload: bytes::Bytes,
+    pub(super) headers: Vec<(String, String)>,
+    pub(super) failed: bool,
 }
 
 /// A message of a JetStream mount: (mount, stream sequence).
-type Key = (usize, u64);
+pub(super) type Key = (usize, u64);
 
 /// A JetStream delivery in the journal: (journal index, time, delivery count).
-type Delivery = (usize, Instant, u64);
+pub(super) type Delivery = (usize, Instant, u64);
+
+/// JetStream mounts by stream, then consumer: their index.
+pub(super) type MountsByConsumer = BTreeMap<String, BTreeMap<String, usize>>;
+
+/// The mount consuming from `stream` through `consumer`, if one of `mounts` does.
+fn mount_of(mounts: &MountsByConsumer, stream: &str, consumer: &str) -> Option<usize> {
+    mounts.get(stream)?.get(consumer).copied()
+}
 
 /// What the journal says, sorted for the checks.
-struct Facts {
+pub(super) struct Facts {
     /// JetStream settlements that reached the server, by (mount, stream sequence).
-    settlements: BTreeMap<(usize, u64), Vec<Settlement>>,
+    pub(super) settlements: BTreeMap<(usize, u64), Vec<Settlement>>,
     /// JetStream deliveries: (journal index, time, delivery count), by (mount, stream sequence).
-    deliveries: BTreeMap<Key, Vec<Delivery>>,
+    pub(super) deliveries: BTreeMap<Key, Vec<Delivery>>,
     /// Every publish but the JetStream API's and inboxes' (the scenario's own messages, copies,
     /// dead letters).
-    publications: Vec<Publication>,
+    pub(super) publications: Vec<Publication>,
     /// When each fault that breaks the connection or the app began and ended (virtual time
     /// since the start; a moment for a drop or a restart).
-    breaks: Vec<(Duration, Duration)>,
+    pub(super) breaks: Vec<(Duration, Duration)>,
     /// Acknowledgements (renewals included) lost on their way to the server: (time, delivery
     /// count), by (mount, stream sequence). The runtime cannot know of them.
-    lost: BTreeMap<(usize, u64), Vec<(Instant, u64)>>,
+    pub(super) lost: BTreeMap<(usize, u64), Vec<(Instant, u64)>>,
     /// The simulation's start.
-    start: Instant,
+    pub(super) start: Instant,
+    /// The mounts' names, by index.
+    pub(super) names: Vec<String>,
 }
 
 impl Facts {
     fn of(trace: &Trace) -> Self {
-        let mount_of_stream: BTreeMap<String, usize> = trace
-            .scenario
-            .mounts
-            .iter()
-            .enumerate()
-            .filter(|(_, m)| m.is_jetstream())
-            .map(|(i, _)| (stream_name(i), i))
-            .collect();
+        let mut mount_of_stream: MountsByConsumer = BTreeMap::new();
+        for (i, m) in trace.scenario.mounts.iter().enumerate() {
+            if m.is_jetstream() {
+                mount_of_stream
+                    .entry(stream_name(i))
+                    .or_default()
+                    .insert(format!("c{i}"), i);
+            }
+        }
+        let names = (0..trace.scenario.mounts.len()).map(mount_name).collect();
+        Self::from_journal(
+            &trace.journal,
+            &mount_of_stream,
+            names,
+            breaks_of(&trace.scenario.faults),
+            trace.start,
+        )
+    }
+
+    /// What `journal` says of the JetStream mounts `mount_of_stream` finds by (stream,
+    /// consumer) (by index: the mount's name is at that index of `names`), with the faults'
+    /// `breaks`.
+    pub(super) fn from_journal(
+        journal: &[Record],
+        mount_of_stream: &MountsByConsumer,
+        names: Vec<String>,
+        breaks: Vec<(Duration, Duration)>,
+        start: Instant,
+    ) -> Self {
         let mut settlements: BTreeMap<(usize, u64), Vec<Settlement>> = BTreeMap::new();
         let mut deliveries: BTreeMap<Key, Vec<Delivery>> = BTreeMap::new();
         let mut publications = Vec::new();
         let mut lost: BTreeMap<(usize, u64), Vec<(Instant, u64)>> = BTreeMap::new();
-        for (index, record) in trace.journal.iter().enumerate() {
+        for (index, record) in journal.iter().enumerate() {
             match record {
                 Record::Acknowledged {
                     at,
                     stream,
+                    consumer,
                     stream_sequence,
                     delivered,
                     lost: true,
                     ..
                 } => {
-                    if let Some(&mount) = mount_of_stream.get(stream) {
+                    if let Some(mount) = mount_of(mount_of_stream, stream, consumer) {
                         lost.entry((mount, *stream_sequence))
                             .or_default()
                             .push((*at, *delivered));
@@ -133,13 +165,14 @@ impl Facts {
                 Record::Acknowledged {
                     at,
                     stream,
+                    consumer,
                     stream_sequence,
                     delivered,
                     kind,
                     lost: false,
                     ..
                 } if !matches!(kind, AckKind::Progress | AckKind::Unknown) => {
-                    if let Some(&mount) = mount_of_stream.get(stream) {
+                    if let Some(mount) = mount_of(mount_of_stream, stream, consumer) {
                         settlements
                             .entry((mount, *stream_sequence))
                             .or_default()
@@ -154,11 +187,12 @@ impl Facts {
                 Record::Delivered {
                     at,
                     stream,
+                    consumer,
                     stream_sequence,
                     delivered,
                     ..
                 } => {
-                    if let Some(&mount) = mount_of_stream.get(stream) {
+                    if let Some(mount) = mount_of(mount_of_stream, stream, consumer) {
                         deliveries
                             .entry((mount, *stream_sequence))
                             .or_default()
@@ -194,52 +228,34 @@ impl Facts {
                 _ => {}
             }
         }
-        let breaks = trace
-            .scenario
-            .faults
-            .iter()
-            .filter(|f| {
-                matches!(
-                    f.fault,
-                    Fault::DropConnections
-                        | Fault::ServerDown(_)
-                        | Fault::JetStreamOff(_)
-                        | Fault::Restart { .. }
-                )
-            })
-            .map(|f| {
-                let at = Duration::from_millis(u64::from(f.at_ms));
-                let lasts = match f.fault {
-                    Fault::ServerDown(ms) | Fault::JetStreamOff(ms) => {
-                        Duration::from_millis(u64::from(ms))
-                    }
-                    _ => Duration::ZERO,
-                };
-                (at, at + lasts)
-            })
-            .collect();
         Self {
             settlements,
             deliveries,
             publications,
             breaks,
             lost,
-            start: trace.start,
+            start,
+            names,
         }
+    }
+
+    /// The name of mount `mount`.
+    pub(super) fn name(&self, mount: usize) -> &str {
+        self.names.get(mount).map_or("?", String::as_str)
     }
 
     /// Whether a fault that breaks the connection or the app came between `from` and `to`, or
     /// lasted into that time (the server down, JetStream off: renewals reach no one
     /// meanwhile). Virtual time since the start; a restart's new app and a server's return
     /// come after it.
-    fn broken_between(&self, from: Duration, to: Duration) -> bool {
+    pub(super) fn broken_between(&self, from: Duration, to: Duration) -> bool {
         self.breaks
             .iter()
             .any(|&(at, until)| at <= to && until >= from)
     }
 
     /// `at` as virtual time since the start.
-    fn since(&self, at: Instant) -> Duration {
+    pub(super) fn since(&self, at: Instant) -> Duration {
         at.saturating_duration_since(self.start)
     }
 
@@ -250,6 +266,33 @@ impl Facts {
             .get(&key)
             .is_some_and(|lost| lost.iter().any(|(at, d)| *d == delivered && *at <= before))
     }
+}
+
+/// When each fault that breaks the connection or the app began and ended (virtual time since
+/// the start; a moment for a drop or a restart).
+pub(super) fn breaks_of(faults: &[super::scenario::TimedFault]) -> Vec<(Duration, Duration)> {
+    faults
+        .iter()
+        .filter(|f| {
+            matches!(
+                f.fault,
+                Fault::DropConnections
+                    | Fault::ServerDown(_)
+                    | Fault::JetStreamOff(_)
+                    | Fault::Restart { .. }
+            )
+        })
+        .map(|f| {
+            let at = Duration::from_millis(u64::from(f.at_ms));
+            let lasts = match f.fault {
+                Fault::ServerDown(ms) | Fault::JetStreamOff(ms) => {
+                    Duration::from_millis(u64::from(ms))
+                }
+                _ => Duration::ZERO,
+            };
+            (at, at + lasts)
+        })
+        .collect()
 }
 
 /// The payload of message `id`, as sent.
@@ -280,7 +323,7 @@ fn attempts_within_the_limit(trace: &Trace, found: &mut Vec<Violation>) {
 }
 
 /// At most one settlement (`+ACK`, `-NAK`, `+TERM`) reaches the server for each delivery.
-fn one_settlement_per_delivery(facts: &Facts, found: &mut Vec<Violation>) {
+pub(super) fn one_settlement_per_delivery(facts: &Facts, found: &mut Vec<Violation>) {
     for ((mount, sequence), settlements) in &facts.settlements {
         let mut seen: BTreeMap<u64, Vec<AckKind>> = BTreeMap::new();
         for s in settlements {
@@ -292,7 +335,7 @@ fn one_settlement_per_delivery(facts: &Facts, found: &mut Vec<Violation>) {
                     invariant: "at most one settlement a delivery",
                     detail: format!(
                         "mount {} stream sequence {sequence} delivery {delivered} settled {} times: {kinds:?}",
-                        mount_name(*mount),
+                        facts.name(*mount),
                         kinds.len()
                     ),
                 });
@@ -304,7 +347,7 @@ fn one_settlement_per_delivery(facts: &Facts, found: &mut Vec<Violation>) {
 /// Rule 16: a result that comes after its delivery's deadline passed without a renewal is
 /// discarded: no settlement of a delivery reaches the server after the server delivered the
 /// message again (a settlement at the very instant of the redelivery is not told apart).
-fn no_settlement_of_a_superseded_delivery(facts: &Facts, found: &mut Vec<Violation>) {
+pub(super) fn no_settlement_of_a_superseded_delivery(facts: &Facts, found: &mut Vec<Violation>) {
     for (key, settlements) in &facts.settlements {
         let Some(deliveries) = facts.deliveries.get(key) else {
             continue;
@@ -328,7 +371,7 @@ fn no_settlement_of_a_superseded_delivery(facts: &Facts, found: &mut Vec<Violati
                     invariant: "rule 16: a late result is discarded",
                     detail: format!(
                         "mount {} stream sequence {} delivery {} settled with {:?} after the server had delivered it again (delivery {delivered})",
-                        mount_name(key.0),
+                        facts.name(key.0),
                         key.1,
                         s.delivered,
                         s.kind

@@ -19,6 +19,7 @@
 pub mod invariants;
 pub mod run;
 pub mod scenario;
+pub mod service;
 
 use std::time::Duration;
 

@@ -349,12 +349,11 @@ pub fn run(scenario: &Scenario) -> Trace {
 }
 
 async fn run_on(sim: &Sim, scenario: Scenario) -> Trace {
-    let start = sim.now();
     let shared: Shared = Arc::default();
     let mut trace = Trace {
         scenario: scenario.clone(),
         journal: Vec::new(),
-        start,
+        start: sim.now(),
         runs: Vec::new(),
         observed: Vec::new(),
         reports: Vec::new(),
@@ -373,19 +372,128 @@ async fn run_on(sim: &Sim, scenario: Scenario) -> Trace {
             .push(format!("the streams could not be made: {e}"));
         return trace;
     }
+    let world = World {
+        publishes: scenario
+            .messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let spec = &scenario.mounts[m.mount];
+                let payload = payload_of(i as u64, &m.attempts, m.undecodable);
+                (m.at_ms, subject(spec, m.mount), payload)
+            })
+            .collect(),
+        faults: scenario.faults.clone(),
+        copy_patterns: vec!["core.>".to_owned(), "copies.>".to_owned()],
+        dead_letter_patterns: vec!["dlq.>".to_owned(), "lost.>".to_owned()],
+        settle_time: scenario.settle_time(),
+    };
+    let played = play(sim, &world, &mut |app| app_of(&scenario, sim, &shared, app)).await;
+    for (i, (m, sent)) in scenario.messages.iter().zip(&played.sent).enumerate() {
+        trace.sent.push(Sent {
+            id: i as u64,
+            mount: m.mount,
+            at: sent.at,
+            payload: world.publishes[i].2.clone(),
+            receivers: sent.receivers,
+            stored: sent.stored.as_ref().map(|(_, sequence)| *sequence),
+        });
+    }
+    let record = std::mem::take(&mut *lock(&shared));
+    trace.runs = record.runs;
+    trace.observed = record.observed;
+    trace.reports = played.reports;
+    trace.shutdown_ends = played.shutdown_ends;
+    trace.dropped = played.dropped;
+    trace.settled = played.settled;
+    trace.trouble.extend(played.trouble);
+    trace.started_without_jetstream = played.started_without_jetstream;
+    trace.journal = sim.journal();
+    trace.dead_letters = sim.stream_messages("DLQ").unwrap_or_default();
+    for (index, spec) in scenario.mounts.iter().enumerate() {
+        if spec.is_jetstream()
+            && let Ok(state) = sim.consumer_state(&stream_name(index), &format!("c{index}"))
+        {
+            trace.consumers.push((index, state));
+        }
+    }
+    trace
+}
+
+/// What a run plays, whatever its app: publishes and faults at their times.
+pub(crate) struct World {
+    /// The publishes: when (virtual milliseconds from the start), the subject, the payload;
+    /// by time.
+    pub(crate) publishes: Vec<(u32, String, bytes::Bytes)>,
+    /// The faults, by time.
+    pub(crate) faults: Vec<super::scenario::TimedFault>,
+    /// What [`Fault::FailCopies`] makes fail: subject patterns.
+    pub(crate) copy_patterns: Vec<String>,
+    /// What [`Fault::FailDeadLetters`] makes fail: subject patterns.
+    pub(crate) dead_letter_patterns: Vec<String>,
+    /// How long the run waits, after its last publish and fault, for everything to settle.
+    pub(crate) settle_time: Duration,
+}
+
+/// One publish of a [`World`], as it went.
+pub(crate) struct Went {
+    /// When (virtual time since the start).
+    pub(crate) at: Duration,
+    /// How many subscriptions received it (0 when the publish failed or nothing listened).
+    pub(crate) receivers: usize,
+    /// Its stream and stream sequence, when a stream stored it.
+    pub(crate) stored: Option<(String, u64)>,
+}
+
+/// What playing a [`World`] left, whatever its app.
+pub(crate) struct Played {
+    /// Each publish, in the world's order.
+    pub(crate) sent: Vec<Went>,
+    /// What each graceful shutdown reported, by app.
+    pub(crate) reports: Vec<(usize, ShutdownReport)>,
+    /// When each graceful shutdown ended, by app.
+    pub(crate) shutdown_ends: Vec<(usize, Duration)>,
+    /// The apps dropped without a shutdown.
+    pub(crate) dropped: Vec<usize>,
+    /// Whether everything settled before the time ran out.
+    pub(crate) settled: bool,
+    /// What could not go as the world says.
+    pub(crate) trouble: Vec<String>,
+    /// The apps that started while JetStream was off.
+    pub(crate) started_without_jetstream: Vec<usize>,
+}
+
+/// Plays `world` on `sim` with the apps `make_app` builds (number 0 first, one more at each
+/// restart): the publishes and faults at their times, then quiet until everything has
+/// settled, and a graceful shutdown of the last app.
+pub(crate) async fn play(
+    sim: &Sim,
+    world: &World,
+    make_app: &mut dyn FnMut(usize) -> App,
+) -> Played {
+    let start = sim.now();
+    let mut played = Played {
+        sent: Vec::new(),
+        reports: Vec::new(),
+        shutdown_ends: Vec::new(),
+        dropped: Vec::new(),
+        settled: false,
+        trouble: Vec::new(),
+        started_without_jetstream: Vec::new(),
+    };
     // The timeline: publishes and faults at their times (a publish first at the same
     // instant), and what a fault schedules (the server back up, JetStream back on, the new app
     // after a restart).
     let mut timeline: Vec<(u32, u8, usize, Step)> = Vec::new();
-    for (i, m) in scenario.messages.iter().enumerate() {
-        timeline.push((m.at_ms, 0, i, Step::Publish(i)));
+    for (i, (at_ms, _, _)) in world.publishes.iter().enumerate() {
+        timeline.push((*at_ms, 0, i, Step::Publish(i)));
     }
-    for (i, f) in scenario.faults.iter().enumerate() {
+    for (i, f) in world.faults.iter().enumerate() {
         timeline.push((f.at_ms, 1, i, Step::Fault(f.fault)));
     }
     timeline.sort_by_key(|(at, order, i, _)| (*at, *order, *i));
     let mut app = 0;
-    let mut running: Option<Running> = start_app(sim, &scenario, &shared, app, &mut trace).await;
+    let mut running: Option<Running> = start_app(make_app(app), app, &mut played).await;
     // A graceful restart's shutdown runs beside the timeline, as a process stopping does
     // while the world goes on (it may take its whole grace period when the server is down);
     // the next app starts once it has ended.
@@ -425,31 +533,25 @@ async fn run_on(sim: &Sim, scenario: Scenario) -> Trace {
         }
         match step {
             Step::Publish(i) => {
-                let m = &scenario.messages[i];
-                let spec = &scenario.mounts[m.mount];
-                let id = i as u64;
-                let payload = payload_of(id, &m.attempts, m.undecodable);
-                let published = sim.publish(&subject(spec, m.mount), payload.clone());
-                trace.sent.push(Sent {
-                    id,
-                    mount: m.mount,
+                let (_, subject, payload) = &world.publishes[i];
+                let published = sim.publish(subject, payload.clone());
+                played.sent.push(Went {
                     at: sim.elapsed(),
-                    payload,
                     receivers: published.as_ref().map_or(0, |p| p.receivers),
                     stored: published
                         .ok()
                         .and_then(|p| p.stored)
-                        .map(|ack| ack.sequence),
+                        .map(|ack| (ack.stream, ack.sequence)),
                 });
             }
             Step::Fault(Fault::LoseAcks(n)) => sim.lose_acks(usize::from(n)),
             Step::Fault(Fault::FailCopies(n)) => {
-                for pattern in ["core.>", "copies.>"] {
+                for pattern in &world.copy_patterns {
                     let _ = sim.fail_publishes(pattern, usize::from(n));
                 }
             }
             Step::Fault(Fault::FailDeadLetters(n)) => {
-                for pattern in ["dlq.>", "lost.>"] {
+                for pattern in &world.dead_letter_patterns {
                     let _ = sim.fail_publishes(pattern, usize::from(n));
                 }
             }
@@ -482,7 +584,7 @@ async fn run_on(sim: &Sim, scenario: Scenario) -> Trace {
                         }
                         false => {
                             drop(stopping);
-                            trace.dropped.push(app);
+                            played.dropped.push(app);
                         }
                     }
                     later.push((at + after_ms, Step::StartApp));
@@ -507,78 +609,65 @@ async fn run_on(sim: &Sim, scenario: Scenario) -> Trace {
                     // Started once the server is back.
                     later.push((at + 100, Step::StartApp));
                 } else if running.is_none() {
-                    finish_shutdown(&mut stopping_shutdown, &mut trace).await;
+                    finish_shutdown(&mut stopping_shutdown, start, &mut played).await;
                     app += 1;
                     if !jetstream_on {
-                        trace.started_without_jetstream.push(app);
+                        played.started_without_jetstream.push(app);
                     }
-                    running = start_app(sim, &scenario, &shared, app, &mut trace).await;
+                    running = start_app(make_app(app), app, &mut played).await;
                 }
             }
         }
     }
-    finish_shutdown(&mut stopping_shutdown, &mut trace).await;
+    finish_shutdown(&mut stopping_shutdown, start, &mut played).await;
     if running.is_none() {
         app += 1;
         if !jetstream_on {
-            trace.started_without_jetstream.push(app);
+            played.started_without_jetstream.push(app);
         }
-        running = start_app(sim, &scenario, &shared, app, &mut trace).await;
+        running = start_app(make_app(app), app, &mut played).await;
     }
-    let quiet = scenario.settle_time();
-    trace.settled = sim.run_until_idle(quiet, quiet * 4).await.is_ok();
+    let quiet = world.settle_time;
+    played.settled = sim.run_until_idle(quiet, quiet * 4).await.is_ok();
     if let Some(last) = running.take() {
         let report = last.shutdown().await;
-        trace.reports.push((app, report));
-        let ended = sim.now().saturating_duration_since(trace.start);
-        trace.shutdown_ends.push((app, ended));
+        played.reports.push((app, report));
+        let ended = sim.now().saturating_duration_since(start);
+        played.shutdown_ends.push((app, ended));
     }
-    let record = std::mem::take(&mut *lock(&shared));
-    trace.runs = record.runs;
-    trace.observed = record.observed;
-    trace.journal = sim.journal();
-    trace.dead_letters = sim.stream_messages("DLQ").unwrap_or_default();
-    for (index, spec) in scenario.mounts.iter().enumerate() {
-        if spec.is_jetstream()
-            && let Ok(state) = sim.consumer_state(&stream_name(index), &format!("c{index}"))
-        {
-            trace.consumers.push((index, state));
-        }
-    }
-    trace
+    played
 }
 
 /// A graceful restart's shutdown under way: its report, and when it ended.
 type Stopping = tokio::task::JoinHandle<(ShutdownReport, Instant)>;
 
 /// Waits for a graceful restart's shutdown, if one is under way, and keeps its report.
-async fn finish_shutdown(stopping: &mut Option<(usize, Stopping)>, trace: &mut Trace) {
+async fn finish_shutdown(
+    stopping: &mut Option<(usize, Stopping)>,
+    start: Instant,
+    played: &mut Played,
+) {
     if let Some((app, shutdown)) = stopping.take() {
         match shutdown.await {
             Ok((report, ended)) => {
-                trace.reports.push((app, report));
-                let ended = ended.saturating_duration_since(trace.start);
-                trace.shutdown_ends.push((app, ended));
+                played.reports.push((app, report));
+                played
+                    .shutdown_ends
+                    .push((app, ended.saturating_duration_since(start)));
             }
-            Err(e) => trace
+            Err(e) => played
                 .trouble
                 .push(format!("app {app}'s shutdown did not end: {e}")),
         }
     }
 }
 
-/// Starts app number `app`; one that does not start is noted in the trace's trouble.
-async fn start_app(
-    sim: &Sim,
-    scenario: &Scenario,
-    shared: &Shared,
-    app: usize,
-    trace: &mut Trace,
-) -> Option<Running> {
-    match app_of(scenario, sim, shared, app).start().await {
+/// Starts app number `app`; one that does not start is noted in the trouble.
+async fn start_app(built: App, app: usize, played: &mut Played) -> Option<Running> {
+    match built.start().await {
         Ok(running) => Some(running),
         Err(e) => {
-            trace.trouble.push(format!("app {app} did not start: {e}"));
+            played.trouble.push(format!("app {app} did not start: {e}"));
             None
         }
     }

@@ -332,7 +332,8 @@ fn message(mounts: usize) -> impl Strategy<Value = MessageSpec> {
         })
 }
 
-fn fault() -> impl Strategy<Value = Fault> {
+/// The strategy of one fault (its time apart).
+pub(crate) fn fault() -> impl Strategy<Value = Fault> {
     prop_oneof![
         3 => (1u8..=3).prop_map(Fault::LoseAcks),
         2 => (1u8..=3).prop_map(Fault::FailCopies),
