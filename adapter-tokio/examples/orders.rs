@@ -10,6 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use ruststream_tokio::async_nats::HeaderMap;
+use ruststream_tokio::async_nats::header::NATS_MESSAGE_ID;
 use ruststream_tokio::async_nats::jetstream::stream;
 use ruststream_tokio::{AnyRuntime, App, AppOn, Backoff, Context, Delivery, Mount, Outcome, Reply};
 use serde::{Deserialize, Serialize};
@@ -87,7 +89,14 @@ pub fn orders_service<R: AnyRuntime>(app: AppOn<R>) -> AppOn<R> {
                         sku: &order.sku,
                         quantity: order.quantity,
                     };
-                    cx.jetstream_publish_json("order.accepted", &event).await?; // stored, or Err
+                    // Stored, or Err. A redelivery (its +ACK lost, the process killed after
+                    // this line) publishes the event again: its Nats-Msg-Id makes the EVENTS
+                    // stream keep one within its duplicate window (2 min by default).
+                    let mut headers = HeaderMap::new();
+                    headers.insert(NATS_MESSAGE_ID, format!("order-{}-accepted", order.id));
+                    let json = serde_json::to_vec(&event)?;
+                    cx.jetstream_publish_with_headers("order.accepted", headers, json)
+                        .await?;
                     accepted.fetch_add(1, Ordering::Relaxed);
                     Ok::<_, Box<dyn Error + Send + Sync>>(Outcome::Ack)
                 }
