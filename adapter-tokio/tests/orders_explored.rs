@@ -119,7 +119,7 @@ impl Service for OrdersService {
 #[test]
 fn every_order_ends_accepted_once_or_dead_lettered_whatever_fails() {
     let started = Instant::now();
-    let explored = Explorer::new(|| OrdersService).seeds(0..300).run();
+    let explored = Explorer::new(|| OrdersService).seeds(0..150).run();
     eprintln!(
         "{} seeds in {:?}, {} failed",
         explored.seeds,

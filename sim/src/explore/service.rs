@@ -79,8 +79,10 @@
 //!   payload as delivered, stored on the mount's dead-letter subject before its `+TERM`;
 //! - then your [`Service::check`], on the [`ServiceRun`].
 //!
-//! Not checked here (the explorer's own scenarios check them, with handlers whose every
-//! decision is known): that every Core message is handled or counted lost (rule 21), that
+//! A seed also fails when the service cannot be prepared or its first app does not start
+//! (every check would pass on nothing). `max_attempts` is read back from the app's own
+//! mounts, so a limit the service sets wrongly is not caught. Not checked here (the
+//! explorer's own scenarios check them, with handlers whose every decision is known): that every Core message is handled or counted lost (rule 21), that
 //! each Core copy follows the attempt it names (rule 4), and that two runs of one delivery
 //! never overlap under a lease (rule 16).
 //!
@@ -124,9 +126,9 @@ pub trait Service {
         Ok(())
     }
 
-    /// The app, connected to `sim.url()`, as `main` builds it: called once at the start and
-    /// again for each restart the explorer draws (the new app consumes from the same durable
-    /// consumers).
+    /// The app, connected to `sim.url()`, as `main` builds it: called once before the start to
+    /// read its mounts back (that app is never started), once at the start, and again for each
+    /// restart the explorer draws (the new app consumes from the same durable consumers).
     fn app(&self, sim: &Sim) -> App;
 
     /// The messages a seed publishes, in order: the explorer spreads them over the busy time
@@ -243,8 +245,9 @@ pub struct ServiceRun {
     pub streams: BTreeMap<String, Vec<StoredMessage>>,
     /// Each JetStream mount's consumer at the end, by mount name.
     pub consumers: BTreeMap<String, ConsumerState>,
-    /// Whether everything had gone quiet when the run's time ran out (no message still
-    /// waiting for a retry).
+    /// Whether the app had gone quiet at the end (no message still waiting for a retry); when
+    /// not, the run was cut off and a check that every message ended somewhere can fail for
+    /// that alone (see [`Explorer::settle_time`]).
     pub quiet: bool,
     /// What could not go as drawn (an app that did not start), if anything.
     pub trouble: Vec<String>,
@@ -273,9 +276,14 @@ pub struct Explored {
 
 impl Explored {
     /// What failed, as [`assert_passed`](Self::assert_passed) says it: each failing seed (at
-    /// most ten) with what broke, and how to rerun the first alone; `None` when every seed
-    /// passed.
+    /// most ten) with what broke, the first one's faults and whether it went quiet, and how to
+    /// rerun it alone; that no seed ran, when none did; `None` when every seed passed.
     pub fn failure_text(&self) -> Option<String> {
+        if self.seeds == 0 {
+            return Some(
+                "no seed ran: the range of seeds is empty (see Explorer::seeds)".to_owned(),
+            );
+        }
         let first = self.failures.first()?;
         let mut text = format!(
             "{} of {} seeds broke an invariant:\n",
@@ -287,6 +295,22 @@ impl Explored {
                 text.push_str(&format!("  seed {}: {v}\n", failed.seed));
             }
         }
+        let run = &first.run;
+        text.push_str(&format!(
+            "seed {}: faults {:?}; {} messages sent, {} settlements reported; {}{}\n",
+            first.seed,
+            run.faults,
+            run.sent.len(),
+            run.settled.len(),
+            match run.quiet {
+                true => "quiet at the end",
+                false => "NOT quiet at the end: the run was cut off, raise Explorer::settle_time",
+            },
+            match run.trouble.is_empty() {
+                true => String::new(),
+                false => format!("; trouble: {:?}", run.trouble),
+            }
+        ));
         text.push_str(&format!(
             "rerun one alone: RUSTSTREAM_EXPLORE_SEED={} with this test's command",
             first.seed
@@ -294,7 +318,7 @@ impl Explored {
         Some(text)
     }
 
-    /// Panics with [`failure_text`](Self::failure_text) when a seed failed.
+    /// Panics with [`failure_text`](Self::failure_text) when a seed failed, or none ran.
     ///
     /// # Panics
     /// As said: that is its purpose, in a test.
@@ -331,13 +355,14 @@ impl<F> std::fmt::Debug for Explorer<F> {
 
 impl<S: Service, F: Fn() -> S> Explorer<F> {
     /// An explorer of the service `make` makes, one for each seed: seeds 0 to 99, messages
-    /// over 6 s, up to 4 faults, 30 s for everything to settle after the last of them.
+    /// over 6 s, up to 4 faults, 2 minutes of quiet to end a run (see
+    /// [`settle_time`](Self::settle_time)).
     pub fn new(make: F) -> Self {
         Self {
             make,
             seeds: 0..100,
             busy: Duration::from_secs(6),
-            settle: Duration::from_secs(30),
+            settle: Duration::from_secs(120),
             faults: 4,
         }
     }
@@ -356,8 +381,11 @@ impl<S: Service, F: Fn() -> S> Explorer<F> {
         self
     }
 
-    /// How long, after the last message and fault, the run waits for the app to go quiet:
-    /// longer than the service's longest retry delay times its attempts (at most 1 hour).
+    /// How long the app must stay quiet, after the last message and fault, for the run to
+    /// end (it is cut off at four times this, with [`ServiceRun::quiet`] false): longer than
+    /// the service's longest retry delay times its attempts, and than its `ack_wait` times its
+    /// attempts, since a lost acknowledgement brings a message back only after `ack_wait`
+    /// (30 s by default). At most 1 hour; 2 minutes by default.
     #[must_use]
     pub fn settle_time(mut self, settle: Duration) -> Self {
         self.settle = settle.min(Duration::from_secs(3_600));
@@ -376,15 +404,15 @@ impl<S: Service, F: Fn() -> S> Explorer<F> {
     /// # Panics
     /// When `RUSTSTREAM_EXPLORE_SEED` is set to something that is not a number.
     pub fn run(&self) -> Explored {
-        let seeds = match std::env::var("RUSTSTREAM_EXPLORE_SEED") {
-            Ok(seed) => {
+        let seeds: Box<dyn Iterator<Item = u64>> = match std::env::var("RUSTSTREAM_EXPLORE_SEED") {
+            Ok(seed) if !seed.trim().is_empty() => {
                 #[allow(clippy::panic)] // a test's input, said plainly
                 let seed: u64 = seed.trim().parse().unwrap_or_else(|_| {
                     panic!("RUSTSTREAM_EXPLORE_SEED is {seed:?}, not a seed (a whole number)")
                 });
-                seed..seed.saturating_add(1)
+                Box::new(std::iter::once(seed))
             }
-            Err(_) => self.seeds.clone(),
+            _ => Box::new(self.seeds.clone()),
         };
         let mut explored = Explored {
             seeds: 0,
@@ -423,6 +451,18 @@ impl<S: Service, F: Fn() -> S> Explorer<F> {
             explore_on(&sim, &service, seed, publishes, faults, settle).await
         });
         let mut violations = contract(&run.0, &run.1);
+        // An app that never started, or a service that could not be prepared, handled
+        // nothing: every check would pass on nothing.
+        for trouble in &run.0.trouble {
+            if trouble.starts_with("the service's prepare failed")
+                || trouble.starts_with("app 0 did not start")
+            {
+                violations.push(Violation {
+                    invariant: "the service starts",
+                    detail: trouble.clone(),
+                });
+            }
+        }
         if let Err(detail) = run.2 {
             violations.push(Violation {
                 invariant: "the service's check",
@@ -837,6 +877,55 @@ mod tests {
         assert!(
             found.iter().any(|v| v.invariant.starts_with("rules 2-3")),
             "{found:?}"
+        );
+    }
+
+    /// A service that cannot start: `prepare` fails, or its mount is refused.
+    struct Broken {
+        prepare_fails: bool,
+    }
+
+    impl Service for Broken {
+        fn prepare(&self, _: &Sim) -> Result<(), String> {
+            match self.prepare_fails {
+                true => Err("no streams today".to_owned()),
+                false => Ok(()),
+            }
+        }
+
+        fn app(&self, sim: &Sim) -> App {
+            App::new(&sim.url()).mount(
+                Mount::core_subject("jobs", "jobs").max_attempts(0),
+                |_: Delivery| async { Outcome::Ack },
+            )
+        }
+
+        fn messages(&self, _: &mut Draw) -> Vec<Message> {
+            vec![Message::new("jobs", "1")]
+        }
+    }
+
+    #[test]
+    fn a_service_that_cannot_start_and_an_empty_range_fail() {
+        for prepare_fails in [true, false] {
+            let explored = Explorer::new(|| Broken { prepare_fails })
+                .seeds(0..2)
+                .faults(0)
+                .run();
+            assert_eq!(explored.failures.len(), 2, "{explored:?}");
+            let text = explored.failure_text().unwrap_or_default();
+            assert!(text.contains("the service starts"), "{text}");
+            let cause = match prepare_fails {
+                true => "no streams today",
+                false => "max_attempts",
+            };
+            assert!(text.contains(cause), "{text}");
+        }
+        let none = Explorer::new(|| Letters).seeds(5..5).run();
+        assert_eq!(none.seeds, 0);
+        assert!(
+            none.failure_text()
+                .is_some_and(|t| t.starts_with("no seed ran"))
         );
     }
 
