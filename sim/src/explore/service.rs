@@ -92,7 +92,7 @@
 //! panic of [`Explored::assert_passed`]; with `RUSTSTREAM_EXPLORE_SEED=<seed>` in the
 //! environment, [`Explorer::run`] runs that seed alone, so the test reruns it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -496,13 +496,14 @@ fn faults_of(seed: u64, busy_ms: u32, most: usize) -> Vec<TimedFault> {
 }
 
 /// What a mount settles as, from its policy: its name, its source, `max_attempts`,
-/// dead-letter subject.
+/// dead-letter subject, the subject its Core copies go to.
 #[derive(Debug, Clone)]
 struct MountFacts {
     name: String,
     descriptor: Descriptor,
     max_attempts: Option<u32>,
     dead_letter: Option<String>,
+    copy_subject: Option<String>,
 }
 
 /// The mounts of `app`, as [`MountFacts`] (one whose settings do not validate is left out: the
@@ -515,6 +516,7 @@ fn mounts_of(app: &App) -> Vec<MountFacts> {
             descriptor: p.descriptor().clone(),
             max_attempts: p.max_attempts().map(std::num::NonZeroU32::get),
             dead_letter: p.dead_letter().map(|s| s.as_str().to_owned()),
+            copy_subject: p.copy_subject().map(|s| s.as_str().to_owned()),
         })
         .collect()
 }
@@ -551,20 +553,13 @@ async fn explore_on<S: Service>(
         return (run, Vec::new(), Ok(()));
     }
     let mounts = mounts_of(&service.app(sim));
-    let mut copy_patterns = Vec::new();
-    for m in &mounts {
-        match &m.descriptor {
-            Descriptor::CoreSubject(subject) => copy_patterns.push(subject.as_str().to_owned()),
-            Descriptor::CoreWildcard { copy_subject, .. } => {
-                copy_patterns.push(copy_subject.as_str().to_owned());
-            }
-            Descriptor::JetStream { .. } => {}
-        }
-    }
     let world = World {
         publishes,
         faults,
-        copy_patterns,
+        copy_patterns: mounts
+            .iter()
+            .filter_map(|m| m.copy_subject.clone())
+            .collect(),
         dead_letter_patterns: mounts
             .iter()
             .filter_map(|m| m.dead_letter.clone())
@@ -606,7 +601,7 @@ async fn explore_on<S: Service>(
     run.dropped = played.dropped;
     run.quiet = played.settled;
     run.trouble = played.trouble;
-    let mut streams: Vec<String> = run
+    let mut streams: BTreeSet<String> = run
         .journal
         .iter()
         .filter_map(|r| match r {
@@ -618,16 +613,14 @@ async fn explore_on<S: Service>(
         .collect();
     for m in &mounts {
         if let Descriptor::JetStream { stream, consumer } = &m.descriptor {
-            streams.push(stream.clone());
+            streams.insert(stream.clone());
             if let Ok(state) = sim.consumer_state(stream, consumer) {
                 run.consumers.insert(m.name.clone(), state);
             }
         }
     }
     for stream in streams {
-        if !run.streams.contains_key(&stream)
-            && let Ok(messages) = sim.stream_messages(&stream)
-        {
+        if let Ok(messages) = sim.stream_messages(&stream) {
             run.streams.insert(stream, messages);
         }
     }
