@@ -50,7 +50,12 @@
 //! `BackOff`, `max_deliver`, `max_ack_pending`, `+ACK`, `-NAK`, `-NAK {"delay": ns}`, `+TERM`,
 //! `+WPI`, pull requests with their idle heartbeats and their `404`/`408`/`409` ends,
 //! updates of a consumer's `ack_wait` and the like), and the publish directives
-//! (`Nats-Expected-Stream`, `-Last-Sequence`, `-Last-Msg-Id`, `-Last-Subject-Sequence`).
+//! (`Nats-Expected-Stream`, `-Last-Sequence`, `-Last-Msg-Id`, `-Last-Subject-Sequence`);
+//! `STREAM.MSG.DELETE`; ack reply subjects in their v1 form or, as nats-server 2.14+ writes
+//! them with `js_ack_fc_v2`, their v2 form ([`Server::with_ack_replies_v2`]); and header
+//! blocks no client can read, stored and forwarded byte for byte as nats-server does, which
+//! bring down the async-nats client they reach ([`Publish::unreadable_headers`]): a poison
+//! message.
 //!
 //! The model is sans-io in the way `ruststream-core` is: no async, no clock, no network.
 //! Every input takes the current instant, [`Server::poll_timeout`] says when something next
@@ -143,7 +148,9 @@ pub use model::error::{SimError, WorkQueueRule};
 pub use model::faults::Faults;
 pub use model::ids::{ConnectionId, SubscriptionId};
 pub use model::journal::{Delivered, Publish, Published, Record};
-pub use model::server::{DEFAULT_MAX_PAYLOAD, EPOCH_NANOS, PULL_PREFIX, Server, ServerVersion};
+pub use model::server::{
+    ACCOUNT_HASH, DEFAULT_MAX_PAYLOAD, EPOCH_NANOS, PULL_PREFIX, Server, ServerVersion,
+};
 pub use model::stream::{DEFAULT_DUPLICATE_WINDOW, PubAck, StoredMessage, StreamState};
 pub use model::wire::{AckKind, PullRequest};
 

@@ -1243,3 +1243,128 @@ fn publish_directives_are_checked_before_storing() {
     .unwrap();
     assert_eq!(ok.stored.unwrap().sequence, 3);
 }
+
+/// nats-server stores and forwards a header block without reading it: a block no client can
+/// read is kept byte for byte, sent in place of headers (to a Core subscriber and through a
+/// pull consumer), counted in the message's size, and read by the model as no headers.
+#[test]
+fn a_header_block_no_client_can_read_is_stored_and_forwarded_as_it_is() {
+    const BLOCK: &[u8] = b"NATS/1.0\r\nX-Poison: a\rb\r\n\r\n";
+    let mut w = World::jetstream(pull::Config::default());
+    let watcher = w.server.connect();
+    w.server.subscribe(watcher, "orders.>", None).unwrap();
+    let poison = Publish::new("orders.bad", "p").unreadable_headers(BLOCK);
+    assert!(poison.headers.is_none());
+    w.server.publish(w.app, poison, w.at(0)).unwrap();
+    let core = w.drain();
+    assert_eq!(core.len(), 1);
+    assert_eq!(core[0].unreadable_headers.as_deref(), Some(BLOCK));
+    assert!(core[0].message.headers.is_none());
+    let stored = w.server.stream_message("ORDERS", 1).unwrap().unwrap();
+    assert_eq!(stored.unreadable_headers.as_deref(), Some(BLOCK));
+    w.pull(r#"{"batch":1}"#, 5);
+    let pulled = w.drain();
+    assert_eq!(pulled.len(), 1);
+    assert_eq!(pulled[0].unreadable_headers.as_deref(), Some(BLOCK));
+    assert_eq!(pulled[0].message.subject.as_str(), "orders.bad");
+    // Its size counts the block: a max_payload below block + payload refuses it.
+    let mut small = Server::new(Instant::now()).with_max_payload(BLOCK.len());
+    let c = small.connect();
+    let refused = small.publish(
+        c,
+        Publish::new("x", "p").unreadable_headers(BLOCK),
+        Instant::now(),
+    );
+    assert!(
+        matches!(refused, Err(SimError::MaxPayload { .. })),
+        "{refused:?}"
+    );
+}
+
+/// `STREAM.MSG.DELETE` (`nats stream rmm`): the stream no longer holds the message and the
+/// consumer that had it pending forgets it; the ones behind it are delivered; a second
+/// delete finds nothing.
+#[test]
+fn a_deleted_message_leaves_the_stream_and_the_consumer_s_pending() {
+    let mut w = World::jetstream(pull::Config {
+        ack_wait: ms(1_000),
+        ..Default::default()
+    });
+    w.publish("orders.new", "poison", 0);
+    w.publish("orders.new", "good", 0);
+    w.pull(r#"{"batch":1}"#, 0);
+    assert_eq!(w.drain().len(), 1);
+    assert_eq!(
+        w.server
+            .consumer_state("ORDERS", "worker")
+            .unwrap()
+            .num_ack_pending,
+        1
+    );
+    assert_eq!(w.server.delete_message("ORDERS", 1), Ok(true));
+    assert_eq!(w.server.delete_message("ORDERS", 1), Ok(false));
+    assert!(w.server.stream_message("ORDERS", 1).unwrap().is_none());
+    let state = w.server.consumer_state("ORDERS", "worker").unwrap();
+    assert_eq!(state.num_ack_pending, 0, "{state:?}");
+    w.pull(r#"{"batch":5,"expires":500000000}"#, 10);
+    let got = w.drain();
+    assert_eq!(got.iter().filter(|d| d.message.status.is_none()).count(), 1);
+    assert_eq!(got[0].message.payload.as_ref(), b"good");
+    // After its ack_wait, the deleted one is not delivered again.
+    w.ack(&reply_of(&got[0]), "+ACK", 20);
+    w.advance(3_000);
+    w.pull(r#"{"batch":5,"no_wait":true}"#, 3_000);
+    let after = w.drain();
+    assert!(
+        after.iter().all(|d| d.message.status.is_some()),
+        "{after:?}"
+    );
+    let state = w.server.consumer_state("ORDERS", "worker").unwrap();
+    assert_eq!(
+        (state.num_ack_pending, state.num_pending),
+        (0, 0),
+        "{state:?}"
+    );
+    assert!(matches!(
+        w.server.delete_message("NOPE", 1),
+        Err(SimError::StreamNotFound(_))
+    ));
+}
+
+/// With v2 ack replies (nats-server 2.14+, `js_ack_fc_v2`): eleven tokens, the domain `_`
+/// and the account hash before the stream; an acknowledgement through one settles.
+#[test]
+fn v2_ack_reply_subjects_carry_the_domain_and_account_and_settle() {
+    let start = Instant::now();
+    let mut w = World::jetstream_on(
+        Server::new(start).with_ack_replies_v2(),
+        start,
+        pull::Config::default(),
+    );
+    w.publish("orders.new", "a", 0);
+    w.pull(r#"{"batch":1}"#, 0);
+    let got = w.drain();
+    let reply = reply_of(&got[0]);
+    let tokens: Vec<&str> = reply.split('.').collect();
+    assert_eq!(tokens.len(), 11, "{reply}");
+    assert_eq!(
+        &tokens[..9],
+        [
+            "$JS",
+            "ACK",
+            "_",
+            ruststream_sim::ACCOUNT_HASH,
+            "ORDERS",
+            "worker",
+            "1",
+            "1",
+            "1"
+        ]
+    );
+    w.ack(&reply, "+ACK", 5);
+    let state = w.server.consumer_state("ORDERS", "worker").unwrap();
+    assert_eq!(
+        (state.num_ack_pending, state.ack_floor.stream_sequence),
+        (0, 1)
+    );
+}

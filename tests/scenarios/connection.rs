@@ -3,14 +3,11 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-on_real_server! {
-    use ruststream_tests::raw::{LONE_CR, raw_publish};
-}
+use crate::raw_publish;
+use ruststream_tests::raw::LONE_CR;
 
 use super::common::*;
 
-// Not on the simulator: a message async-nats cannot read is raw bytes on the wire; the model stores async-nats messages, which cannot hold one.
-on_real_server! {
 #[test]
 fn rule_20_a_poison_header_on_core_brings_the_client_down_and_the_mount_back() {
     run(async {
@@ -76,10 +73,7 @@ fn rule_20_a_poison_header_on_core_brings_the_client_down_and_the_mount_back() {
         );
     });
 }
-}
 
-// Not on the simulator: a message async-nats cannot read is raw bytes on the wire; the model stores async-nats messages, which cannot hold one.
-on_real_server! {
 /// `goods` good messages, then one that brings the client down, stored in ORDERS; a mount
 /// (its name `mount`) consumes them. The app must end with an error naming the poison's
 /// sequence, bounded in time, each good message run at least once.
@@ -144,30 +138,21 @@ async fn poison_ends_the_app(mount: &str, goods: u64) {
     logged(&["WARN", mount, &format!("stream_sequence={poison}")]).await;
     eprintln!("the poison ended the app in {:?}", began.elapsed());
 }
-}
 
-// Not on the simulator: a message async-nats cannot read is raw bytes on the wire; the model stores async-nats messages, which cannot hold one.
-on_real_server! {
 #[test]
 fn rule_20_a_poison_jetstream_message_ends_the_app_with_its_stream_sequence() {
     run(poison_ends_the_app("js-poison-20", 1));
 }
-}
 
-// Not on the simulator: a message async-nats cannot read is raw bytes on the wire; the model stores async-nats messages, which cannot hold one.
-on_real_server! {
 #[test]
 fn rule_20_a_poison_jetstream_message_behind_a_full_batch_ends_the_app_too() {
     // 63 good messages and the poison fill the mount's 64 slots: every handler's +ACK fails
     // on the dead client, and the pull loop's next request fails too.
     run(poison_ends_the_app("js-poison-full-20", 63));
 }
-}
 
 const SAME_SUSPECT: u32 = adapter::SAME_SUSPECT_LIMIT;
 
-// Not on the simulator: a message async-nats cannot read is raw bytes on the wire; the model stores async-nats messages, which cannot hold one.
-on_real_server! {
 #[test]
 fn rule_20_an_app_on_the_applications_own_client_ends_with_an_error_when_it_dies() {
     run(async {
@@ -202,10 +187,7 @@ fn rule_20_an_app_on_the_applications_own_client_ends_with_an_error_when_it_dies
         );
     });
 }
-}
 
-// Not on the simulator: a message async-nats cannot read is raw bytes on the wire; the model stores async-nats messages, which cannot hold one.
-on_real_server! {
 #[test]
 fn rule_20_subscriptions_that_keep_ending_end_the_app() {
     run(async {
@@ -241,9 +223,9 @@ fn rule_20_subscriptions_that_keep_ending_end_the_app() {
         drop(tc);
     });
 }
-}
 
-// Not on the simulator: a message async-nats cannot read is raw bytes on the wire; the model stores async-nats messages, which cannot hold one.
+// Not on the simulator: a subject async-nats cannot read (not UTF-8) is raw bytes on the wire; the model's subjects are text
+// (async-nats' own `Subject`), so it cannot store one.
 on_real_server! {
 #[test]
 fn rule_20_a_stored_message_whose_subject_the_client_cannot_read_ends_the_app() {
@@ -394,9 +376,6 @@ fn rule_20_server_restarts_during_a_long_handler_do_not_end_the_app() {
     });
 }
 
-// Not on the simulator: an earlier process is played by a plain async-nats consumer, whose
-// fetch and ack the model does not take.
-on_real_server! {
 #[test]
 fn rule_20_a_message_an_earlier_process_acknowledged_above_a_held_ack_floor_is_no_suspect() {
     use adapter::async_nats::jetstream::{self, AckKind};
@@ -467,10 +446,7 @@ fn rule_20_a_message_an_earlier_process_acknowledged_above_a_held_ack_floor_is_n
         assert!(!r.lock().unwrap().is_empty());
     });
 }
-}
 
-// Not on the simulator: a message async-nats cannot read is raw bytes on the wire; the model stores async-nats messages, which cannot hold one.
-on_real_server! {
 #[test]
 fn rule_20_a_handler_running_when_the_client_dies_settles_through_the_new_client() {
     run(async {
@@ -513,9 +489,17 @@ fn rule_20_a_handler_running_when_the_client_dies_settles_through_the_new_client
             let seen: Vec<(String, Duration)> = acks
                 .all()
                 .iter()
-                .map(|s| (String::from_utf8_lossy(&s.payload).into_owned(), s.at.elapsed()))
+                .map(|s| {
+                    (
+                        String::from_utf8_lossy(&s.payload).into_owned(),
+                        s.at.elapsed(),
+                    )
+                })
                 .collect();
-            format!("acks (payload, seen this long ago): {seen:?}\nlog:\n{}", lines.join("\n"))
+            format!(
+                "acks (payload, seen this long ago): {seen:?}\nlog:\n{}",
+                lines.join("\n")
+            )
         };
         assert_eq!(
             attempts(&r),
@@ -532,7 +516,6 @@ fn rule_20_a_handler_running_when_the_client_dies_settles_through_the_new_client
         let report = app.shutdown().await;
         assert_eq!(report.recoveries.len(), 1, "{report:?}");
     });
-}
 }
 
 #[test]
@@ -562,8 +545,6 @@ fn rule_20_an_app_whose_server_stays_down_ends_with_an_error() {
     });
 }
 
-// Not on the simulator: a message async-nats cannot read is raw bytes on the wire; the model stores async-nats messages, which cannot hold one.
-on_real_server! {
 #[test]
 fn rule_20_after_the_poison_is_removed_as_the_error_says_the_messages_behind_it_run() {
     run(async {
@@ -619,10 +600,7 @@ fn rule_20_after_the_poison_is_removed_as_the_error_says_the_messages_behind_it_
         assert_eq!(tc.stream_len("DLQ").await, 0, "nothing dead-lettered");
     });
 }
-}
 
-// Not on the simulator: a message async-nats cannot read is raw bytes on the wire; the model stores async-nats messages, which cannot hold one.
-on_real_server! {
 #[test]
 fn rule_20_one_dead_client_counts_once_however_many_mounts_it_ends() {
     run(async {
@@ -679,5 +657,4 @@ fn rule_20_one_dead_client_counts_once_however_many_mounts_it_ends() {
             "settled through the new client: {info:?}"
         );
     });
-}
 }

@@ -2,10 +2,9 @@
 //! while a mount is subscribed again; not live once the app gives up.
 
 use super::common::*;
+use crate::raw_publish;
 use adapter::{ConnectionState, HealthWatch, MountState};
-on_real_server! {
-    use ruststream_tests::raw::{LONE_CR, raw_publish};
-}
+use ruststream_tests::raw::LONE_CR;
 
 /// Starts the app `build` makes, keeping a watch on its health taken before the start.
 async fn start_watched(
@@ -88,8 +87,6 @@ fn health_is_not_live_when_the_start_is_refused() {
     });
 }
 
-// Not on the simulator: a message async-nats cannot read is raw bytes on the wire; the model stores async-nats messages, which cannot hold one.
-on_real_server! {
 /// A subscription that dies takes the mount to `reconnecting` (not ready, still live) until
 /// it is subscribed again (ready); when the subscriptions keep dying and the app gives up, it
 /// is no longer live, and says why.
@@ -136,5 +133,4 @@ fn health_follows_a_dying_subscription_and_an_app_that_gives_up() {
         assert_eq!(h.mount("health-again"), Some(MountState::Failed));
         let _ = app.until_signal().await;
     });
-}
 }

@@ -290,26 +290,21 @@ fn rule_09_a_per_message_ttl_is_not_forwarded_to_a_dead_letter() {
     });
 }
 
-// Not on the simulator: a v2 ack reply subject comes from a server with a domain configured; the model has none.
-on_real_server! {
 /// Whether the server this suite runs on can send the ack reply subject's v2 form (its
-/// `js_ack_fc_v2` feature flag came with nats-server 2.14).
+/// `js_ack_fc_v2` feature flag came with nats-server 2.14; the simulator's model follows 2.15).
 fn sends_v2_ack_replies(server_version: (u32, u32, u32)) -> bool {
     server_version >= (2, 14, 0)
 }
-}
 
-// Not on the simulator: a v2 ack reply subject comes from a server with a domain configured; the model has none.
-on_real_server! {
 #[test]
 fn rule_01_the_v2_ack_reply_form_is_read_and_settled() {
     run(async {
-        let version = ruststream_tests::nats_server_version();
-        let v2 = sends_v2_ack_replies(version);
         let server = NatsServer::start_with(ServerOptions {
-            config: v2.then(|| "feature_flags {\n  js_ack_fc_v2: true\n}\n".to_owned()),
+            ack_replies_v2: true,
             ..ServerOptions::default()
         });
+        let version = server.version();
+        let v2 = sends_v2_ack_replies(version);
         let tc = js_setup(&server).await;
         let acks = Wire::watch(&tc.client, "$JS.ACK.>").await;
         let seen: Arc<Mutex<Vec<(String, u64, u64)>>> = Arc::default();
@@ -382,5 +377,4 @@ fn rule_01_the_v2_ack_reply_form_is_read_and_settled() {
         );
         app.shutdown().await;
     });
-}
 }

@@ -70,9 +70,13 @@ pub struct ServerOptions {
     pub user_password: Option<(String, String)>,
     /// Require this token of every client (`--auth`).
     pub token: Option<String>,
-    /// A configuration file's text (`-c`), for what has no command-line flag, such as
-    /// `feature_flags`. The flags above win over it.
+    /// A configuration file's text (`-c`), for what has no command-line flag. The flags
+    /// above win over it.
     pub config: Option<String>,
+    /// Send ack reply subjects in their v2 form where the server can: nats-server 2.14 and
+    /// later, with the `js_ack_fc_v2` feature flag (written into the configuration file);
+    /// older ones send the v1 form whatever this says.
+    pub ack_replies_v2: bool,
 }
 
 /// A private nats-server with JetStream on a free loopback port and a temporary store,
@@ -149,7 +153,11 @@ impl NatsServer {
         let log_file = self.store.path().join("server.log");
         let log = std::fs::File::create(&log_file).map_err(|e| format!("no server log: {e}"))?;
         let mut command = Command::new(&self.bin);
-        if let Some(config) = &self.options.config {
+        let mut config = self.options.config.clone().unwrap_or_default();
+        if self.options.ack_replies_v2 && nats_server_version() >= (2, 14, 0) {
+            config.push_str("\nfeature_flags {\n  js_ack_fc_v2: true\n}\n");
+        }
+        if !config.is_empty() {
             let file = self.store.path().join("server.conf");
             std::fs::write(&file, config).map_err(|e| format!("cannot write {file:?}: {e}"))?;
             command.arg("-c").arg(file);

@@ -35,7 +35,7 @@ impl SimServer {
     }
 
     /// A simulated server set up as `options` says: without JetStream, requiring a user and
-    /// password or a token.
+    /// password or a token, writing v2 ack reply subjects.
     ///
     /// # Panics
     /// As [`start`](Self::start); for a configuration file's text, which the simulator does
@@ -45,8 +45,11 @@ impl SimServer {
             options.config.is_none(),
             "the simulator reads no nats-server configuration file"
         );
-        let sim = Sim::open(Server::new(tokio::time::Instant::now().into_std()))
-            .unwrap_or_else(|e| panic!("the simulator's endpoint: {e}"));
+        let mut model = Server::new(tokio::time::Instant::now().into_std());
+        if options.ack_replies_v2 {
+            model = model.with_ack_replies_v2();
+        }
+        let sim = Sim::open(model).unwrap_or_else(|e| panic!("the simulator's endpoint: {e}"));
         sim.jetstream(!options.without_jetstream);
         if let Some((user, password)) = &options.user_password {
             sim.require(Authorization::UserPassword {
@@ -126,4 +129,20 @@ impl Endpoint for SimServer {
     fn options(&self) -> &ServerOptions {
         &self.options
     }
+}
+
+/// Publishes one message to `subject` with `header_block` (a whole `NATS/1.0` block, byte for
+/// byte) into the simulation, as [`crate::raw::raw_publish`] does over a raw connection to a
+/// real server: a block async-nats cannot read (such as [`crate::raw::LONE_CR`]) is stored
+/// and forwarded as it is, and brings down the client it reaches.
+///
+/// # Panics
+/// When the model refuses the message.
+pub fn raw_publish(server: &SimServer, subject: &str, header_block: &[u8], payload: &[u8]) {
+    let message = ruststream_sim::Publish::new(subject, payload.to_vec())
+        .unreadable_headers(header_block.to_vec());
+    server
+        .sim()
+        .publish_message(message)
+        .unwrap_or_else(|e| panic!("the simulation refused a raw publish to {subject}: {e}"));
 }

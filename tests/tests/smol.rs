@@ -13,6 +13,9 @@ fn run<F: std::future::Future<Output = ()>>(scenario: F) {
 /// Each scenario's server: a real nats-server.
 use ruststream_tests::NatsServer;
 
+/// A publish of bytes async-nats refuses to build: over a raw connection to the real server.
+use ruststream_tests::raw::raw_publish;
+
 /// Every scenario runs here, those that need a real server's process included.
 macro_rules! on_real_server {
     ($($item:item)*) => { $($item)* };

@@ -94,20 +94,24 @@ impl Inner {
                 subject,
                 reply,
                 headers,
+                unreadable_headers,
                 payload,
-            } => return self.publish(connection, subject, reply, headers, payload),
+            } => {
+                let message = Publish {
+                    subject,
+                    reply,
+                    headers,
+                    unreadable_headers,
+                    payload,
+                };
+                return self.publish(connection, message);
+            }
         }
         Ok(())
     }
 
-    fn publish(
-        &mut self,
-        connection: ConnectionId,
-        subject: String,
-        reply: Option<String>,
-        headers: Option<async_nats::HeaderMap>,
-        payload: Bytes,
-    ) -> Result<(), ()> {
+    fn publish(&mut self, connection: ConnectionId, message: Publish) -> Result<(), ()> {
+        let (subject, reply, payload) = (&message.subject, message.reply.clone(), &message.payload);
         if subject.starts_with(API_PREFIX) && !self.access.jetstream {
             // A server without JetStream has no responder for its API, pull requests
             // included.
@@ -127,19 +131,13 @@ impl Inner {
         if let Some(api) = subject.strip_prefix(API_PREFIX)
             && !subject.starts_with(PULL_PREFIX)
         {
-            let body = self.server.answer_api(api, &payload);
+            let body = self.server.answer_api(api, payload);
             if let Some(reply) = reply {
                 self.respond(&reply, body.to_string());
             }
             return Ok(());
         }
-        let message = Publish {
-            subject,
-            reply: reply.clone(),
-            headers,
-            payload,
-        };
-        match self.server.publish(connection, message, now()) {
+        match self.server.publish(connection, message.clone(), now()) {
             Ok(_) => Ok(()),
             Err(SimError::MaxPayload { .. }) => {
                 self.send(connection, &b"-ERR 'Maximum Payload Violation'\r\n"[..]);

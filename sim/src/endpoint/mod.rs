@@ -151,7 +151,12 @@ impl Inner {
             let done = route.max.is_some_and(|max| route.delivered >= max);
             if let Some(client) = self.clients.get(&route.connection) {
                 let mut out = BytesMut::new();
-                protocol::write_message(&mut out, &route.sid, &delivered.message);
+                protocol::write_message(
+                    &mut out,
+                    &route.sid,
+                    &delivered.message,
+                    delivered.unreadable_headers.as_ref(),
+                );
                 let _ = client.out.send(out.freeze());
             }
             if done {

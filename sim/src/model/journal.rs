@@ -18,6 +18,11 @@ pub struct Publish {
     pub reply: Option<String>,
     /// The headers, if any.
     pub headers: Option<HeaderMap>,
+    /// A header block no client can read, byte for byte (`NATS/1.0\r\n…\r\n\r\n`, say with
+    /// a value holding a lone carriage return): nats-server stores and forwards a header block
+    /// without reading it, and async-nats drops its connection on one. Sent in place of
+    /// `headers`, which the model then reads as none. See [`Publish::unreadable_headers`].
+    pub unreadable_headers: Option<Bytes>,
     /// The payload.
     pub payload: Bytes,
 }
@@ -29,6 +34,7 @@ impl Publish {
             subject: subject.into(),
             reply: None,
             headers: None,
+            unreadable_headers: None,
             payload: payload.into(),
         }
     }
@@ -45,6 +51,36 @@ impl Publish {
     pub fn headers(mut self, headers: HeaderMap) -> Self {
         self.headers = Some(headers);
         self
+    }
+
+    /// With this header block instead of headers: one a client cannot read, which brings
+    /// down the connection of every client it reaches (async-nats 0.51 panics in its
+    /// connection task on a header value with a lone carriage return, as on a real server).
+    /// The model reads such a message as having no headers (no `Nats-Msg-Id`, no
+    /// expectations); its size counts the block.
+    ///
+    /// ```
+    /// use ruststream_sim::Publish;
+    /// let poison = Publish::new("orders.new", "x")
+    ///     .unreadable_headers(&b"NATS/1.0\r\nX-Poison: a\rb\r\n\r\n"[..]);
+    /// assert!(poison.headers.is_none());
+    /// ```
+    #[must_use]
+    pub fn unreadable_headers(mut self, block: impl Into<Bytes>) -> Self {
+        self.headers = None;
+        self.unreadable_headers = Some(block.into());
+        self
+    }
+
+    /// The size the server counts: payload and headers (or the unreadable block).
+    pub(crate) fn size(&self) -> usize {
+        self.payload.len()
+            + self.unreadable_headers.as_ref().map_or(
+                self.headers
+                    .as_ref()
+                    .map_or(0, crate::model::wire::headers_len),
+                Bytes::len,
+            )
     }
 }
 
@@ -67,6 +103,9 @@ pub struct Delivered {
     /// The message, as async-nats gives it to a subscriber (a pull request's end is a
     /// message with a `status`, as on the wire).
     pub message: async_nats::Message,
+    /// The header block it is sent with instead of `message.headers`, when it was published
+    /// with one no client can read ([`Publish::unreadable_headers`]).
+    pub unreadable_headers: Option<Bytes>,
 }
 
 /// One thing the server did, in the order it did them.

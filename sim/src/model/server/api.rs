@@ -3,10 +3,10 @@
 //!
 //! Answered: `STREAM.CREATE`, `STREAM.UPDATE` (to the same configuration only), `STREAM.INFO`,
 //! `STREAM.DELETE`, `STREAM.NAMES` (with a subject filter), `STREAM.LIST`, `STREAM.MSG.GET`
-//! (by sequence), `CONSUMER.CREATE` and `CONSUMER.DURABLE.CREATE` (pull consumers),
+//! (by sequence), `STREAM.MSG.DELETE` (by sequence), `CONSUMER.CREATE` and `CONSUMER.DURABLE.CREATE` (pull consumers),
 //! `CONSUMER.INFO`, `CONSUMER.DELETE`, `CONSUMER.NAMES`, `CONSUMER.LIST`, and `INFO` (the
 //! account). Every other request gets a JetStream error naming it as not modelled, never a
-//! silent success (among them `STREAM.PURGE`, `STREAM.MSG.DELETE`, a get by subject).
+//! silent success (among them `STREAM.PURGE`, a get by subject).
 //! `CONSUMER.MSG.NEXT`, the pull request, is the model's own ([`Server::publish`]); a direct
 //! get (`DIRECT.GET`) is answered `503 No Responders`, as nats-server answers it for a stream
 //! without `allow_direct`, which the model refuses.
@@ -91,6 +91,20 @@ impl Server {
                     Ok(page("streams", json!(infos), names.len()))
                 }
             }
+            ["STREAM", "MSG", "DELETE", name] => {
+                let asked = request(payload)?;
+                let Some(sequence) = asked.get("seq").and_then(Value::as_u64) else {
+                    return Err(ApiError::bad_request("a STREAM.MSG.DELETE without `seq`"));
+                };
+                if !self.delete_message(name, sequence)? {
+                    return Err(ApiError::new(
+                        404,
+                        ErrorCode::NO_MESSAGE_FOUND,
+                        "no message found",
+                    ));
+                }
+                Ok(json!({"success": true}))
+            }
             ["STREAM", "MSG", "GET", name] => {
                 let asked = request(payload)?;
                 let Some(sequence) = asked.get("seq").and_then(Value::as_u64) else {
@@ -111,7 +125,9 @@ impl Server {
                     "data": STANDARD.encode(&m.payload),
                     "time": wall_time(self, m.stored_at),
                 });
-                if let Some(headers) = &m.headers {
+                if let Some(block) = &m.unreadable_headers {
+                    message["hdrs"] = Value::String(STANDARD.encode(block));
+                } else if let Some(headers) = &m.headers {
                     let block =
                         crate::model::wire::protocol::header_block(Some(headers), None, None);
                     message["hdrs"] = Value::String(STANDARD.encode(block));
@@ -173,9 +189,14 @@ impl Server {
             .map(|m| {
                 m.payload.len()
                     + m.subject.as_str().len()
-                    + m.headers
-                        .as_ref()
-                        .map_or(0, crate::model::wire::headers_len)
+                    + m.unreadable_headers.as_ref().map_or_else(
+                        || {
+                            m.headers
+                                .as_ref()
+                                .map_or(0, crate::model::wire::headers_len)
+                        },
+                        bytes::Bytes::len,
+                    )
             })
             .sum();
         let ts = |m: Option<&crate::model::stream::StoredMessage>| {

@@ -10,8 +10,8 @@ use crate::model::consumer::{Consumer, Send};
 use crate::model::error::SimError;
 use crate::model::ids::ConnectionId;
 use crate::model::journal::{Publish, Record};
-use crate::model::server::routing::has_interest;
-use crate::model::server::{EPOCH_NANOS, Server};
+use crate::model::server::routing::{Headers, has_interest};
+use crate::model::server::{ACCOUNT_HASH, EPOCH_NANOS, Server};
 use crate::model::stream::PubAck;
 use crate::model::wire::{AckKind, PullRequest};
 
@@ -66,10 +66,7 @@ impl Server {
         else {
             return Ok(None);
         };
-        let (ack, removed) =
-            entry
-                .stream
-                .store(subject, message.headers.as_ref(), &message.payload, at)?;
+        let (ack, removed) = entry.stream.store(subject, message, at)?;
         for consumer in entry.consumers.values_mut() {
             consumer.handle_removed(&removed);
         }
@@ -187,8 +184,13 @@ impl Server {
                     let elapsed = stored.stored_at.saturating_duration_since(self.start);
                     let timestamp =
                         EPOCH_NANOS + u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+                    let account = if self.ack_replies_v2 {
+                        format!("_.{ACCOUNT_HASH}.")
+                    } else {
+                        String::new()
+                    };
                     let reply = format!(
-                        "{ACK_PREFIX}{stream}.{consumer}.{delivered}.{sequence}.{consumer_sequence}.{timestamp}.{pending}"
+                        "{ACK_PREFIX}{account}{stream}.{consumer}.{delivered}.{sequence}.{consumer_sequence}.{timestamp}.{pending}"
                     );
                     self.journal.push(Record::Delivered {
                         at,
@@ -203,7 +205,7 @@ impl Server {
                     self.route_with(
                         &inbox,
                         Some(&reply),
-                        stored.headers.as_ref(),
+                        Headers::of_stored(&stored),
                         &stored.payload,
                         |m| m.subject = subject.clone(),
                     );

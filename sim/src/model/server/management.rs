@@ -105,6 +105,26 @@ impl Server {
         Ok(self.entry(stream)?.stream.get(sequence).cloned())
     }
 
+    /// Deletes one stored message, as `STREAM.MSG.DELETE` (`nats stream rmm`) does: the stream
+    /// no longer holds it, and a consumer that has it pending forgets it (nats-server moves
+    /// the consumer's ack floor past it). Whether it was stored.
+    ///
+    /// # Errors
+    /// [`SimError::StreamNotFound`].
+    pub fn delete_message(&mut self, stream: &str, sequence: u64) -> Result<bool, SimError> {
+        let entry = self
+            .streams
+            .get_mut(stream)
+            .ok_or_else(|| SimError::StreamNotFound(stream.to_owned()))?;
+        if !entry.stream.remove(sequence) {
+            return Ok(false);
+        }
+        for consumer in entry.consumers.values_mut() {
+            consumer.handle_removed(&[sequence]);
+        }
+        Ok(true)
+    }
+
     /// Every message a stream stores, in order.
     ///
     /// # Errors

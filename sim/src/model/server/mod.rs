@@ -17,7 +17,6 @@ use crate::model::ids::{ConnectionId, SubscriptionId};
 use crate::model::journal::{Delivered, Publish, Published, Record};
 use crate::model::stream::PubAck;
 use crate::model::stream::Stream;
-use crate::model::wire::headers_len;
 
 mod api;
 mod jetstream;
@@ -33,6 +32,11 @@ pub const PULL_PREFIX: &str = "$JS.API.CONSUMER.MSG.NEXT.";
 /// The Unix time, in nanoseconds, that the model's clock starts at (2026-01-01T00:00:00Z):
 /// the timestamps in ack reply subjects count from it, so that every run gives the same.
 pub const EPOCH_NANOS: u64 = 1_767_225_600_000_000_000;
+
+/// The account hash token of the v2 ack reply subjects the model writes
+/// ([`Server::with_ack_replies_v2`]): nats-server writes a hash of the account's name there;
+/// the model has one account, and this fixed token.
+pub const ACCOUNT_HASH: &str = "SIMACCT";
 
 /// Which nats-server the model behaves as, where versions differ in what the runtime or a
 /// test can see. Everything else is the same for both.
@@ -79,6 +83,7 @@ pub(crate) struct StreamEntry {
 /// `now` counts as the latest seen). Outputs wait in an outbox: [`Server::poll_delivered`].
 pub struct Server {
     pub(crate) version: ServerVersion,
+    pub(crate) ack_replies_v2: bool,
     pub(crate) start: Instant,
     pub(crate) now: Instant,
     pub(crate) max_payload: usize,
@@ -99,6 +104,7 @@ impl Server {
     pub fn new(start: Instant) -> Self {
         Self {
             version: ServerVersion::Current,
+            ack_replies_v2: false,
             start,
             now: start,
             max_payload: DEFAULT_MAX_PAYLOAD,
@@ -132,6 +138,18 @@ impl Server {
     #[must_use]
     pub fn with_version(mut self, version: ServerVersion) -> Self {
         self.version = version;
+        self
+    }
+
+    /// Writing ack reply subjects in their v2 form, as nats-server 2.14 and later do with
+    /// the `js_ack_fc_v2` feature flag: `$JS.ACK.<domain>.<account hash>.<stream>.<consumer>.
+    /// <delivered>.<stream seq>.<consumer seq>.<timestamp>.<pending>`, eleven tokens, the
+    /// domain `_` (none configured) and the account hash [`ACCOUNT_HASH`] (the model has one
+    /// account). Without it, the v1 form: `$JS.ACK.<stream>.<consumer>.…`, nine tokens.
+    /// Acknowledgements are read in either form.
+    #[must_use]
+    pub fn with_ack_replies_v2(mut self) -> Self {
+        self.ack_replies_v2 = true;
         self
     }
 
@@ -283,7 +301,7 @@ impl Server {
                 reason: e.to_string(),
             })?;
         }
-        let size = message.payload.len() + message.headers.as_ref().map_or(0, headers_len);
+        let size = message.size();
         if size > self.max_payload {
             return Err(SimError::MaxPayload {
                 size,
@@ -317,11 +335,12 @@ impl Server {
             }
         };
         self.journal.push(record(stored.clone(), false));
-        let receivers = self.route(
+        let receivers = self.route_with(
             &message.subject,
             message.reply.as_deref(),
-            message.headers.as_ref(),
+            routing::Headers::of(&message),
             &message.payload,
+            |_| {},
         );
         if let Some(rest) = message.subject.strip_prefix(PULL_PREFIX)
             && let Some(reply) = &message.reply

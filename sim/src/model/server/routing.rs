@@ -8,9 +8,49 @@ use bytes::Bytes;
 use ruststream_core::Subject;
 
 use crate::model::ids::SubscriptionId;
-use crate::model::journal::Delivered;
+use crate::model::journal::{Delivered, Publish};
 use crate::model::server::{Server, Subscription};
+use crate::model::stream::StoredMessage;
 use crate::model::wire::headers_len;
+
+/// The headers a routed message carries: readable ones, or a block no client can read
+/// ([`Publish::unreadable_headers`]), which is sent instead.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Headers<'a> {
+    map: Option<&'a HeaderMap>,
+    unreadable: Option<&'a Bytes>,
+}
+
+impl<'a> Headers<'a> {
+    /// Readable headers, or none.
+    pub(crate) fn map(map: Option<&'a HeaderMap>) -> Self {
+        Self {
+            map,
+            unreadable: None,
+        }
+    }
+
+    /// What a publish carries.
+    pub(crate) fn of(message: &'a Publish) -> Self {
+        Self {
+            map: message.headers.as_ref(),
+            unreadable: message.unreadable_headers.as_ref(),
+        }
+    }
+
+    /// What a stored message carries.
+    pub(crate) fn of_stored(message: &'a StoredMessage) -> Self {
+        Self {
+            map: message.headers.as_ref(),
+            unreadable: message.unreadable_headers.as_ref(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.unreadable
+            .map_or_else(|| self.map.map_or(0, headers_len), Bytes::len)
+    }
+}
 
 impl Server {
     /// Sends a status message (a pull request's end, `503 No Responders`) to `inbox`.
@@ -28,10 +68,16 @@ impl Server {
             h
         });
         let status = StatusCode::from_u16(code).ok();
-        self.route_with(inbox, None, headers.as_ref(), &Bytes::new(), |m| {
-            m.status = status;
-            m.description = Some(description.to_owned());
-        });
+        self.route_with(
+            inbox,
+            None,
+            Headers::map(headers.as_ref()),
+            &Bytes::new(),
+            |m| {
+                m.status = status;
+                m.description = Some(description.to_owned());
+            },
+        );
     }
 
     /// Answers a request nothing receives: `503 No Responders` to its reply subject.
@@ -54,14 +100,14 @@ impl Server {
         headers: Option<&HeaderMap>,
         payload: &Bytes,
     ) -> usize {
-        self.route_with(subject, reply, headers, payload, |_| {})
+        self.route_with(subject, reply, Headers::map(headers), payload, |_| {})
     }
 
     pub(crate) fn route_with(
         &mut self,
         subject: &str,
         reply: Option<&str>,
-        headers: Option<&HeaderMap>,
+        headers: Headers<'_>,
         payload: &Bytes,
         shape: impl Fn(&mut async_nats::Message),
     ) -> usize {
@@ -87,10 +133,7 @@ impl Server {
             chosen.push(members[index]);
         }
         chosen.sort();
-        let length = subject.len()
-            + reply.map_or(0, str::len)
-            + payload.len()
-            + headers.map_or(0, headers_len);
+        let length = subject.len() + reply.map_or(0, str::len) + payload.len() + headers.len();
         for sid in &chosen {
             let Some(sub) = self.subscriptions.get(sid) else {
                 continue;
@@ -99,7 +142,7 @@ impl Server {
                 subject: subject.into(),
                 reply: reply.map(Into::into),
                 payload: payload.clone(),
-                headers: headers.cloned(),
+                headers: headers.map.cloned(),
                 status: None,
                 description: None,
                 length,
@@ -109,6 +152,7 @@ impl Server {
                 connection: sub.connection,
                 subscription: *sid,
                 message,
+                unreadable_headers: headers.unreadable.cloned(),
             });
         }
         chosen.len()

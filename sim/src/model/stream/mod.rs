@@ -29,6 +29,9 @@ pub struct StoredMessage {
     pub subject: Subject,
     /// Its headers, as published.
     pub headers: Option<HeaderMap>,
+    /// Its header block, when it was published with one no client can read
+    /// ([`Publish::unreadable_headers`](crate::Publish::unreadable_headers)).
+    pub unreadable_headers: Option<Bytes>,
     /// Its payload, as published.
     pub payload: Bytes,
     /// When it was stored (virtual time).

@@ -7,10 +7,10 @@ use std::time::Instant;
 
 use async_nats::HeaderMap;
 use async_nats::jetstream::stream::DiscardPolicy;
-use bytes::Bytes;
 use ruststream_core::{MSG_ID_HEADER, Subject};
 
 use crate::model::error::SimError;
+use crate::model::journal::Publish;
 use crate::model::stream::{PubAck, StoredMessage, Stream};
 
 impl Stream {
@@ -81,11 +81,11 @@ impl Stream {
     pub(crate) fn store(
         &mut self,
         subject: &Subject,
-        headers: Option<&HeaderMap>,
-        payload: &Bytes,
+        message: &Publish,
         now: Instant,
     ) -> Result<(PubAck, Vec<u64>), SimError> {
-        let size = payload.len() + headers.map_or(0, crate::model::wire::headers_len);
+        let (headers, payload) = (message.headers.as_ref(), &message.payload);
+        let size = message.size();
         let max = self.config.max_message_size;
         if max > 0 && size as i64 > i64::from(max) {
             return Err(SimError::MessageTooLarge {
@@ -142,6 +142,7 @@ impl Stream {
                 sequence,
                 subject: subject.clone(),
                 headers: headers.cloned(),
+                unreadable_headers: message.unreadable_headers.clone(),
                 payload: payload.clone(),
                 stored_at: now,
             },

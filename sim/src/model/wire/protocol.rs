@@ -33,6 +33,9 @@ pub(crate) enum ClientOp {
         subject: String,
         reply: Option<String>,
         headers: Option<HeaderMap>,
+        /// A header block the model cannot read as headers, kept byte for byte: nats-server
+        /// does not read a header block before it stores and forwards it.
+        unreadable_headers: Option<Bytes>,
         payload: Bytes,
     },
 }
@@ -137,16 +140,20 @@ pub(crate) fn parse(buf: &mut BytesMut) -> Result<Option<ClientOp>, ProtocolErro
                 return Err(malformed(name));
             }
             buf.advance(2);
-            let headers = if with_headers {
+            let (headers, unreadable_headers) = if with_headers {
                 let block = body.split_to(header_len);
-                Some(parse_headers(&block)?)
+                match parse_headers(&block) {
+                    Ok(headers) => (Some(headers), None),
+                    Err(_) => (None, Some(block)),
+                }
             } else {
-                None
+                (None, None)
             };
             Ok(Some(ClientOp::Pub {
                 subject,
                 reply,
                 headers,
+                unreadable_headers,
                 payload: body,
             }))
         }
@@ -236,9 +243,17 @@ pub(crate) fn header_block(
     block
 }
 
-/// A message to a subscription as `MSG` or, with headers or a status, `HMSG`.
-pub(crate) fn write_message(out: &mut BytesMut, sid: &str, message: &async_nats::Message) {
-    let block = if message.headers.is_some() || message.status.is_some() {
+/// A message to a subscription as `MSG` or, with headers or a status, `HMSG`; with
+/// `unreadable_headers`, that block byte for byte instead of its headers.
+pub(crate) fn write_message(
+    out: &mut BytesMut,
+    sid: &str,
+    message: &async_nats::Message,
+    unreadable_headers: Option<&Bytes>,
+) {
+    let block = if let Some(block) = unreadable_headers {
+        block.to_vec()
+    } else if message.headers.is_some() || message.status.is_some() {
         header_block(
             message.headers.as_ref(),
             message.status,
@@ -283,6 +298,45 @@ mod tests {
         }
         assert!(buf.is_empty(), "left unread: {buf:?}");
         Ok(ops)
+    }
+
+    /// A header block the model cannot read is kept as bytes (nats-server forwards it
+    /// unread) and written back byte for byte in place of headers.
+    #[test]
+    fn keeps_a_header_block_it_cannot_read_and_writes_it_back_as_it_is() {
+        let block: &[u8] = b"NATS/1.0\r\nX-Poison: a\rb\r\n\r\n";
+        let mut wire = format!("HPUB a.b {} {}\r\n", block.len(), block.len() + 2).into_bytes();
+        wire.extend_from_slice(block);
+        wire.extend_from_slice(b"hi\r\n");
+        let ops = all(&wire).unwrap();
+        let ClientOp::Pub {
+            headers,
+            unreadable_headers,
+            payload,
+            ..
+        } = &ops[0]
+        else {
+            panic!("{ops:?}")
+        };
+        assert!(headers.is_none());
+        assert_eq!(unreadable_headers.as_deref(), Some(block));
+        assert_eq!(payload.as_ref(), b"hi");
+        let message = async_nats::Message {
+            subject: "a.b".into(),
+            reply: None,
+            payload: payload.clone(),
+            headers: None,
+            status: None,
+            description: None,
+            length: 0,
+        };
+        let mut out = BytesMut::new();
+        write_message(&mut out, "3", &message, unreadable_headers.as_ref());
+        let mut expected =
+            format!("HMSG a.b 3 {} {}\r\n", block.len(), block.len() + 2).into_bytes();
+        expected.extend_from_slice(block);
+        expected.extend_from_slice(b"hi\r\n");
+        assert_eq!(&out[..], &expected[..]);
     }
 
     #[test]
@@ -386,7 +440,7 @@ mod tests {
             length: 0,
         };
         let mut out = BytesMut::new();
-        write_message(&mut out, "9", &message);
+        write_message(&mut out, "9", &message, None);
         let block = "NATS/1.0 408 Request Timeout\r\na: 1\r\nb: 2\r\n\r\n";
         assert_eq!(
             std::str::from_utf8(&out).unwrap(),
