@@ -51,7 +51,8 @@ pub fn check_with_windows(trace: &Trace) -> (Vec<Violation>, Vec<String>) {
     dead_letters_as_delivered(trace, &facts, &mut found);
     one_run_at_a_time_under_a_lease(trace, &facts, &mut found);
     core_copies_carry_their_attempt(trace, &facts, &mut found);
-    core_messages_handled_or_counted(trace, &mut found);
+    core_messages_handled_or_counted(trace, &mut found, &mut windows);
+    poisons_end_no_app(trace, &mut found);
     core_retries_copied_or_counted(trace, &facts, &mut found, &mut windows);
     (found, windows)
 }
@@ -126,7 +127,11 @@ impl Facts {
             &trace.journal,
             &mount_of_stream,
             names,
-            breaks_of(&trace.scenario.faults),
+            breaks_of(&trace.scenario.faults)
+                .into_iter()
+                // A poison that reached the app's client broke it, as a dropped connection.
+                .chain(trace.poisons.iter().filter(|p| p.1 > 0).map(|p| (p.0, p.0)))
+                .collect(),
             trace.start,
         )
     }
@@ -717,7 +722,14 @@ fn accounted(trace: &Trace) -> bool {
 
 /// Rule 21: every Core message published while its mount listened is handled, or counted as
 /// lost (dropped for a full buffer, or received and not handled at shutdown).
-fn core_messages_handled_or_counted(trace: &Trace, found: &mut Vec<Violation>) {
+///
+/// A message sent to the app's client between a poison reaching it and its connection
+/// closing is put in `windows`: async-nats had it and lost it with the connection.
+fn core_messages_handled_or_counted(
+    trace: &Trace,
+    found: &mut Vec<Violation>,
+    windows: &mut Vec<String>,
+) {
     if !accounted(trace) {
         return;
     }
@@ -725,7 +737,7 @@ fn core_messages_handled_or_counted(trace: &Trace, found: &mut Vec<Violation>) {
         if spec.is_jetstream() {
             continue;
         }
-        let unhandled: Vec<u64> = trace
+        let (in_window, unhandled): (Vec<u64>, Vec<u64>) = trace
             .sent
             .iter()
             .filter(|s| s.mount == mount && s.receivers > 0)
@@ -737,7 +749,13 @@ fn core_messages_handled_or_counted(trace: &Trace, found: &mut Vec<Violation>) {
                     .any(|r| r.mount == mount && r.id == s.id && r.attempt == 1)
             })
             .map(|s| s.id)
-            .collect();
+            .partition(|id| poisoned_in_flight(trace, trace.sent[*id as usize].at));
+        for id in in_window {
+            windows.push(format!(
+                "rule 21's window: mount {} message {id}: sent to the client as a poison brought it down, lost in it",
+                mount_name(mount)
+            ));
+        }
         let counted: u64 = trace
             .reports
             .iter()
@@ -754,6 +772,75 @@ fn core_messages_handled_or_counted(trace: &Trace, found: &mut Vec<Violation>) {
                 ),
             });
         }
+    }
+}
+
+/// Whether a Core message sent at `at` reached the app's client between a poison and the
+/// close of the connection it brought down.
+fn poisoned_in_flight(trace: &Trace, at: Duration) -> bool {
+    trace
+        .poisons
+        .iter()
+        .filter(|p| p.1 > 0)
+        .any(|(poisoned, _)| {
+            let closed = trace.journal.iter().find_map(|r| match r {
+                Record::Disconnected { at: closed, .. } => {
+                    let closed = closed.saturating_duration_since(trace.start);
+                    (closed >= *poisoned).then_some(closed)
+                }
+                _ => None,
+            });
+            at >= *poisoned && closed.is_none_or(|closed| at <= closed)
+        })
+}
+
+/// Rule 20: a poison on Core (a message async-nats cannot read) brings down the app's
+/// client, and the app connects a new one and subscribes its mounts again: it does not end.
+/// Checked on what the graceful shutdowns reported: none ended with a failure, and, when a
+/// poison reached the last app (no restart after it: that app runs until the scenario has
+/// settled, ample time to connect again), its report names a recovery on a new client. An
+/// app restarted soon after a poison may stop before its new client is made.
+fn poisons_end_no_app(trace: &Trace, found: &mut Vec<Violation>) {
+    let reached = trace.poisons.iter().filter(|p| p.1 > 0).count();
+    if reached == 0 {
+        return;
+    }
+    let last_poison = trace
+        .poisons
+        .iter()
+        .filter(|p| p.1 > 0)
+        .map(|p| p.0)
+        .max()
+        .unwrap_or_default();
+    let restarted_after = trace.scenario.faults.iter().any(|f| {
+        matches!(f.fault, Fault::Restart { .. })
+            && Duration::from_millis(u64::from(f.at_ms)) >= last_poison
+    });
+    for (app, report) in &trace.reports {
+        if let Some(failure) = &report.failure {
+            found.push(Violation {
+                invariant: "rule 20: a poison on Core ends no app",
+                detail: format!("app {app} ended with a failure: {failure}"),
+            });
+        }
+    }
+    let recovered = trace
+        .reports
+        .iter()
+        .flat_map(|(_, r)| r.recoveries.iter())
+        .any(|r| r.reason.contains("new client"));
+    if !restarted_after && trace.dropped.is_empty() && trace.trouble.is_empty() && !recovered {
+        found.push(Violation {
+            invariant: "rule 20: a client a poison brought down is replaced",
+            detail: format!(
+                "{reached} poison(s) reached the app, and no report names a recovery on a new client: {:?}",
+                trace
+                    .reports
+                    .iter()
+                    .map(|(app, r)| (app, &r.recoveries))
+                    .collect::<Vec<_>>()
+            ),
+        });
     }
 }
 
@@ -811,12 +898,16 @@ fn core_retries_copied_or_counted(
         let closed = |run: &HandlerRun| {
             run.ended.is_some_and(|ended| {
                 let (first, last) = due(run);
-                trace.scenario.faults.iter().any(|f| {
-                    let at = Duration::from_millis(u64::from(f.at_ms));
-                    matches!(f.fault, Fault::DropConnections | Fault::ServerDown(_))
-                        && at >= ended + first
-                        && at <= ended + last
-                })
+                let closing = trace
+                    .scenario
+                    .faults
+                    .iter()
+                    .filter(|f| matches!(f.fault, Fault::DropConnections | Fault::ServerDown(_)))
+                    .map(|f| Duration::from_millis(u64::from(f.at_ms)))
+                    .chain(trace.poisons.iter().filter(|p| p.1 > 0).map(|p| p.0));
+                closing
+                    .into_iter()
+                    .any(|at| at >= ended + first && at <= ended + last)
             })
         };
         let (in_window, missing): (Vec<&HandlerRun>, Vec<&HandlerRun>) = trace

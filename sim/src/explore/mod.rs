@@ -50,6 +50,8 @@ pub struct Checked {
     /// What was lost in a window the contract names, one line each (see
     /// [`invariants::check_with_windows`]): not a violation.
     pub windows: Vec<String>,
+    /// How many poisons ([`Scenario::poisons`]) reached an app's client and brought it down.
+    pub poisoned: usize,
 }
 
 /// Runs seed `seed` and checks it.
@@ -67,6 +69,7 @@ pub fn check_scenario(seed: u64, scenario: &Scenario) -> Checked {
         windows,
         trouble: trace.trouble.clone(),
         settled: trace.settled,
+        poisoned: trace.poisons.iter().filter(|p| p.1 > 0).count(),
         size: (trace.runs.len(), trace.journal.len()),
         fingerprint: fingerprint(&trace),
     }

@@ -99,6 +99,9 @@ pub struct Trace {
     pub dropped: Vec<usize>,
     /// The messages published.
     pub sent: Vec<Sent>,
+    /// Each poison published ([`Scenario::poisons`]): when (virtual time since the start), and
+    /// how many subscriptions received it.
+    pub poisons: Vec<(Duration, usize)>,
     /// The dead-letter stream's messages at the end.
     pub dead_letters: Vec<StoredMessage>,
     /// Each JetStream mount's consumer at the end, by mount.
@@ -288,6 +291,7 @@ fn app_of(scenario: &Scenario, sim: &Sim, shared: &Shared, app: usize) -> App {
 #[derive(Debug, Clone, Copy)]
 enum Step {
     Publish(usize),
+    Poison(usize),
     Fault(Fault),
     ServerUp,
     JetStreamOn,
@@ -360,6 +364,7 @@ async fn run_on(sim: &Sim, scenario: Scenario) -> Trace {
         shutdown_ends: Vec::new(),
         dropped: Vec::new(),
         sent: Vec::new(),
+        poisons: Vec::new(),
         dead_letters: Vec::new(),
         consumers: Vec::new(),
         settled: false,
@@ -387,6 +392,20 @@ async fn run_on(sim: &Sim, scenario: Scenario) -> Trace {
         copy_patterns: vec!["core.>".to_owned(), "copies.>".to_owned()],
         dead_letter_patterns: vec!["dlq.>".to_owned(), "lost.>".to_owned()],
         settle_time: scenario.settle_time(),
+        poisons: scenario
+            .mounts
+            .iter()
+            .enumerate()
+            .find(|(_, m)| !m.is_jetstream())
+            .map(|(index, spec)| {
+                let subject = subject(spec, index);
+                scenario
+                    .poisons
+                    .iter()
+                    .map(|at| (*at, subject.clone()))
+                    .collect()
+            })
+            .unwrap_or_default(),
     };
     let played = play(sim, &world, &mut |app| app_of(&scenario, sim, &shared, app)).await;
     for (i, (m, sent)) in scenario.messages.iter().zip(&played.sent).enumerate() {
@@ -405,6 +424,11 @@ async fn run_on(sim: &Sim, scenario: Scenario) -> Trace {
     trace.reports = played.reports;
     trace.shutdown_ends = played.shutdown_ends;
     trace.dropped = played.dropped;
+    trace.poisons = played
+        .poisoned
+        .iter()
+        .map(|went| (went.at, went.receivers))
+        .collect();
     trace.settled = played.settled;
     trace.trouble.extend(played.trouble);
     trace.started_without_jetstream = played.started_without_jetstream;
@@ -433,7 +457,14 @@ pub(crate) struct World {
     pub(crate) dead_letter_patterns: Vec<String>,
     /// How long the run waits, after its last publish and fault, for everything to settle.
     pub(crate) settle_time: Duration,
+    /// Poisons: when, and the subject; a message with a header block async-nats cannot read
+    /// ([`POISON_HEADERS`]), which brings down the client it reaches.
+    pub(crate) poisons: Vec<(u32, String)>,
 }
+
+/// The header block of a poison: a value with a lone carriage return, which nats-server
+/// forwards and async-nats 0.51 cannot read (its connection task panics).
+pub const POISON_HEADERS: &[u8] = b"NATS/1.0\r\nX-Poison: a\rb\r\n\r\n";
 
 /// One publish of a [`World`], as it went.
 pub(crate) struct Went {
@@ -449,6 +480,8 @@ pub(crate) struct Went {
 pub(crate) struct Played {
     /// Each publish, in the world's order.
     pub(crate) sent: Vec<Went>,
+    /// Each poison, in the world's order.
+    pub(crate) poisoned: Vec<Went>,
     /// What each graceful shutdown reported, by app.
     pub(crate) reports: Vec<(usize, ShutdownReport)>,
     /// When each graceful shutdown ended, by app.
@@ -474,6 +507,7 @@ pub(crate) async fn play(
     let start = sim.now();
     let mut played = Played {
         sent: Vec::new(),
+        poisoned: Vec::new(),
         reports: Vec::new(),
         shutdown_ends: Vec::new(),
         dropped: Vec::new(),
@@ -490,6 +524,9 @@ pub(crate) async fn play(
     }
     for (i, f) in world.faults.iter().enumerate() {
         timeline.push((f.at_ms, 1, i, Step::Fault(f.fault)));
+    }
+    for (i, (at_ms, _)) in world.poisons.iter().enumerate() {
+        timeline.push((*at_ms, 2, i, Step::Poison(i)));
     }
     timeline.sort_by_key(|(at, order, i, _)| (*at, *order, *i));
     let mut app = 0;
@@ -542,6 +579,16 @@ pub(crate) async fn play(
                         .ok()
                         .and_then(|p| p.stored)
                         .map(|ack| (ack.stream, ack.sequence)),
+                });
+            }
+            Step::Poison(i) => {
+                let poison = crate::Publish::new(world.poisons[i].1.clone(), "poison")
+                    .unreadable_headers(POISON_HEADERS);
+                let published = sim.publish_message(poison);
+                played.poisoned.push(Went {
+                    at: sim.elapsed(),
+                    receivers: published.as_ref().map_or(0, |p| p.receivers),
+                    stored: None,
                 });
             }
             Step::Fault(Fault::LoseAcks(n)) => sim.lose_acks(usize::from(n)),

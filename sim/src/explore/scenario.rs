@@ -155,6 +155,13 @@ pub struct Scenario {
     pub messages: Vec<MessageSpec>,
     /// The faults, by time.
     pub faults: Vec<TimedFault>,
+    /// When (virtual milliseconds from the start) a poison is published to the first Core
+    /// mount's subject: a message whose header block async-nats cannot read, which brings
+    /// down the app's client and every mount on it (rule 20: the mounts come back on a new
+    /// client). Drawn apart from the rest ([`poisons_of`]), so that adding it left every
+    /// other draw of every seed as it was.
+    #[serde(default)]
+    pub poisons: Vec<u32>,
 }
 
 /// The longest time a scenario publishes or injects a fault at: 6 s.
@@ -172,7 +179,13 @@ impl Scenario {
         bytes[..8].copy_from_slice(&seed.to_le_bytes());
         let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &bytes);
         let mut runner = TestRunner::new_with_rng(Config::default(), rng);
-        let tree: NewTree<BoxedStrategy<Scenario>> = scenario().new_tree(&mut runner);
+        let with_poisons = scenario()
+            .prop_map(move |mut s| {
+                s.poisons = poisons_of(seed, &s);
+                s
+            })
+            .boxed();
+        let tree: NewTree<BoxedStrategy<Scenario>> = with_poisons.new_tree(&mut runner);
         #[allow(clippy::expect_used)] // the strategies below never reject
         tree.expect("the scenario strategy draws a scenario from any seed")
     }
@@ -346,7 +359,26 @@ pub(crate) fn fault() -> impl Strategy<Value = Fault> {
     ]
 }
 
-/// The strategy of a whole scenario: 1 to 3 mounts, up to 30 messages, up to 4 faults.
+/// The poisons seed `seed` publishes in `scenario` ([`Scenario::poisons`]): in one seed of
+/// eight whose scenario has a Core mount, one poison at a time before [`BUSY_MS`]. Drawn from
+/// a generator of its own, seeded by `seed` and a tag, not from the scenario's: the scenario a
+/// seed drew before poisons existed is unchanged, save the poison.
+pub fn poisons_of(seed: u64, scenario: &Scenario) -> Vec<u32> {
+    if !scenario.mounts.iter().any(|m| !m.is_jetstream()) {
+        return Vec::new();
+    }
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    bytes[8..14].copy_from_slice(b"poison");
+    let mut rng = TestRng::from_seed(RngAlgorithm::ChaCha, &bytes);
+    if rng.next_u32() % 8 != 0 {
+        return Vec::new();
+    }
+    vec![rng.next_u32() % BUSY_MS]
+}
+
+/// The strategy of a whole scenario: 1 to 3 mounts, up to 30 messages, up to 4 faults (and no
+/// poison: [`poisons_of`] draws those).
 pub fn scenario() -> BoxedStrategy<Scenario> {
     proptest::collection::vec(mount(), 1..=3)
         .prop_flat_map(|mounts| {
@@ -367,6 +399,7 @@ pub fn scenario() -> BoxedStrategy<Scenario> {
                 mounts,
                 messages,
                 faults,
+                poisons: Vec::new(),
             }
         })
         .boxed()
@@ -375,6 +408,24 @@ pub fn scenario() -> BoxedStrategy<Scenario> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Poisons are drawn apart: a seed's scenario without its poisons is what the scenario
+    /// strategy alone draws from it, as before poisons existed (the seeds named in
+    /// regression tests and BENCHMARKS.md still play what they found).
+    #[test]
+    fn poisons_leave_every_other_draw_of_a_seed_as_it_was() {
+        for seed in 0..200u64 {
+            let mut bytes = [0u8; 32];
+            bytes[..8].copy_from_slice(&seed.to_le_bytes());
+            let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &bytes);
+            let mut runner = TestRunner::new_with_rng(Config::default(), rng);
+            let alone = scenario().new_tree(&mut runner).unwrap().current();
+            let mut drawn = Scenario::of_seed(seed);
+            assert_eq!(drawn.poisons, poisons_of(seed, &alone), "seed {seed}");
+            drawn.poisons.clear();
+            assert_eq!(drawn, alone, "seed {seed}");
+        }
+    }
 
     #[test]
     fn a_seed_always_draws_the_same_scenario_and_seeds_differ() {

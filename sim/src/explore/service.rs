@@ -565,6 +565,7 @@ async fn explore_on<S: Service>(
             .filter_map(|m| m.dead_letter.clone())
             .collect(),
         settle_time: settle,
+        poisons: Vec::new(),
     };
     let shared: Shared = Arc::default();
     let played = play(sim, &world, &mut |app| {
