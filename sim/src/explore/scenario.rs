@@ -371,7 +371,7 @@ pub fn poisons_of(seed: u64, scenario: &Scenario) -> Vec<u32> {
     bytes[..8].copy_from_slice(&seed.to_le_bytes());
     bytes[8..14].copy_from_slice(b"poison");
     let mut rng = TestRng::from_seed(RngAlgorithm::ChaCha, &bytes);
-    if rng.next_u32() % 8 != 0 {
+    if !rng.next_u32().is_multiple_of(8) {
         return Vec::new();
     }
     vec![rng.next_u32() % BUSY_MS]
@@ -419,6 +419,7 @@ mod tests {
             bytes[..8].copy_from_slice(&seed.to_le_bytes());
             let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &bytes);
             let mut runner = TestRunner::new_with_rng(Config::default(), rng);
+            #[allow(clippy::unwrap_used)]
             let alone = scenario().new_tree(&mut runner).unwrap().current();
             let mut drawn = Scenario::of_seed(seed);
             assert_eq!(drawn.poisons, poisons_of(seed, &alone), "seed {seed}");
