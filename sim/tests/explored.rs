@@ -430,3 +430,25 @@ fn seed_221029_runs_to_its_end() {
     });
     assert!(checked.violations.is_empty(), "{:?}", checked.violations);
 }
+
+/// Seeds 2685 and 2705 (stored poisons): a poison in one mount's stream brought the shared
+/// client down again and again while another mount's consumer waited for a message an
+/// earlier process had received and `-NAK`ed with a delay; that mount counted its message as
+/// the suspect and ended the app telling the operator to remove it (`nats stream rmm`), a
+/// good message. A suspect now ends the app only when async-nats cannot read it either; a
+/// readable one is logged and pulled one at a time.
+#[test]
+fn seeds_2685_and_2705_a_readable_message_is_never_blamed_for_a_poison() {
+    for seed in [2685, 2705] {
+        let checked = within_limit("seed", move || ruststream_sim::explore::check_seed(seed));
+        assert!(
+            checked.violations.is_empty(),
+            "seed {seed}: {:?}",
+            checked.violations
+        );
+        assert!(
+            checked.poisons_removed >= 1,
+            "seed {seed}: the poison was named and removed"
+        );
+    }
+}

@@ -53,6 +53,7 @@ pub fn check_with_windows(trace: &Trace) -> (Vec<Violation>, Vec<String>) {
     core_copies_carry_their_attempt(trace, &facts, &mut found);
     core_messages_handled_or_counted(trace, &mut found, &mut windows);
     poisons_end_no_app(trace, &mut found);
+    only_a_stored_poison_ends_an_app(trace, &mut found);
     core_retries_copied_or_counted(trace, &facts, &mut found, &mut windows);
     (found, windows)
 }
@@ -130,7 +131,7 @@ impl Facts {
             breaks_of(&trace.scenario.faults)
                 .into_iter()
                 // A poison that reached the app's client broke it, as a dropped connection.
-                .chain(trace.poisons.iter().filter(|p| p.1 > 0).map(|p| (p.0, p.0)))
+                .chain(poison_deaths(trace).into_iter().map(|at| (at, at)))
                 .collect(),
             trace.start,
         )
@@ -778,20 +779,47 @@ fn core_messages_handled_or_counted(
 /// Whether a Core message sent at `at` reached the app's client between a poison and the
 /// close of the connection it brought down.
 fn poisoned_in_flight(trace: &Trace, at: Duration) -> bool {
+    poison_deaths(trace).iter().any(|poisoned| {
+        let closed = trace.journal.iter().find_map(|r| match r {
+            Record::Disconnected { at: closed, .. } => {
+                let closed = closed.saturating_duration_since(trace.start);
+                (closed >= *poisoned).then_some(closed)
+            }
+            _ => None,
+        });
+        at >= *poisoned && closed.is_none_or(|closed| at <= closed)
+    })
+}
+
+/// When a poison reached an app's client and brought it down (virtual time since the start):
+/// each Core poison some subscription received, and each delivery of a stored poison.
+pub(super) fn poison_deaths(trace: &Trace) -> Vec<Duration> {
+    let stored: Vec<&(String, u64)> = trace
+        .stored_poisons
+        .iter()
+        .filter_map(|p| p.stored.as_ref())
+        .collect();
+    let delivered = trace.journal.iter().filter_map(|r| match r {
+        Record::Delivered {
+            at,
+            stream,
+            stream_sequence,
+            ..
+        } if stored
+            .iter()
+            .any(|(s, sequence)| s == stream && sequence == stream_sequence) =>
+        {
+            Some(at.saturating_duration_since(trace.start))
+        }
+        _ => None,
+    });
     trace
         .poisons
         .iter()
         .filter(|p| p.1 > 0)
-        .any(|(poisoned, _)| {
-            let closed = trace.journal.iter().find_map(|r| match r {
-                Record::Disconnected { at: closed, .. } => {
-                    let closed = closed.saturating_duration_since(trace.start);
-                    (closed >= *poisoned).then_some(closed)
-                }
-                _ => None,
-            });
-            at >= *poisoned && closed.is_none_or(|closed| at <= closed)
-        })
+        .map(|p| p.0)
+        .chain(delivered)
+        .collect()
 }
 
 /// Rule 20: a poison on Core (a message async-nats cannot read) brings down the app's
@@ -816,8 +844,23 @@ fn poisons_end_no_app(trace: &Trace, found: &mut Vec<Violation>) {
         matches!(f.fault, Fault::Restart { .. })
             && Duration::from_millis(u64::from(f.at_ms)) >= last_poison
     });
+    // The recovery limit (MAX_RECOVERIES losses within 300 s) may end an app that more
+    // poisons (stored ones included) and faults than that brought down: it says so.
+    let losses = poison_deaths(trace).len()
+        + trace
+            .scenario
+            .faults
+            .iter()
+            .filter(|f| matches!(f.fault, Fault::DropConnections | Fault::ServerDown(_)))
+            .count();
     for (app, report) in &trace.reports {
-        if let Some(failure) = &report.failure {
+        let at_the_limit = |failure: &str| {
+            failure.contains("times within") && losses > ruststream_adapter::MAX_RECOVERIES
+        };
+        if let Some(failure) = &report.failure
+            && blamed(failure).is_none()
+            && !at_the_limit(failure)
+        {
             found.push(Violation {
                 invariant: "rule 20: a poison on Core ends no app",
                 detail: format!("app {app} ended with a failure: {failure}"),
@@ -841,6 +884,94 @@ fn poisons_end_no_app(trace: &Trace, found: &mut Vec<Violation>) {
                     .collect::<Vec<_>>()
             ),
         });
+    }
+}
+
+/// The stream sequence an app's failure blames for bringing its client down, if it blames one
+/// (rule 20: "… waited for the message at stream sequence N, …").
+fn blamed(failure: &str) -> Option<u64> {
+    let (_, rest) = failure.split_once("waited for the message at stream sequence ")?;
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Rule 20: an app ends blaming a stored message only when that message is a poison (one
+/// that brings the client down each time it is delivered); and a stored poison delivered
+/// `SAME_SUSPECT_LIMIT + 2` times or more, with no restart after it and the consumer's
+/// `max_deliver` not reached, ended an app with an error that named it, so that the operator
+/// could remove it (the run plays the operator).
+fn only_a_stored_poison_ends_an_app(trace: &Trace, found: &mut Vec<Violation>) {
+    let poisons: Vec<u64> = trace
+        .stored_poisons
+        .iter()
+        .filter_map(|p| p.stored.as_ref().map(|(_, sequence)| *sequence))
+        .collect();
+    for (app, report) in &trace.reports {
+        let Some(failure) = &report.failure else {
+            continue;
+        };
+        if let Some(sequence) = blamed(failure)
+            && !poisons.contains(&sequence)
+        {
+            found.push(Violation {
+                invariant: "rule 20: only a poison is blamed",
+                detail: format!(
+                    "app {app} ended blaming stream sequence {sequence}, no poison (the poisons: {poisons:?}): {failure}"
+                ),
+            });
+        }
+    }
+    for poison in &trace.stored_poisons {
+        let restarted_after = trace.scenario.faults.iter().any(|f| {
+            matches!(f.fault, Fault::Restart { .. })
+                && Duration::from_millis(u64::from(f.at_ms)) >= poison.at
+        });
+        // The consumer's max_deliver reached: the server delivers it no more, and nothing
+        // brings the client down again.
+        let exhausted = poison.stored.as_ref().is_some_and(|(s, sequence)| {
+            trace.journal.iter().any(|r| {
+                matches!(r, Record::MaxDeliveries { stream, stream_sequence, .. }
+                    if stream == s && stream_sequence == sequence)
+            })
+        });
+        // Delivered often enough: SAME_SUSPECT_LIMIT losses in a row name it, and two losses of
+        // other causes (a fault, the first delivery to a client whose mount then came back
+        // to another suspect) may break a run.
+        let deliveries = poison.stored.as_ref().map_or(0, |(s, sequence)| {
+            trace
+                .journal
+                .iter()
+                .filter(|r| {
+                    matches!(r, Record::Delivered { stream, stream_sequence, .. }
+                        if stream == s && stream_sequence == sequence)
+                })
+                .count()
+        });
+        let often = deliveries >= ruststream_adapter::SAME_SUSPECT_LIMIT as usize + 2;
+        if poison.stored.is_some()
+            && poison.removed.is_none()
+            && often
+            && !restarted_after
+            && !exhausted
+            && trace.dropped.is_empty()
+            && trace.trouble.is_empty()
+        {
+            found.push(Violation {
+                invariant: "rule 20: a stored poison ends the app, naming it",
+                detail: format!(
+                    "the poison at {:?} ({:?}) was never named by an app's failure; the failures: {:?}",
+                    poison.at,
+                    poison.stored,
+                    trace
+                        .reports
+                        .iter()
+                        .filter_map(|(app, r)| r.failure.as_ref().map(|f| (app, f)))
+                        .collect::<Vec<_>>()
+                ),
+            });
+        }
     }
 }
 
@@ -904,7 +1035,7 @@ fn core_retries_copied_or_counted(
                     .iter()
                     .filter(|f| matches!(f.fault, Fault::DropConnections | Fault::ServerDown(_)))
                     .map(|f| Duration::from_millis(u64::from(f.at_ms)))
-                    .chain(trace.poisons.iter().filter(|p| p.1 > 0).map(|p| p.0));
+                    .chain(poison_deaths(trace));
                 closing
                     .into_iter()
                     .any(|at| at >= ended + first && at <= ended + last)

@@ -52,6 +52,9 @@ pub struct Checked {
     pub windows: Vec<String>,
     /// How many poisons ([`Scenario::poisons`]) reached an app's client and brought it down.
     pub poisoned: usize,
+    /// How many stored poisons ([`Scenario::stored_poisons`]) an app's failure named, and the
+    /// run's operator removed.
+    pub poisons_removed: usize,
 }
 
 /// Runs seed `seed` and checks it.
@@ -70,6 +73,11 @@ pub fn check_scenario(seed: u64, scenario: &Scenario) -> Checked {
         trouble: trace.trouble.clone(),
         settled: trace.settled,
         poisoned: trace.poisons.iter().filter(|p| p.1 > 0).count(),
+        poisons_removed: trace
+            .stored_poisons
+            .iter()
+            .filter(|p| p.removed.is_some())
+            .count(),
         size: (trace.runs.len(), trace.journal.len()),
         fingerprint: fingerprint(&trace),
     }

@@ -102,6 +102,8 @@ pub struct Trace {
     /// Each poison published ([`Scenario::poisons`]): when (virtual time since the start), and
     /// how many subscriptions received it.
     pub poisons: Vec<(Duration, usize)>,
+    /// Each stored poison ([`Scenario::stored_poisons`]) and what the operator did with it.
+    pub stored_poisons: Vec<StoredPoison>,
     /// The dead-letter stream's messages at the end.
     pub dead_letters: Vec<StoredMessage>,
     /// Each JetStream mount's consumer at the end, by mount.
@@ -292,6 +294,8 @@ fn app_of(scenario: &Scenario, sim: &Sim, shared: &Shared, app: usize) -> App {
 enum Step {
     Publish(usize),
     Poison(usize),
+    StoredPoison(usize),
+    Operator,
     Fault(Fault),
     ServerUp,
     JetStreamOn,
@@ -365,6 +369,7 @@ async fn run_on(sim: &Sim, scenario: Scenario) -> Trace {
         dropped: Vec::new(),
         sent: Vec::new(),
         poisons: Vec::new(),
+        stored_poisons: Vec::new(),
         dead_letters: Vec::new(),
         consumers: Vec::new(),
         settled: false,
@@ -406,6 +411,20 @@ async fn run_on(sim: &Sim, scenario: Scenario) -> Trace {
                     .collect()
             })
             .unwrap_or_default(),
+        stored_poisons: scenario
+            .mounts
+            .iter()
+            .enumerate()
+            .find(|(_, m)| m.is_jetstream())
+            .map(|(index, spec)| {
+                let subject = subject(spec, index);
+                scenario
+                    .stored_poisons
+                    .iter()
+                    .map(|at| (*at, subject.clone()))
+                    .collect()
+            })
+            .unwrap_or_default(),
     };
     let played = play(sim, &world, &mut |app| app_of(&scenario, sim, &shared, app)).await;
     for (i, (m, sent)) in scenario.messages.iter().zip(&played.sent).enumerate() {
@@ -424,6 +443,7 @@ async fn run_on(sim: &Sim, scenario: Scenario) -> Trace {
     trace.reports = played.reports;
     trace.shutdown_ends = played.shutdown_ends;
     trace.dropped = played.dropped;
+    trace.stored_poisons = played.stored_poisoned.clone();
     trace.poisons = played
         .poisoned
         .iter()
@@ -460,7 +480,25 @@ pub(crate) struct World {
     /// Poisons: when, and the subject; a message with a header block async-nats cannot read
     /// ([`POISON_HEADERS`]), which brings down the client it reaches.
     pub(crate) poisons: Vec<(u32, String)>,
+    /// Stored poisons: when, and the subject (one a stream stores).
+    pub(crate) stored_poisons: Vec<(u32, String)>,
 }
+
+/// A poison a stream stored, and what the operator did with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredPoison {
+    /// When it was published (virtual time since the start).
+    pub at: Duration,
+    /// Its stream and stream sequence (none when the publish failed).
+    pub stored: Option<(String, u64)>,
+    /// When the operator removed it (`STREAM.MSG.DELETE`), having read an app's failure that
+    /// named it, and started the service again.
+    pub removed: Option<Duration>,
+}
+
+/// How often the run's operator reads the running app's health for a failure that names a
+/// stored poison: every 500 ms of virtual time.
+const OPERATOR_EVERY_MS: u32 = 500;
 
 /// The header block of a poison: a value with a lone carriage return, which nats-server
 /// forwards and async-nats 0.51 cannot read (its connection task panics).
@@ -482,6 +520,8 @@ pub(crate) struct Played {
     pub(crate) sent: Vec<Went>,
     /// Each poison, in the world's order.
     pub(crate) poisoned: Vec<Went>,
+    /// Each stored poison, in the world's order.
+    pub(crate) stored_poisoned: Vec<StoredPoison>,
     /// What each graceful shutdown reported, by app.
     pub(crate) reports: Vec<(usize, ShutdownReport)>,
     /// When each graceful shutdown ended, by app.
@@ -508,6 +548,7 @@ pub(crate) async fn play(
     let mut played = Played {
         sent: Vec::new(),
         poisoned: Vec::new(),
+        stored_poisoned: Vec::new(),
         reports: Vec::new(),
         shutdown_ends: Vec::new(),
         dropped: Vec::new(),
@@ -527,6 +568,9 @@ pub(crate) async fn play(
     }
     for (i, (at_ms, _)) in world.poisons.iter().enumerate() {
         timeline.push((*at_ms, 2, i, Step::Poison(i)));
+    }
+    for (i, (at_ms, _)) in world.stored_poisons.iter().enumerate() {
+        timeline.push((*at_ms, 3, i, Step::StoredPoison(i)));
     }
     timeline.sort_by_key(|(at, order, i, _)| (*at, *order, *i));
     let mut app = 0;
@@ -590,6 +634,39 @@ pub(crate) async fn play(
                     receivers: published.as_ref().map_or(0, |p| p.receivers),
                     stored: None,
                 });
+            }
+            Step::StoredPoison(i) => {
+                let poison = crate::Publish::new(world.stored_poisons[i].1.clone(), "poison")
+                    .unreadable_headers(POISON_HEADERS);
+                let stored = sim
+                    .publish_message(poison)
+                    .ok()
+                    .and_then(|p| p.stored)
+                    .map(|ack| (ack.stream, ack.sequence));
+                played.stored_poisoned.push(StoredPoison {
+                    at: sim.elapsed(),
+                    stored,
+                    removed: None,
+                });
+                later.push((at + OPERATOR_EVERY_MS, Step::Operator));
+            }
+            Step::Operator => {
+                if operate(
+                    sim,
+                    start,
+                    &mut running,
+                    app,
+                    &mut stopping_shutdown,
+                    &mut played,
+                ) {
+                    later.push((at, Step::StartApp));
+                }
+                // While the world goes on; after it, the operator's wait below takes over.
+                let world_goes_on = next < timeline.len()
+                    || later.iter().any(|(_, s)| !matches!(s, Step::Operator));
+                if poison_left(&played) && world_goes_on {
+                    later.push((at + OPERATOR_EVERY_MS, Step::Operator));
+                }
             }
             Step::Fault(Fault::LoseAcks(n)) => sim.lose_acks(usize::from(n)),
             Step::Fault(Fault::FailCopies(n)) => {
@@ -674,6 +751,25 @@ pub(crate) async fn play(
         }
         running = start_app(make_app(app), app, &mut played).await;
     }
+    // The operator stays until every stored poison is removed, or a minute has passed.
+    let mut waited = 0;
+    while poison_left(&played) && waited < 60_000 {
+        sim.advance(Duration::from_millis(u64::from(OPERATOR_EVERY_MS)))
+            .await;
+        waited += OPERATOR_EVERY_MS;
+        if operate(
+            sim,
+            start,
+            &mut running,
+            app,
+            &mut stopping_shutdown,
+            &mut played,
+        ) {
+            finish_shutdown(&mut stopping_shutdown, start, &mut played).await;
+            app += 1;
+            running = start_app(make_app(app), app, &mut played).await;
+        }
+    }
     let quiet = world.settle_time;
     played.settled = sim.run_until_idle(quiet, quiet * 4).await.is_ok();
     if let Some(last) = running.take() {
@@ -683,6 +779,58 @@ pub(crate) async fn play(
         played.shutdown_ends.push((app, ended));
     }
     played
+}
+
+/// Whether a stored poison is still there for the operator to look for.
+fn poison_left(played: &Played) -> bool {
+    played
+        .stored_poisoned
+        .iter()
+        .any(|p| p.stored.is_some() && p.removed.is_none())
+}
+
+/// The operator of a service with a stored poison: when the running app has failed naming one
+/// (`nats stream rmm <stream> <sequence>`, rule 20), removes it as the error says; a failed
+/// app, whatever its failure, is shut down beside the world (its report kept, for the
+/// invariants), as a graceful restart's is, and the service is to start again once it has
+/// stopped. Whether it took a failed app (not while another app's shutdown is under way).
+fn operate(
+    sim: &Sim,
+    start: Instant,
+    running: &mut Option<Running>,
+    app: usize,
+    stopping: &mut Option<(usize, Stopping)>,
+    played: &mut Played,
+) -> bool {
+    if stopping.is_some() {
+        return false;
+    }
+    let Some(failure) = running.as_ref().and_then(|r| r.health().get().failure) else {
+        return false;
+    };
+    let named = played.stored_poisoned.iter().position(|p| {
+        p.removed.is_none()
+            && p.stored.as_ref().is_some_and(|(stream, sequence)| {
+                failure.contains(&format!("nats stream rmm {stream} {sequence}`"))
+            })
+    });
+    if let Some(index) = named {
+        if let Some((stream, sequence)) = played.stored_poisoned[index].stored.clone() {
+            let _ = sim.with(|s| s.delete_message(&stream, sequence));
+        }
+        played.stored_poisoned[index].removed = Some(sim.now().saturating_duration_since(start));
+    }
+    let Some(failed) = running.take() else {
+        return false;
+    };
+    *stopping = Some((
+        app,
+        tokio::spawn(async move {
+            let report = failed.shutdown().await;
+            (report, tokio::time::Instant::now().into_std())
+        }),
+    ));
+    true
 }
 
 /// A graceful restart's shutdown under way: its report, and when it ended.

@@ -162,6 +162,13 @@ pub struct Scenario {
     /// other draw of every seed as it was.
     #[serde(default)]
     pub poisons: Vec<u32>,
+    /// When a poison is published to the first JetStream mount's subject, stored by its
+    /// stream: each delivery brings the app's client down, and after
+    /// `SAME_SUSPECT_LIMIT` losses the app ends with an error naming its stream sequence
+    /// (rule 20); the run plays the operator, who removes it as the error says and starts the
+    /// service again. Drawn apart from the rest ([`stored_poisons_of`]).
+    #[serde(default)]
+    pub stored_poisons: Vec<u32>,
 }
 
 /// The longest time a scenario publishes or injects a fault at: 6 s.
@@ -182,6 +189,7 @@ impl Scenario {
         let with_poisons = scenario()
             .prop_map(move |mut s| {
                 s.poisons = poisons_of(seed, &s);
+                s.stored_poisons = stored_poisons_of(seed, &s);
                 s
             })
             .boxed();
@@ -364,12 +372,27 @@ pub(crate) fn fault() -> impl Strategy<Value = Fault> {
 /// a generator of its own, seeded by `seed` and a tag, not from the scenario's: the scenario a
 /// seed drew before poisons existed is unchanged, save the poison.
 pub fn poisons_of(seed: u64, scenario: &Scenario) -> Vec<u32> {
-    if !scenario.mounts.iter().any(|m| !m.is_jetstream()) {
+    let core = scenario.mounts.iter().any(|m| !m.is_jetstream());
+    one_in_eight(seed, b"poison", core)
+}
+
+/// The stored poisons seed `seed` publishes in `scenario` ([`Scenario::stored_poisons`]): in
+/// one seed of eight whose scenario has a JetStream mount, one before [`BUSY_MS`]; drawn as
+/// [`poisons_of`] draws, from a generator of its own.
+pub fn stored_poisons_of(seed: u64, scenario: &Scenario) -> Vec<u32> {
+    let jetstream = scenario.mounts.iter().any(MountSpec::is_jetstream);
+    one_in_eight(seed, b"stored", jetstream)
+}
+
+/// One time before [`BUSY_MS`] in one seed of eight (when `possible`), from a generator seeded
+/// by `seed` and `tag`.
+fn one_in_eight(seed: u64, tag: &[u8; 6], possible: bool) -> Vec<u32> {
+    if !possible {
         return Vec::new();
     }
     let mut bytes = [0u8; 32];
     bytes[..8].copy_from_slice(&seed.to_le_bytes());
-    bytes[8..14].copy_from_slice(b"poison");
+    bytes[8..14].copy_from_slice(tag);
     let mut rng = TestRng::from_seed(RngAlgorithm::ChaCha, &bytes);
     if !rng.next_u32().is_multiple_of(8) {
         return Vec::new();
@@ -400,6 +423,7 @@ pub fn scenario() -> BoxedStrategy<Scenario> {
                 messages,
                 faults,
                 poisons: Vec::new(),
+                stored_poisons: Vec::new(),
             }
         })
         .boxed()
@@ -423,7 +447,9 @@ mod tests {
             let alone = scenario().new_tree(&mut runner).unwrap().current();
             let mut drawn = Scenario::of_seed(seed);
             assert_eq!(drawn.poisons, poisons_of(seed, &alone), "seed {seed}");
+            assert_eq!(drawn.stored_poisons, stored_poisons_of(seed, &alone));
             drawn.poisons.clear();
+            drawn.stored_poisons.clear();
             assert_eq!(drawn, alone, "seed {seed}");
         }
     }

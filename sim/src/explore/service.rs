@@ -566,6 +566,7 @@ async fn explore_on<S: Service>(
             .collect(),
         settle_time: settle,
         poisons: Vec::new(),
+        stored_poisons: Vec::new(),
     };
     let shared: Shared = Arc::default();
     let played = play(sim, &world, &mut |app| {

@@ -1,7 +1,8 @@
 //! A message that brings the client down every time it is delivered (rule 20): after each
 //! loss of the connection, each JetStream mount's suspect is read from its consumer; while
 //! there is one the mount pulls one message at a time, and the same suspect too many times in
-//! a row ends the app naming it.
+//! a row ends the app naming it. One async-nats cannot read is taken before one it can; a
+//! readable suspect is not counted while another mount has an unreadable one.
 
 use std::sync::PoisonError;
 use std::time::Duration;
@@ -25,6 +26,7 @@ impl<R: Runtime> Supervisor<R> {
     /// message, logged; the same one at [`SAME_SUSPECT_LIMIT`] losses in a row ends the app.
     pub(super) async fn check_suspects(&self, watch: &mut Watch, what: &str) -> Result<(), String> {
         let js = async_nats::jetstream::new(self.client());
+        let mut found = Vec::new();
         for (index, (_, _, policy)) in self.declared.iter().enumerate() {
             let Descriptor::JetStream { stream, consumer } = policy.descriptor() else {
                 continue;
@@ -48,7 +50,7 @@ impl<R: Runtime> Supervisor<R> {
                 self.records[index].careful.clear();
                 continue;
             }
-            let Some(sequence) = self.suspect(&js, index, stream, &info).await else {
+            let Some((sequence, unreadable)) = self.suspect(&js, index, stream, &info).await else {
                 // Every message it waits for reached the mount: none brought the client down.
                 watch.suspects.remove(&index);
                 self.records[index].careful.clear();
@@ -56,13 +58,41 @@ impl<R: Runtime> Supervisor<R> {
             };
             let record = &self.records[index];
             record.careful.until(R::now() + careful_span(record));
-            let times = match watch.suspects.get(&index) {
+            found.push(Suspect {
+                index,
+                stream,
+                consumer,
+                sequence,
+                unreadable,
+                ack_pending: info.num_ack_pending,
+                redelivered: info.num_redelivered,
+            });
+        }
+        // A suspect async-nats cannot read (`STREAM.MSG.GET`) is the likeliest culprit, and one
+        // of another mount that it can read is then no suspect: it may be a message an earlier
+        // process received and `-NAK`ed with a delay, waiting for its redelivery, while a poison
+        // in this other stream brings the shared client down (the explorer's seeds 2685 and
+        // 2705: naming it had the operator remove a good message). Unreadable ones first, so
+        // that the error names one.
+        let any_unreadable = found.iter().any(|f| f.unreadable);
+        found.sort_by_key(|f| !f.unreadable);
+        for f in found {
+            let name = self.records[f.index].name;
+            let (stream, consumer, sequence) = (f.stream, f.consumer, f.sequence);
+            if any_unreadable && !f.unreadable {
+                watch.suspects.remove(&f.index);
+                tracing::info!(mount = %name, stream, consumer, stream_sequence = sequence,
+                    "{what} while this consumer waits for a message that never reached the mount; another mount waits for one the client cannot read, the likelier culprit: not counted");
+                continue;
+            }
+            let times = match watch.suspects.get(&f.index) {
                 Some(&(seen, n)) if seen == sequence => n + 1,
                 _ => 1,
             };
-            watch.suspects.insert(index, (sequence, times));
+            watch.suspects.insert(f.index, (sequence, times));
             tracing::warn!(mount = %name, stream, consumer, stream_sequence = sequence, times,
-                ack_pending = info.num_ack_pending, redelivered = info.num_redelivered,
+                ack_pending = f.ack_pending, redelivered = f.redelivered,
+                unreadable = f.unreadable,
                 "{what} while this consumer waits for the acknowledgement of the message at this stream sequence, which never reached the mount; it pulls one message at a time meanwhile");
             if times >= SAME_SUSPECT_LIMIT {
                 return Err(format!(
@@ -81,15 +111,18 @@ impl<R: Runtime> Supervisor<R> {
     /// The message most likely to have brought the client down: the first one after the
     /// consumer's ack floor, up to the last it delivered (at most [`SUSPECT_SCAN`] of them),
     /// that the mount never received (a message the client cannot read never reaches it) and
-    /// that the consumer would deliver (still stored, on its filter subject). `None` when every
-    /// such message reached the mount: a handler still running, say, is no suspect.
+    /// that the consumer would deliver (still stored, on its filter subject), and whether
+    /// async-nats cannot read it when it asks for it stored (`STREAM.MSG.GET`). One it cannot
+    /// read is taken before any readable one: a message that brings the client down is one the
+    /// client cannot read. `None` when every such message reached the mount: a handler still
+    /// running, say, is no suspect.
     async fn suspect(
         &self,
         js: &async_nats::jetstream::Context,
         index: usize,
         stream: &str,
         info: &async_nats::jetstream::consumer::Info,
-    ) -> Option<u64> {
+    ) -> Option<(u64, bool)> {
         let first = info.ack_floor.stream_sequence + 1;
         let last = info
             .delivered
@@ -103,6 +136,7 @@ impl<R: Runtime> Supervisor<R> {
         let Some(Ok(stream)) = R::timeout(PATIENCE, js.get_stream(stream)).await else {
             return None;
         };
+        let mut readable = None;
         for sequence in first..=last {
             if received.contains(&sequence) {
                 continue;
@@ -114,7 +148,7 @@ impl<R: Runtime> Supervisor<R> {
                 Some(Ok(stored)) => stored,
                 Some(Err(e)) if e.kind() == RawMessageErrorKind::NoMessageFound => continue,
                 // Stored, and async-nats cannot read it either: the likeliest culprit.
-                Some(Err(_)) => return Some(sequence),
+                Some(Err(_)) => return Some((sequence, true)),
                 None => continue,
             };
             let on_filter = match (&filter, ruststream_core::Subject::new(&stored.subject)) {
@@ -122,12 +156,23 @@ impl<R: Runtime> Supervisor<R> {
                 (Some(filter), Ok(subject)) => filter.matches(&subject),
                 (Some(_), Err(_)) => true,
             };
-            if on_filter {
-                return Some(sequence);
+            if on_filter && readable.is_none() {
+                readable = Some((sequence, false));
             }
         }
-        None
+        readable
     }
+}
+
+/// One mount's suspect after a loss of the connection.
+struct Suspect<'a> {
+    index: usize,
+    stream: &'a str,
+    consumer: &'a str,
+    sequence: u64,
+    unreadable: bool,
+    ack_pending: usize,
+    redelivered: usize,
 }
 
 /// How long a JetStream mount pulls one message at a time once a message is suspected of
