@@ -192,7 +192,7 @@ fn main() -> ExitCode {
     let elapsed = started.elapsed();
     let per_minute = ran as f64 / elapsed.as_secs_f64().max(1e-9) * 60.0;
     println!(
-        "explore: {ran} seeds ({from}..{seed}) in {:.1} s, {per_minute:.0} a minute; {failed} failed, {unsettled} still settling at their end, {trouble} with an app that did not start, {windows} Core copies or messages lost in rule 21's window (async-nats held them as a fault or a poison closed the connection; --show names them), {poisoned} Core poisons brought a client down, {removed} stored poisons ended an app naming them and were removed",
+        "explore: {ran} seeds ({from}..{seed}) in {:.1} s, {per_minute:.0} a minute; {failed} failed, {unsettled} still settling at their end, {trouble} with an app that did not start, {windows} Core copies, dead letters or messages lost in rule 21's window (async-nats held them as a fault or a poison closed the connection; --show names them), {poisoned} Core poisons brought a client down, {removed} stored poisons ended an app naming them and were removed",
         elapsed.as_secs_f64()
     );
     match failed {

@@ -452,3 +452,189 @@ fn seeds_2685_and_2705_a_readable_message_is_never_blamed_for_a_poison() {
         );
     }
 }
+
+/// Seed 374484: a lease renewal (`+WPI`) of delivery 2 was lost, so the server delivered the
+/// message again (delivery 3) at the very instant delivery 2's handler returned `retry`; its
+/// `-NAK`, decided before delivery 3 reached the mount, reached the server after it, and
+/// nats-server (which settles by stream sequence; with a `BackOff`, a short delay comes to
+/// nothing) delivered the message at once once more (delivery 4) while delivery 3 ran. The
+/// runtime discarded delivery 3's result, as rule 16 says; the explorer's check of one run at
+/// a time excused lost renewals of the running delivery only, not the crossing `-NAK` of an
+/// older one whose renewal was lost (a mistake of the explorer's, fixed there).
+#[test]
+fn seed_374484_runs_to_its_end() {
+    let checked = within_limit("seed 374484", || {
+        ruststream_sim::explore::check_seed(374484)
+    });
+    assert!(checked.violations.is_empty(), "{:?}", checked.violations);
+}
+
+/// Seed 406590: on a JetStream mount with leases off, every handler slot was taken, and the
+/// redeliveries of a message that came meanwhile waited for a slot unrenewed, past their
+/// deadline; the older one was then settled (`+TERM` at the limit) after the mount had
+/// received the newer one, and the server took it for the message (rule 16). A message that
+/// waits for a slot now keeps its deadline and is superseded by a later delivery with leases
+/// off too: one that waited past its deadline, or was delivered again meanwhile, is neither
+/// run nor settled.
+#[test]
+fn seed_406590_a_delivery_that_waited_past_its_deadline_is_not_settled() {
+    let checked = within_limit("seed 406590", || {
+        ruststream_sim::explore::check_seed(406590)
+    });
+    assert!(checked.violations.is_empty(), "{:?}", checked.violations);
+}
+
+/// Seed 391326: the same as seed 406590 with a `-NAK`: a delivery that waited 2 s for a slot
+/// (leases off, `ack_wait` 300 ms) ran after the mount had received the message again, and its
+/// `-NAK` settled the newer delivery.
+#[test]
+fn seed_391326_runs_to_its_end() {
+    let checked = within_limit("seed 391326", || {
+        ruststream_sim::explore::check_seed(391326)
+    });
+    assert!(checked.violations.is_empty(), "{:?}", checked.violations);
+}
+
+/// Seeds 360027, 415880 and 475681: a Core mount's plain dead letter (no stream stores its
+/// subject) was published and flushed at the very instant a fault closed the app's
+/// connection; async-nats' flush says the bytes left for the socket, not that the server read
+/// them, so the runtime reported the delivery dead-lettered and the dead letter never reached
+/// the server. The runtime cannot see it (rule 8 asks a plain dead letter to be flushed, no
+/// more): the explorer counts it in rule 21's window, as a copy lost the same way, instead of
+/// failing rule 8.
+#[test]
+fn seed_360027_a_plain_dead_letter_flushed_as_a_fault_closes_the_connection_is_in_the_window() {
+    for seed in [360027, 415880, 475681] {
+        let checked = within_limit("seed", move || ruststream_sim::explore::check_seed(seed));
+        assert!(
+            checked.violations.is_empty(),
+            "seed {seed}: {:?}",
+            checked.violations
+        );
+        assert!(
+            checked
+                .windows
+                .iter()
+                .any(|w| w.contains("plain dead letters flushed as a fault closed the connection")),
+            "seed {seed}: its dead letter is named in rule 21's window: {:?}",
+            checked.windows
+        );
+    }
+}
+
+/// A Core mount whose handler asks for its copy 500 ms after its first attempt, on a
+/// simulation whose server goes down 100 ms after the message is published and stays down
+/// `down` (for ever: `None`), the app shut down `shutdown_after` after the publish with a
+/// grace period of 1 s. What the shutdown reported, and the copies (retry-count header) the
+/// server received.
+async fn copy_due_while_down(
+    sim: Sim,
+    down: Option<Duration>,
+    shutdown_after: Duration,
+) -> (ruststream_adapter::ShutdownReport, usize) {
+    let running = App::new(&sim.url())
+        .grace_period(Duration::from_secs(1))
+        .mount(
+            Mount::core_subject("greet", "greet"),
+            move |d: Delivery| async move {
+                match d.attempt.get() {
+                    1 => Outcome::RetryAfter(Duration::from_millis(500)),
+                    _ => Outcome::Ack,
+                }
+            },
+        )
+        .start()
+        .await
+        .unwrap();
+    sim.publish("greet", "hello").unwrap();
+    sim.advance(Duration::from_millis(100)).await;
+    sim.go_down();
+    let mut waited = Duration::from_millis(100);
+    if let Some(down) = down {
+        sim.advance(down).await;
+        waited += down;
+        sim.come_up();
+    }
+    sim.advance(shutdown_after.saturating_sub(waited)).await;
+    let report = running.shutdown().await;
+    sim.advance(Duration::from_millis(10)).await;
+    let copies = sim
+        .journal()
+        .iter()
+        .filter(|r| {
+            matches!(r, Record::Published { subject, headers: Some(h), .. }
+                if subject == "greet" && h.get("x-ruststream-retry-count").is_some())
+        })
+        .count();
+    (report, copies)
+}
+
+/// Seed 360800: a delayed Core copy fell due while the server was down, and the delay loop
+/// handed it to async-nats, which held it in its buffer for the connection; a graceful restart
+/// then ended the app before the connection came back (the flush at shutdown timed out), and
+/// the copy was lost with the client, counted nowhere (rule 21). A copy that falls due while
+/// the connection is down now waits in the delay queue until it is back: still waiting at the
+/// end of the shutdown, it is counted in `lost_copies`.
+#[test]
+fn seed_360800_a_delayed_copy_due_while_the_connection_is_down_is_counted_lost_at_shutdown() {
+    let (report, copies) = within_limit("a copy due while the server is down", || {
+        Sim::run(|sim| copy_due_while_down(sim, None, Duration::from_secs(2)))
+    });
+    let counted: usize = report.lost_copies.iter().map(|(_, n)| n).sum::<usize>()
+        + report
+            .core_losses
+            .iter()
+            .map(|l| l.unpublished_copies as usize)
+            .sum::<usize>();
+    assert_eq!(
+        (copies, counted),
+        (0, 1),
+        "the copy never reached the server and the shutdown counted {counted} lost: {report:?}"
+    );
+}
+
+/// Seed 360800's copy, with the server back before the shutdown: it waited for the
+/// connection, and is published once it is back.
+#[test]
+fn seed_360800_a_delayed_copy_due_while_the_connection_is_down_is_published_once_it_is_back() {
+    let (report, copies) = within_limit("a copy due while the server is down", || {
+        Sim::run(|sim| {
+            copy_due_while_down(sim, Some(Duration::from_secs(1)), Duration::from_secs(5))
+        })
+    });
+    assert_eq!(copies, 1, "{report:?}");
+    assert!(report.lost_copies.is_empty(), "{report:?}");
+}
+
+/// Seed 360800 of the explorer runs to its end, and every invariant holds.
+#[test]
+fn seed_360800_runs_to_its_end() {
+    let checked = within_limit("seed 360800", || {
+        ruststream_sim::explore::check_seed(360800)
+    });
+    assert!(checked.violations.is_empty(), "{:?}", checked.violations);
+}
+
+/// Seed 454458: as seed 360800, a delayed copy fell due while the server was down and was
+/// handed to async-nats; the connection came back while the last shutdown's flush waited for
+/// it, and the copy was written as the app stopped, after which the explorer read the journal
+/// before the model had read the socket. The copy now waits in the delay queue for the
+/// connection, and the explorer reads the journal once the model has read the app's
+/// connections to their end.
+#[test]
+fn seed_454458_runs_to_its_end() {
+    let checked = within_limit("seed 454458", || {
+        ruststream_sim::explore::check_seed(454458)
+    });
+    assert!(checked.violations.is_empty(), "{:?}", checked.violations);
+}
+
+/// Seed 7523 (a poison on Core while JetStream was off): the app's new client checked its
+/// mounts again, found no stream for the Core mount's dead letters, and published them plain,
+/// as start-up does (rule 8); the explorer took them for stored ones, which a refusal would
+/// have kept from counting (a mistake of the explorer's, fixed there).
+#[test]
+fn seed_7523_runs_to_its_end() {
+    let checked = within_limit("seed 7523", || ruststream_sim::explore::check_seed(7523));
+    assert!(checked.violations.is_empty(), "{:?}", checked.violations);
+}

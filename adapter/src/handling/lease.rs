@@ -147,15 +147,20 @@ const WAIT_RENEWAL_LIMIT: Duration = Duration::from_secs(24 * 60 * 60);
 /// The lease of a prefetched JetStream message that waits in its pull loop for a handler slot:
 /// renewed with `+WPI` at half its span by the lease loop, as a running handler's is, so that
 /// it cannot expire and be delivered again while it waits (rule 16 and the pull prefetch in
-/// `ruststream_core::PullAccounting`). Ended by [`WaitLease::end`], or, on any other way out
-/// (a loop that ends, a task that is dropped), when it is dropped: a lease never outlives its
-/// message's wait.
+/// `ruststream_core::PullAccounting`). On a mount with leases off it is not renewed, and only
+/// keeps the message's deadline and the deliveries of it that come after: a message that
+/// waited past its deadline, or was delivered again while it waited, is not run (its result
+/// would be a late one). Ended by [`WaitLease::end`], or, on any other way out (a loop that
+/// ends, a task that is dropped), when it is dropped: a lease never outlives its message's
+/// wait.
 pub(crate) struct WaitLease {
     room: Arc<LeaseRoom>,
     /// `None` once ended.
     key: Option<ruststream_core::LeaseKey>,
     since: Instant,
     span: Duration,
+    /// Whether it is renewed (the mount's leases are on).
+    renew: bool,
 }
 
 /// What became of a message's wait.
@@ -170,23 +175,23 @@ pub(crate) enum WaitEnd {
 }
 
 impl WaitLease {
-    /// A lease for `msg`, from now; `None` when there is nothing to renew (leases off, no ack
-    /// reply subject that reads, or no `ack_wait` known).
+    /// A lease for `msg`, from now, renewed when the mount's leases are on; `None` when there
+    /// is no deadline to keep (no ack reply subject that reads, or no `ack_wait` known).
     pub(crate) fn hold<R: Runtime>(ctx: &MountContext, msg: &Incoming) -> Option<Self> {
         let reply = msg.reply.clone()?;
         let parsed = ruststream_core::AckReply::parse(reply.as_bytes()).ok()?;
         let delivered = parsed.delivered;
-        let span = {
+        let (span, renew) = {
             let settings = ctx.lease_settings();
-            if !settings.renew {
-                return None;
-            }
-            ruststream_core::lease_span(settings.ack_wait?, &settings.backoff, delivered)
+            (
+                ruststream_core::lease_span(settings.ack_wait?, &settings.backoff, delivered),
+                settings.renew,
+            )
         };
         let since = R::now();
         let terms = LeaseTerms {
             span: Some(span),
-            renew: true,
+            renew,
             limit: WAIT_RENEWAL_LIMIT,
             delivery: Some(LeasedDelivery {
                 mount: ctx.index,
@@ -205,12 +210,13 @@ impl WaitLease {
             key: Some(key),
             since,
             span,
+            renew,
         })
     }
 
     /// The message got its slot: the lease ends, and says whether the message may run. One
-    /// that waited a quarter of its span or more is renewed once more now, so that its
-    /// handler's lease (which counts from its start) renews it in time.
+    /// that waited a quarter of its span or more is renewed once more now (leases on), so that
+    /// its handler's lease (which counts from its start) renews it in time.
     pub(crate) fn end<R: Runtime>(mut self, ctx: &MountContext, msg: &Incoming) -> WaitEnd {
         let now = R::now();
         let Some(key) = self.key.take() else {
@@ -220,7 +226,7 @@ impl WaitLease {
             LeaseEnd::OnTime => {}
             LeaseEnd::Late { by } => {
                 tracing::warn!(mount = %ctx.name, subject = %msg.subject, late_by = ?by,
-                    "a prefetched message waited past its deadline (its renewals could not be sent): not run here, the server delivers it again");
+                    "a prefetched message waited past its deadline (its renewals could not be sent, or leases are off): not run here, the server delivers it again");
                 return WaitEnd::Late;
             }
             LeaseEnd::Superseded { by } => {
@@ -229,7 +235,8 @@ impl WaitLease {
                 return WaitEnd::Late;
             }
         }
-        if now.saturating_duration_since(self.since) >= self.span / 4
+        if self.renew
+            && now.saturating_duration_since(self.since) >= self.span / 4
             && let Some(reply) = msg.reply.clone()
             && renew(&ctx.clients, reply)
         {

@@ -12,6 +12,10 @@ use crate::state::losses::Losses;
 use crate::support::deliberate::{self, Bug};
 use crate::support::metrics::{Loss, Wire};
 
+/// How often the delay loop looks again at the app's connection while it is down and copies
+/// are due.
+pub(crate) const WHILE_DOWN: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// The delay queue of Core copies (one per app, one timer): publishes each copy when due.
 ///
 /// `losses`, `copy_subjects` and `names` are by mount index.
@@ -20,6 +24,12 @@ use crate::support::metrics::{Loss, Wire};
 /// deadline has passed (the end of the shutdown grace period, or now when a second signal cut
 /// it short). Gives how many copies were still
 /// waiting then, per mount index: those are lost (SETTLEMENT.md, rule 14).
+///
+/// A copy that falls due while the app's connection is down stays in the queue, looked at again
+/// every [`WHILE_DOWN`], until the connection is back: handed to async-nats meanwhile, it would
+/// wait in the client's buffer, out of the runtime's sight, and be lost uncounted if the app
+/// stopped before the connection came back (rule 21; the explorer's seed 360800). Still
+/// waiting here at the end of a shutdown, it is counted with the copies lost at shutdown.
 ///
 /// When `finish` closes instead (the app's `Running` dropped without a shutdown, so no grace
 /// period will come), it publishes the copies that fall due while the mounts still run (a
@@ -43,6 +53,8 @@ pub(crate) async fn delay_loop<R: Runtime>(
     let mut orphaned = false;
     // Delayed copies that fell due with `Bug::LoseDelayedCopy` on: every third is dropped.
     let mut dropped_on_purpose = 0u64;
+    // While the connection is down, when to look at it again (copies due wait until then).
+    let mut look_again: Option<std::time::Instant> = None;
     loop {
         if orphaned && !open {
             break;
@@ -60,7 +72,9 @@ pub(crate) async fn delay_loop<R: Runtime>(
                 break;
             }
         }
-        let next = queue.poll_timeout();
+        let next = queue
+            .poll_timeout()
+            .map(|at| look_again.map_or(at, |again| at.max(again)));
         tokio::select! {
             biased;
             changed = finish.changed(), if !orphaned => orphaned = changed.is_err(),
@@ -72,9 +86,14 @@ pub(crate) async fn delay_loop<R: Runtime>(
                 None => open = false,
             },
             _ = R::sleep_until(next.unwrap_or_else(R::now)), if next.is_some() => {
-                let due: Vec<PendingCopy> = queue.handle_timeout(R::now()).collect();
                 // The app's client now: a new one if the supervisor replaced a dead one.
                 let client = clients.borrow().clone();
+                if client.connection_state() != async_nats::connection::State::Connected {
+                    look_again = Some(R::now() + WHILE_DOWN);
+                    continue;
+                }
+                look_again = None;
+                let due: Vec<PendingCopy> = queue.handle_timeout(R::now()).collect();
                 for copy in due {
                     let mount = copy.mount();
                     let metrics = losses.get(mount).map(|l| l.metrics());

@@ -45,9 +45,10 @@ impl Held {
     }
 }
 
-/// A prefetched message that waits for a free handler slot: renewed while it waits
-/// ([`WaitLease`]), and counted in flight, so that a shutdown waits for it and reports it
-/// abandoned if its grace period ends first.
+/// A prefetched message that waits for a free handler slot: renewed while it waits (leases
+/// on), its deadline and later deliveries kept either way ([`WaitLease`]), and counted in
+/// flight, so that a shutdown waits for it and reports it abandoned if its grace period ends
+/// first.
 pub(super) struct Prefetched {
     msg: Incoming,
     lease: Option<WaitLease>,
@@ -73,7 +74,9 @@ pub(super) fn prefetch_deadline(ctx: &MountContext) -> Option<Duration> {
 }
 
 /// Starts a message that waited, in the slot `permit`; one whose deadline passed while it
-/// waited (its renewals could not be sent) is not run: the server delivers it again. `busy`
+/// waited (its renewals could not be sent, or leases are off), or that the mount received
+/// again meanwhile, is neither run nor settled: the server delivers it again, and a settlement
+/// would be taken for the newer delivery (rule 16; seeds 391326 and 406590). `busy`
 /// gives the handler slots running deliveries take, from the slots held for requests.
 pub(super) async fn start_waiting<R: Runtime>(
     ctx: &Arc<MountContext>,
@@ -93,8 +96,9 @@ pub(super) async fn start_waiting<R: Runtime>(
     start_delivery::<R>(ctx.clone(), read_jetstream, msg, permit, slot).await;
 }
 
-/// A prefetched message that found no free slot: it waits, renewed, and is noted as received
-/// (the supervisor's suspect is a message the mount never received, rule 20).
+/// A prefetched message that found no free slot: it waits under its lease (renewed with
+/// leases on), and is noted as received (the supervisor's suspect is a message the mount
+/// never received, rule 20).
 pub(super) fn wait<R: Runtime>(ctx: &MountContext, msg: Incoming) -> Prefetched {
     if let Some(reply) = &msg.reply
         && let Ok(reply) = ruststream_core::AckReply::parse(reply.as_bytes())

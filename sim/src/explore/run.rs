@@ -774,6 +774,18 @@ pub(crate) async fn play(
     played.settled = sim.run_until_idle(quiet, quiet * 4).await.is_ok();
     if let Some(last) = running.take() {
         let report = last.shutdown().await;
+        // What the app wrote as its shutdown ended (a copy async-nats held until its
+        // connection came back, sent as the flush at shutdown waited for it) is on the
+        // loopback socket, not yet read by the model: the journal is read once the model has
+        // read the app's connections to their end (seed 454458). A dropped app's connection
+        // may stay open: a second at most.
+        let _ = sim
+            .run_until(
+                "the app's connections read to their end",
+                Duration::from_secs(1),
+                |s| s.connections().is_empty(),
+            )
+            .await;
         played.reports.push((app, report));
         let ended = sim.now().saturating_duration_since(start);
         played.shutdown_ends.push((app, ended));
