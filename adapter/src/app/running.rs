@@ -140,6 +140,23 @@ impl<R: Runtime> Running<R> {
         reactor.enter(self.until_signal_here()).await.into_result()
     }
 
+    /// Why the app stops once its supervisor is gone: the NATS thread's end, which `failed`
+    /// says within 5 s, or the supervisor's.
+    async fn ended_with_the_thread(
+        failed: impl std::future::Future<Output = String> + Send,
+    ) -> (Option<String>, bool) {
+        match R::timeout(std::time::Duration::from_secs(5), failed).await {
+            Some(why) => {
+                tracing::error!(error = %why, "the app cannot go on; stopping");
+                (Some(why), true)
+            }
+            None => (
+                Some("the app's supervisor ended while the app ran".to_owned()),
+                false,
+            ),
+        }
+    }
+
     async fn until_signal_here(self) -> ShutdownReport {
         let mut asked = self.shutdown.subscribe();
         let mut failed = self.failed.subscribe();
@@ -152,7 +169,13 @@ impl<R: Runtime> Running<R> {
                 (Some(why), true)
             }
             // The supervisor has logged why.
-            why = failed.wait_for(Option::is_some) => (why.ok().and_then(|why| (*why).clone()), false),
+            // Its sender gone with the supervisor (`None` here): the NATS thread is ending,
+            // and says so a moment later, below (a CI run under load once took this for a
+            // clean stop).
+            why = failed.wait_for(Option::is_some) => match why.ok().map(|why| (*why).clone()) {
+                Some(why) => (why, false),
+                None => (None, true),
+            },
             _ = asked.wait_for(|stop| *stop) => {
                 tracing::info!("shutdown requested");
                 (None, false)
@@ -164,6 +187,12 @@ impl<R: Runtime> Running<R> {
                 }
                 (None, false)
             }
+        };
+        let supervisor_gone = reactor_dead && failure.is_none();
+        let (failure, reactor_dead) = if supervisor_gone {
+            Self::ended_with_the_thread(self.reactor.failed()).await
+        } else {
+            (failure, reactor_dead)
         };
         let again = async {
             match R::termination_signal().await {
