@@ -397,34 +397,8 @@ async fn run_on(sim: &Sim, scenario: Scenario) -> Trace {
         copy_patterns: vec!["core.>".to_owned(), "copies.>".to_owned()],
         dead_letter_patterns: vec!["dlq.>".to_owned(), "lost.>".to_owned()],
         settle_time: scenario.settle_time(),
-        poisons: scenario
-            .mounts
-            .iter()
-            .enumerate()
-            .find(|(_, m)| !m.is_jetstream())
-            .map(|(index, spec)| {
-                let subject = subject(spec, index);
-                scenario
-                    .poisons
-                    .iter()
-                    .map(|at| (*at, subject.clone()))
-                    .collect()
-            })
-            .unwrap_or_default(),
-        stored_poisons: scenario
-            .mounts
-            .iter()
-            .enumerate()
-            .find(|(_, m)| m.is_jetstream())
-            .map(|(index, spec)| {
-                let subject = subject(spec, index);
-                scenario
-                    .stored_poisons
-                    .iter()
-                    .map(|at| (*at, subject.clone()))
-                    .collect()
-            })
-            .unwrap_or_default(),
+        poisons: poisons_to_first(&scenario, &scenario.poisons, false),
+        stored_poisons: poisons_to_first(&scenario, &scenario.stored_poisons, true),
     };
     let played = play(sim, &world, &mut |app| app_of(&scenario, sim, &shared, app)).await;
     for (i, (m, sent)) in scenario.messages.iter().zip(&played.sent).enumerate() {
@@ -462,6 +436,26 @@ async fn run_on(sim: &Sim, scenario: Scenario) -> Trace {
         }
     }
     trace
+}
+
+/// Publishes a poison to `subject`: a message with [`POISON_HEADERS`].
+fn publish_poison(sim: &Sim, subject: &str) -> Result<crate::Published, crate::SimError> {
+    sim.publish_message(crate::Publish::new(subject, "poison").unreadable_headers(POISON_HEADERS))
+}
+
+/// Poisons at `times`, each to the subject of the scenario's first mount that is a JetStream
+/// one (`jetstream`) or a Core one; none when it has no such mount.
+fn poisons_to_first(scenario: &Scenario, times: &[u32], jetstream: bool) -> Vec<(u32, String)> {
+    scenario
+        .mounts
+        .iter()
+        .enumerate()
+        .find(|(_, m)| m.is_jetstream() == jetstream)
+        .map(|(index, spec)| {
+            let subject = subject(spec, index);
+            times.iter().map(|at| (*at, subject.clone())).collect()
+        })
+        .unwrap_or_default()
 }
 
 /// What a run plays, whatever its app: publishes and faults at their times.
@@ -626,9 +620,7 @@ pub(crate) async fn play(
                 });
             }
             Step::Poison(i) => {
-                let poison = crate::Publish::new(world.poisons[i].1.clone(), "poison")
-                    .unreadable_headers(POISON_HEADERS);
-                let published = sim.publish_message(poison);
+                let published = publish_poison(sim, &world.poisons[i].1);
                 played.poisoned.push(Went {
                     at: sim.elapsed(),
                     receivers: published.as_ref().map_or(0, |p| p.receivers),
@@ -636,10 +628,7 @@ pub(crate) async fn play(
                 });
             }
             Step::StoredPoison(i) => {
-                let poison = crate::Publish::new(world.stored_poisons[i].1.clone(), "poison")
-                    .unreadable_headers(POISON_HEADERS);
-                let stored = sim
-                    .publish_message(poison)
+                let stored = publish_poison(sim, &world.stored_poisons[i].1)
                     .ok()
                     .and_then(|p| p.stored)
                     .map(|ack| (ack.stream, ack.sequence));
