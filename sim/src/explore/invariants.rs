@@ -915,10 +915,7 @@ fn poisons_end_no_app(trace: &Trace, found: &mut Vec<Violation>) {
         .map(|p| p.0)
         .max()
         .unwrap_or_default();
-    let restarted_after = trace.scenario.faults.iter().any(|f| {
-        matches!(f.fault, Fault::Restart { .. })
-            && Duration::from_millis(u64::from(f.at_ms)) >= last_poison
-    });
+    let restarted_after = restarted_since(trace, last_poison);
     // The recovery limit (MAX_RECOVERIES losses within 300 s) may end an app that more
     // poisons (stored ones included) and faults than that brought down: it says so.
     let losses = poison_deaths(trace).len()
@@ -962,6 +959,13 @@ fn poisons_end_no_app(trace: &Trace, found: &mut Vec<Violation>) {
     }
 }
 
+/// Whether the scenario restarts its app at or after `at` (virtual time since the start).
+fn restarted_since(trace: &Trace, at: Duration) -> bool {
+    trace.scenario.faults.iter().any(|f| {
+        matches!(f.fault, Fault::Restart { .. }) && Duration::from_millis(u64::from(f.at_ms)) >= at
+    })
+}
+
 /// The stream sequence an app's failure blames for bringing its client down, if it blames one
 /// (rule 20: "… waited for the message at stream sequence N, …").
 fn blamed(failure: &str) -> Option<u64> {
@@ -999,10 +1003,7 @@ fn only_a_stored_poison_ends_an_app(trace: &Trace, found: &mut Vec<Violation>) {
         }
     }
     for poison in &trace.stored_poisons {
-        let restarted_after = trace.scenario.faults.iter().any(|f| {
-            matches!(f.fault, Fault::Restart { .. })
-                && Duration::from_millis(u64::from(f.at_ms)) >= poison.at
-        });
+        let restarted_after = restarted_since(trace, poison.at);
         // The consumer's max_deliver reached: the server delivers it no more, and nothing
         // brings the client down again.
         let exhausted = poison.stored.as_ref().is_some_and(|(s, sequence)| {
