@@ -27,6 +27,9 @@ mod runtime;
 mod state;
 mod support;
 
+pub use api::batch::{
+    Batch, BatchHandled, BatchHandler, IntoBatchHandled, MAX_BATCH, Member, MemberOutcome,
+};
 pub use api::context::{Context, ContextError, ContextSource};
 pub use api::delivery::{DecodeError, Delivery, JetStreamInfo};
 pub use api::error_policy::ErrorPolicy;
@@ -79,17 +82,19 @@ macro_rules! reexport_api {
         /// `ruststream-sim`'s `Runtime`.
         pub use $crate::Runtime as AnyRuntime;
         pub use $crate::{
-            AppFailed, Attempt, Backoff, BackoffError, CONSUMER_REREAD, ConnectionState, Context,
-            ContextError, ContextFn, ContextSource, CoreLosses, DEFAULT_ACK_WAIT,
-            DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_JITTER, DEFAULT_CONCURRENCY,
-            DEFAULT_DISCONNECTED_LIMIT, DEFAULT_GRACE_PERIOD, DEFAULT_HANDLER_TIME_LIMIT,
-            DEFAULT_SUBSCRIPTION_BUFFER, DeclarationError, DeclarationErrorKind, DecodeError,
-            Delivery, DeliveryFn, Descriptor, Disposition, ErrorPolicy, Handled, HandledFuture,
-            Handler, HandlerSlot, Health, HealthClosed, HealthWatch, IntoHandled, IntoHandler,
-            IntoJsonHandler, JetStreamInfo, Json, LIVENESS_LIMIT, MAX_CONCURRENCY, MAX_RECOVERIES,
-            Mount, MountHealth, MountPolicy, MountState, Outcome, OutcomeFuture, RECOVERIES_KEPT,
-            RECOVERY_LIMIT, RECOVERY_WINDOW, Recovery, Reply, RunError, SAME_SUSPECT_LIMIT,
-            Settled, ShutdownHandle, ShutdownReport, StartError, async_nats, connect_url,
+            AppFailed, Attempt, Backoff, BackoffError, Batch, BatchHandled, BatchHandler,
+            CONSUMER_REREAD, ConnectionState, Context, ContextError, ContextFn, ContextSource,
+            CoreLosses, DEFAULT_ACK_WAIT, DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_JITTER,
+            DEFAULT_CONCURRENCY, DEFAULT_DISCONNECTED_LIMIT, DEFAULT_GRACE_PERIOD,
+            DEFAULT_HANDLER_TIME_LIMIT, DEFAULT_SUBSCRIPTION_BUFFER, DeclarationError,
+            DeclarationErrorKind, DecodeError, Delivery, DeliveryFn, Descriptor, Disposition,
+            ErrorPolicy, Handled, HandledFuture, Handler, HandlerSlot, Health, HealthClosed,
+            HealthWatch, IntoBatchHandled, IntoHandled, IntoHandler, IntoJsonHandler,
+            JetStreamInfo, Json, LIVENESS_LIMIT, MAX_BATCH, MAX_CONCURRENCY, MAX_RECOVERIES,
+            Member, MemberOutcome, Mount, MountHealth, MountPolicy, MountState, Outcome,
+            OutcomeFuture, RECOVERIES_KEPT, RECOVERY_LIMIT, RECOVERY_WINDOW, Recovery, Reply,
+            RunError, SAME_SUSPECT_LIMIT, Settled, ShutdownHandle, ShutdownReport, StartError,
+            async_nats, connect_url,
         };
     };
 }

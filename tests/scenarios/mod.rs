@@ -88,6 +88,7 @@
 //! `use ruststream_tests::sim::SimServer as NatsServer;`, a `run` on a current-thread tokio
 //! runtime built with `.start_paused(true)`, and an `on_real_server!` that expands to nothing.
 
+mod batches;
 mod common;
 mod connection;
 mod context;

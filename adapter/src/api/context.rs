@@ -69,6 +69,22 @@ impl<'a> ContextSource<'a> {
     }
 }
 
+impl ContextSource<'_> {
+    /// A context that answers no request, for a whole batch (see
+    /// [`Batch::context`](crate::Batch::context)).
+    pub(crate) fn batch_context(self) -> Context {
+        Context {
+            shared: self.shared.clone(),
+            reply: Reply::None,
+        }
+    }
+
+    /// Whether the app's shutdown has begun, as a watch.
+    pub(crate) fn stopping(self) -> tokio::sync::watch::Receiver<bool> {
+        self.shared.stopping.clone()
+    }
+}
+
 impl std::fmt::Debug for ContextSource<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ContextSource")

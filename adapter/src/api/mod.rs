@@ -5,6 +5,7 @@
 //! mount's declaration ([`mount`], [`error_policy`]), [`health`], and [`reports`]. Imports only
 //! from the floors below ([`crate::support`], [`crate::runtime`]).
 
+pub(crate) mod batch;
 pub(crate) mod context;
 pub(crate) mod delivery;
 pub(crate) mod error_policy;

@@ -49,6 +49,12 @@ pub struct Mount {
     /// `None`: [`DEFAULT_SUBSCRIPTION_BUFFER`].
     pub(crate) subscription_buffer: Option<NonZeroUsize>,
     pub(crate) on_error: ErrorPolicy,
+    /// `max` and `max_wait` of a batch mount ([`Mount::batch`]).
+    pub(crate) batch: Option<(usize, Duration)>,
+    /// Whether its handler takes batches (mounted with
+    /// [`App::mount_batch`](crate::App::mount_batch) or
+    /// [`App::mount_json_batch`](crate::App::mount_json_batch)).
+    pub(crate) takes_batches: bool,
 }
 
 impl Mount {
@@ -63,6 +69,8 @@ impl Mount {
             handler_time_limit: DEFAULT_HANDLER_TIME_LIMIT,
             subscription_buffer: None,
             on_error: ErrorPolicy::Retry,
+            batch: None,
+            takes_batches: false,
         }
     }
 
@@ -175,6 +183,57 @@ impl Mount {
     pub fn concurrency(mut self, n: NonZeroUsize) -> Self {
         self.concurrency = n;
         self
+    }
+
+    /// Makes this a batch mount (rule 23): its handler, mounted with
+    /// [`App::mount_batch`](crate::App::mount_batch) or
+    /// [`App::mount_json_batch`](crate::App::mount_json_batch), is given up to `max`
+    /// deliveries at once, as soon as `max` have arrived or `max_wait` has passed since the
+    /// first (or the app's shutdown has begun). Each member is settled as a single delivery
+    /// with its outcome would be; see [`Batch`](crate::Batch) and `docs/settlement.md`, rule 23.
+    ///
+    /// With batches, [`concurrency`](Self::concurrency) is how many batches run at once: the
+    /// mount holds up to `concurrency × max` deliveries (each in its handler slot, on
+    /// JetStream each with its lease renewed), and a JetStream mount's pull window is counted
+    /// in those slots, so it fetches for whole batches. The
+    /// [handler time limit](Self::handler_time_limit) bounds each batch's run, counted from
+    /// when the batch closes; a member's wait for its batch (at most `max_wait`, more while
+    /// every batch place is taken) is not counted against it.
+    ///
+    /// `max` must be from 1 to [`MAX_BATCH`](crate::MAX_BATCH), and `concurrency × max` at most
+    /// [`MAX_CONCURRENCY`]; otherwise start-up stops with
+    /// [`StartError::Setting`](crate::StartError::Setting). So does a batch mount whose handler
+    /// takes single deliveries, and a batch handler on a mount without `batch`.
+    #[must_use]
+    pub fn batch(mut self, max: usize, max_wait: Duration) -> Self {
+        self.batch = Some((max, max_wait));
+        self
+    }
+
+    /// How many deliveries the mount holds in handler slots at once: its concurrency, times
+    /// its batch `max` for a batch mount (at most [`MAX_CONCURRENCY`]).
+    pub(crate) fn slots(&self) -> NonZeroUsize {
+        match self.batch {
+            Some((max, _)) => NonZeroUsize::new(
+                self.concurrency
+                    .get()
+                    .saturating_mul(max)
+                    .min(MAX_CONCURRENCY),
+            )
+            .unwrap_or(NonZeroUsize::MIN),
+            None => self.concurrency,
+        }
+    }
+
+    /// The time limit the lease loop applies to each delivery's run: for a batch mount none
+    /// (`Duration::MAX`), since a member's run begins when it joins its batch and the batch
+    /// handler applies the limit to the batch's own run; every member's wait is then bounded
+    /// by `max_wait` and by the runs of the batches ahead of it, each bounded by the limit.
+    pub(crate) fn run_limit(&self) -> Duration {
+        match self.batch {
+            Some(_) => Duration::MAX,
+            None => self.handler_time_limit,
+        }
     }
 
     /// Subscribes a Core mount in this queue group, so that each message goes to one member.

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use ruststream_core::{Descriptor, MountPolicy};
 
 use super::startup::StartError;
+use crate::api::batch::MAX_BATCH;
 use crate::api::handler::Handler;
 use crate::api::mount::{MAX_CONCURRENCY, Mount};
 
@@ -52,6 +53,7 @@ pub(super) fn validate(
                 ),
             });
         }
+        check_batch(&mount)?;
         if mount.ack_wait.is_zero() && matches!(policy.descriptor(), Descriptor::JetStream { .. }) {
             return Err(StartError::Setting {
                 mount: mount.name().to_owned(),
@@ -67,4 +69,32 @@ pub(super) fn validate(
         declared.push((mount, handler, policy));
     }
     Ok(declared)
+}
+
+/// Refuses a batch mount whose settings cannot work (rule 23): a `max` of 0 or above
+/// [`MAX_BATCH`], more slots than a mount may hold, or a batch declared on one side only (the
+/// mount's [`Mount::batch`] and its handler).
+fn check_batch(mount: &Mount) -> Result<(), StartError> {
+    let refuse = |reason: String| {
+        Err(StartError::Setting {
+            mount: mount.name().to_owned(),
+            reason,
+        })
+    };
+    match (mount.batch, mount.takes_batches) {
+        (None, false) => Ok(()),
+        (Some(_), false) => refuse("it declares a batch (`Mount::batch`), but its handler takes single deliveries: mount it with `App::mount_batch` or `App::mount_json_batch`, or remove `batch`".to_owned()),
+        (None, true) => refuse("its handler takes batches, but the mount declares no batch size: add `Mount::batch(max, max_wait)`".to_owned()),
+        (Some((0, _)), true) => refuse("its batch max is 0: a batch holds at least one delivery".to_owned()),
+        (Some((max, _)), true) if max > MAX_BATCH => refuse(format!(
+            "its batch max {max} is above the most a batch may hold, {MAX_BATCH}"
+        )),
+        (Some((max, _)), true) if mount.concurrency.get().saturating_mul(max) > MAX_CONCURRENCY => {
+            refuse(format!(
+                "concurrency {} × batch max {max} is above the most deliveries a mount can hold at once, {MAX_CONCURRENCY}",
+                mount.concurrency
+            ))
+        }
+        (Some(_), true) => Ok(()),
+    }
 }

@@ -11,6 +11,7 @@ pub(crate) mod startup;
 mod streams;
 pub(crate) mod supervisor;
 
+use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,6 +25,7 @@ use self::running::{DEFAULT_GRACE_PERIOD, Running};
 use self::startup::{Connect, StartError, connect};
 use self::streams::{check_all, declare};
 use self::supervisor::{CONSUMER_REREAD, DEFAULT_DISCONNECTED_LIMIT, Supervisor};
+use crate::api::batch::{self, Batch, BatchHandler, BatchTerms, IntoBatchHandled};
 use crate::api::handler::Handler;
 use crate::api::handler_fn::IntoHandler;
 use crate::api::health::{HealthBoard, HealthWatch, MountState};
@@ -154,6 +156,65 @@ impl<R: Runtime> App<R> {
     #[must_use]
     pub fn mount_json<T, Args>(self, mount: Mount, handler: impl IntoJsonHandler<T, Args>) -> Self {
         self.mount(mount, handler.into_json_handler())
+    }
+
+    /// Mounts a batch handler on a batch mount (one that declares [`Mount::batch`]): `handler`
+    /// is an async function of a [`Batch`](crate::Batch) of raw members
+    /// (`|batch: Batch| async move { … }`, each member's value its payload), returning one
+    /// outcome for every member or one per member (see [`IntoBatchHandled`]). Each member is
+    /// settled as a single delivery with its outcome would be (rule 23).
+    #[must_use]
+    pub fn mount_batch<F, Fut>(self, mount: Mount, handler: F) -> Self
+    where
+        F: Fn(Batch) -> Fut + Send + Sync + 'static,
+        Fut: Future + Send + 'static,
+        Fut::Output: IntoBatchHandled,
+    {
+        self.batch_handler(mount, handler, batch::raw)
+    }
+
+    /// Mounts a typed batch handler on a batch mount (one that declares [`Mount::batch`]):
+    /// each member's payload is decoded as JSON into `T` (`|batch: Batch<Payment>| async move {
+    /// … }`). A member whose payload does not decode never joins a batch: it takes the at-limit
+    /// path alone (rule 17), and the rest go on. See [`mount_batch`](Self::mount_batch).
+    #[must_use]
+    pub fn mount_json_batch<T, F, Fut>(self, mount: Mount, handler: F) -> Self
+    where
+        T: serde::de::DeserializeOwned + Send + 'static,
+        F: Fn(Batch<T>) -> Fut + Send + Sync + 'static,
+        Fut: Future + Send + 'static,
+        Fut::Output: IntoBatchHandled,
+    {
+        self.batch_handler(mount, handler, batch::json::<T>)
+    }
+
+    /// Mounts `handler` as a [`BatchHandler`] whose members are decoded by `decode`.
+    fn batch_handler<T, F, Fut>(
+        mut self,
+        mut mount: Mount,
+        handler: F,
+        decode: fn(&crate::api::delivery::Delivery) -> Result<T, crate::api::delivery::DecodeError>,
+    ) -> Self
+    where
+        T: Send + 'static,
+        F: Fn(Batch<T>) -> Fut + Send + Sync + 'static,
+        Fut: Future + Send + 'static,
+        Fut::Output: IntoBatchHandled,
+    {
+        mount.takes_batches = true;
+        let (max, max_wait) = mount.batch.unwrap_or((1, Duration::ZERO));
+        let terms = BatchTerms {
+            mount: crate::support::names::intern(mount.name()),
+            max,
+            max_wait,
+            concurrency: mount.concurrency.get(),
+            limit: mount.handler_time_limit,
+            sleep_until: |at| Box::pin(R::sleep_until(at)),
+            now: R::now,
+        };
+        let handler = BatchHandler::new(handler, decode, terms);
+        self.mounts.push((mount, Arc::new(handler)));
+        self
     }
 
     /// How long a graceful shutdown lets in-flight handlers finish and delayed Core copies

@@ -108,12 +108,12 @@ impl<R: Runtime> Launcher<R> {
         };
         match source {
             Source::JetStream(consumer) => {
-                let slots = Arc::new(Semaphore::new(mount.concurrency.get()));
+                let slots = Arc::new(Semaphore::new(mount.slots().get()));
                 let pulling = pull_loop::<R>(
                     ctx,
                     *consumer,
                     slots,
-                    mount.concurrency,
+                    mount.slots(),
                     self.reconnected.clone(),
                     self.shutdown.clone(),
                 );
@@ -123,7 +123,7 @@ impl<R: Runtime> Launcher<R> {
                 })
             }
             Source::Core(subscribers) => {
-                let slots = Arc::new(Semaphore::new(spawned_slots(mount.concurrency)));
+                let slots = Arc::new(Semaphore::new(spawned_slots(mount.slots())));
                 let consuming = core_loop::<R>(
                     ctx,
                     subscribers,

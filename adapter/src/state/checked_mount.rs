@@ -42,7 +42,7 @@ impl CheckedMount {
                 .map(|c| c.backoff.clone())
                 .unwrap_or_default(),
             renew: self.mount.leases,
-            limit: self.mount.handler_time_limit,
+            limit: self.mount.run_limit(),
         }
     }
 }

@@ -24,10 +24,18 @@
 //! | `ruststream_late_results_total` | counter | `mount` | handler results discarded (rule 16): the delivery's deadline passed without a renewal, or the mount received the message again while it ran (its renewals lost on their way) |
 //! | `ruststream_recoveries_total` | counter | `mount` | times the mount subscribed again after its connection or subscription died (rule 20) |
 //! | `ruststream_handlers_waiting` | gauge | `mount` | deliveries whose handler (or dead letter) did not finish at its first poll and has not finished yet |
+//! | `ruststream_batch_size` | histogram, members | `mount` | how many members each batch of a batch mount had when its handler ran (rule 23); members are counted one by one in every other metric, as single deliveries |
 //! | `ruststream_delayed_copies` | gauge | `mount` | Core copies waiting in the delay queue for their `retry_after` delay |
 
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 use ruststream_core::{Action, DeadLetterReason, Event, Outcome, Plan, Settlement};
+
+/// The histogram of a batch mount's batch sizes (`ruststream_batch_size`), registered at
+/// the mount's first batch.
+pub(crate) fn batch_sizes(mount: &'static str) -> Histogram {
+    describe();
+    histogram!("ruststream_batch_size", "mount" => mount)
+}
 
 /// `messaging.system`'s value.
 const SYSTEM: &str = "nats";
@@ -265,5 +273,6 @@ fn describe() {
         describe_counter!("ruststream_recoveries_total", Unit::Count, "Times a mount subscribed again after its connection or subscription died.");
         describe_gauge!("ruststream_handlers_waiting", Unit::Count, "Deliveries whose handler or dead letter did not finish at its first poll, still running.");
         describe_gauge!("ruststream_delayed_copies", Unit::Count, "Core copies waiting for their retry_after delay.");
+        describe_histogram!("ruststream_batch_size", Unit::Count, "Members of each batch a batch mount's handler ran on.");
     });
 }
