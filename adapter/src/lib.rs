@@ -40,6 +40,7 @@ pub use api::health::{
     ConnectionState, Health, HealthClosed, HealthWatch, LIVENESS_LIMIT, MountHealth, MountState,
 };
 pub use api::json::{IntoJsonHandler, Json};
+pub use api::keyed::{Key, KeyFn};
 pub use api::mount::{
     DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY, DEFAULT_HANDLER_TIME_LIMIT, DEFAULT_SUBSCRIPTION_BUFFER,
     MAX_CONCURRENCY, Mount,
@@ -90,11 +91,11 @@ macro_rules! reexport_api {
             DeclarationErrorKind, DecodeError, Delivery, DeliveryFn, Descriptor, Disposition,
             ErrorPolicy, Handled, HandledFuture, Handler, HandlerSlot, Health, HealthClosed,
             HealthWatch, IntoBatchHandled, IntoHandled, IntoHandler, IntoJsonHandler,
-            JetStreamInfo, Json, LIVENESS_LIMIT, MAX_BATCH, MAX_CONCURRENCY, MAX_RECOVERIES,
-            Member, MemberOutcome, Mount, MountHealth, MountPolicy, MountState, Outcome,
-            OutcomeFuture, RECOVERIES_KEPT, RECOVERY_LIMIT, RECOVERY_WINDOW, Recovery, Reply,
-            RunError, SAME_SUSPECT_LIMIT, Settled, ShutdownHandle, ShutdownReport, StartError,
-            async_nats, connect_url,
+            JetStreamInfo, Json, Key, KeyFn, LIVENESS_LIMIT, MAX_BATCH, MAX_CONCURRENCY,
+            MAX_RECOVERIES, Member, MemberOutcome, Mount, MountHealth, MountPolicy, MountState,
+            Outcome, OutcomeFuture, RECOVERIES_KEPT, RECOVERY_LIMIT, RECOVERY_WINDOW, Recovery,
+            Reply, RunError, SAME_SUSPECT_LIMIT, Settled, ShutdownHandle, ShutdownReport,
+            StartError, async_nats, connect_url,
         };
     };
 }

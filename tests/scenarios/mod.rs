@@ -95,6 +95,7 @@ mod context;
 mod core_nats;
 mod health;
 mod jetstream;
+mod keys;
 mod leases;
 mod losses;
 mod metrics;

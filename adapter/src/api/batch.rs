@@ -425,22 +425,23 @@ where
         context: ContextSource<'_>,
     ) -> Result<HandledFuture, DecodeError> {
         let value = (self.decode)(&delivery)?;
-        match self.gathering.join(value, delivery) {
-            Role::Follows(answered) => Ok(Box::pin(follow(answered, self.gathering.terms.mount))),
-            Role::Leads { id, full } => {
-                let terms = self.gathering.terms;
-                let first_at = (terms.now)();
-                Ok(Box::pin(lead(
-                    self.gathering.clone(),
-                    self.f.clone(),
-                    id,
-                    full,
-                    first_at,
-                    context.batch_context(),
-                    context.stopping(),
-                )))
+        let gathering = self.gathering.clone();
+        let f = self.f.clone();
+        let context = context.batch_context();
+        // The member joins its batch when its run is first polled, not here: a mount with a
+        // key (rule 24) starts a delivery's run only when its key's turn comes, so that a
+        // batch never holds two deliveries of one key. Unkeyed, the mount loop polls it at
+        // once, in the order the deliveries arrived.
+        Ok(Box::pin(async move {
+            match gathering.join(value, delivery) {
+                Role::Follows(answered) => follow(answered, gathering.terms.mount).await,
+                Role::Leads { id, full } => {
+                    let first_at = (gathering.terms.now)();
+                    let stopping = context.stopping();
+                    lead(gathering, f, id, full, first_at, context, stopping).await
+                }
             }
-        }
+        }))
     }
 }
 

@@ -78,9 +78,11 @@ impl ContextSource<'_> {
             reply: Reply::None,
         }
     }
+}
 
+impl Context {
     /// Whether the app's shutdown has begun, as a watch.
-    pub(crate) fn stopping(self) -> tokio::sync::watch::Receiver<bool> {
+    pub(crate) fn stopping(&self) -> tokio::sync::watch::Receiver<bool> {
         self.shared.stopping.clone()
     }
 }

@@ -14,5 +14,6 @@ pub(crate) mod handler;
 pub(crate) mod handler_fn;
 pub(crate) mod health;
 pub(crate) mod json;
+pub(crate) mod keyed;
 pub(crate) mod mount;
 pub(crate) mod reports;

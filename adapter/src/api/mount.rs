@@ -6,6 +6,7 @@ use std::time::Duration;
 use ruststream_core::MountDeclaration;
 
 use super::error_policy::ErrorPolicy;
+use super::keyed::Key;
 
 /// The `ack_wait` given to a JetStream consumer the runtime creates: 30 seconds, the server's
 /// own default.
@@ -55,6 +56,8 @@ pub struct Mount {
     /// [`App::mount_batch`](crate::App::mount_batch) or
     /// [`App::mount_json_batch`](crate::App::mount_json_batch)).
     pub(crate) takes_batches: bool,
+    /// What its deliveries are ordered by ([`Mount::key`]).
+    pub(crate) key: Option<Key>,
 }
 
 impl Mount {
@@ -71,6 +74,7 @@ impl Mount {
             on_error: ErrorPolicy::Retry,
             batch: None,
             takes_batches: false,
+            key: None,
         }
     }
 
@@ -210,6 +214,29 @@ impl Mount {
         self
     }
 
+    /// Orders this mount's deliveries by `key` (rule 24): deliveries with one key run one at a
+    /// time, started in the order the mount received them; different keys run concurrently, up
+    /// to the mount's [`concurrency`](Self::concurrency). A delivery without a key (see
+    /// [`Key`](crate::Key)) is not ordered.
+    ///
+    /// **What order means under retries.** A retried delivery goes back to NATS as Part A says
+    /// (`-NAK`, or a Core copy) and ends its turn: the key's next delivery runs, and the retry
+    /// comes back after it, in the order the server delivers it again. Order per key holds for
+    /// first attempts and for whatever the server delivers in order, not across a retry.
+    ///
+    /// A delivery waiting for its key holds a handler slot (on JetStream with its lease renewed
+    /// by `+WPI`, rule 16), so the mount holds at most `concurrency` deliveries, running or
+    /// waiting (`concurrency × max` on a [batch mount](Self::batch), whose batches never hold
+    /// two deliveries of one key). Beyond that a JetStream mount stops fetching and a Core
+    /// mount's [subscription buffer](Self::subscription_buffer) holds, then drops and counts,
+    /// what arrives (rule 21). The [handler time limit](Self::handler_time_limit) is counted
+    /// from a delivery's turn, not from its arrival.
+    #[must_use]
+    pub fn key(mut self, key: Key) -> Self {
+        self.key = Some(key);
+        self
+    }
+
     /// How many deliveries the mount holds in handler slots at once: its concurrency, times
     /// its batch `max` for a batch mount (at most [`MAX_CONCURRENCY`]).
     pub(crate) fn slots(&self) -> NonZeroUsize {
@@ -229,10 +256,13 @@ impl Mount {
     /// (`Duration::MAX`), since a member's run begins when it joins its batch and the batch
     /// handler applies the limit to the batch's own run; every member's wait is then bounded
     /// by `max_wait` and by the runs of the batches ahead of it, each bounded by the limit.
+    ///
+    /// The same for a mount with a key: a delivery's run begins when it arrives, and the time
+    /// limit is applied from its key's turn by the keyed handler.
     pub(crate) fn run_limit(&self) -> Duration {
-        match self.batch {
-            Some(_) => Duration::MAX,
-            None => self.handler_time_limit,
+        match (&self.batch, &self.key) {
+            (None, None) => self.handler_time_limit,
+            _ => Duration::MAX,
         }
     }
 

@@ -30,6 +30,7 @@ use crate::api::handler::Handler;
 use crate::api::handler_fn::IntoHandler;
 use crate::api::health::{HealthBoard, HealthWatch, MountState};
 use crate::api::json::IntoJsonHandler;
+use crate::api::keyed::{KeyTerms, Keyed};
 use crate::api::mount::Mount;
 use crate::api::reports::{AppFailed, Observer, Settled, ShutdownReport};
 use crate::loops::delay_loop::delay_loop;
@@ -142,8 +143,28 @@ impl<R: Runtime> App<R> {
     /// returns an [`Outcome`](crate::Outcome), a [`Reply`](crate::Reply), or a `Result` of
     /// either; or any [`Handler`]. See [`IntoHandler`].
     #[must_use]
-    pub fn mount<Args>(mut self, mount: Mount, handler: impl IntoHandler<Args>) -> Self {
-        self.mounts.push((mount, Arc::new(handler.into_handler())));
+    pub fn mount<Args>(self, mount: Mount, handler: impl IntoHandler<Args>) -> Self {
+        let limit = Some(mount.handler_time_limit);
+        self.push(mount, Arc::new(handler.into_handler()), limit)
+    }
+
+    /// Adds `handler` on `mount`, behind its key's turns when the mount declares a key (rule
+    /// 24); `limit` is the time limit the keyed handler applies to each run (`None` where the
+    /// handler bounds its runs itself).
+    fn push(mut self, mount: Mount, handler: Arc<dyn Handler>, limit: Option<Duration>) -> Self {
+        let handler: Arc<dyn Handler> = match &mount.key {
+            Some(key) => {
+                let terms = KeyTerms {
+                    mount: crate::support::names::intern(mount.name()),
+                    limit,
+                    sleep_until: |at| Box::pin(R::sleep_until(at)),
+                    now: R::now,
+                };
+                Arc::new(Keyed::new(handler, key.clone(), terms))
+            }
+            None => handler,
+        };
+        self.mounts.push((mount, handler));
         self
     }
 
@@ -190,7 +211,7 @@ impl<R: Runtime> App<R> {
 
     /// Mounts `handler` as a [`BatchHandler`] whose members are decoded by `decode`.
     fn batch_handler<T, F, Fut>(
-        mut self,
+        self,
         mut mount: Mount,
         handler: F,
         decode: fn(&crate::api::delivery::Delivery) -> Result<T, crate::api::delivery::DecodeError>,
@@ -213,8 +234,7 @@ impl<R: Runtime> App<R> {
             now: R::now,
         };
         let handler = BatchHandler::new(handler, decode, terms);
-        self.mounts.push((mount, Arc::new(handler)));
-        self
+        self.push(mount, Arc::new(handler), None)
     }
 
     /// How long a graceful shutdown lets in-flight handlers finish and delayed Core copies

@@ -1,0 +1,364 @@
+//! Order per key (rule 24): a mount that declares [`Mount::key`](crate::Mount::key) runs the
+//! deliveries of one key one at a time, started in the order they arrived; different keys run
+//! concurrently, up to the mount's concurrency.
+//!
+//! # How it works
+//!
+//! Each delivery is an ordinary delivery to the runtime: read, checked on arrival (rule 3),
+//! given a handler slot and, on JetStream, a lease renewed while it runs *and while it waits
+//! for its key* (rule 16). Its handler is called when it arrives (so a payload that does not
+//! decode takes the at-limit path at once, rule 17), but its run starts only when its key's
+//! turn comes: the key's earlier deliveries have ended (settled, or given up). Turns are handed
+//! in arrival order, in the mount loop that received them.
+//!
+//! The handler time limit bounds each run from its turn, not from its arrival: a delivery
+//! waiting behind a slow one of its key is not cancelled for waiting.
+//!
+//! # Memory
+//!
+//! A delivery that waits for its key holds one of the mount's handler slots, so the mount
+//! holds at most `concurrency` deliveries (running or waiting) and one small table entry per
+//! key among them. When every slot is taken by deliveries of busy keys, a JetStream mount
+//! stops fetching (its pull window stops growing: the stream keeps the rest) and a Core mount
+//! holds what arrives in its subscription buffer, which drops and counts what does not fit
+//! (rule 21).
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasher;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ruststream_core::Outcome;
+use tokio::sync::oneshot;
+
+use super::batch::Sleep;
+use super::context::ContextSource;
+use super::delivery::{DecodeError, Delivery};
+use super::handled::Handled;
+use super::handler::{HandledFuture, Handler};
+
+/// What a mount's deliveries are ordered by (rule 24; see [`Mount::key`](crate::Mount::key)).
+///
+/// A delivery that has no key (a subject with fewer tokens, no such header, a function that
+/// gives `None`) is not ordered: it runs as on a mount without a key, concurrently with
+/// everything else.
+#[derive(Clone)]
+pub enum Key {
+    /// The subject's token at this index, from 0: for `payments.<account>.created`,
+    /// `Key::SubjectToken(1)` orders by account.
+    SubjectToken(usize),
+    /// The value of this header (its first value; the name matches in any letter case, as
+    /// NATS headers are read).
+    Header(String),
+    /// What this function gives for the delivery. It runs on the mount's loop for every
+    /// delivery, so it should be quick.
+    Function(KeyFn),
+}
+
+/// The function of a [`Key::Function`].
+pub type KeyFn = Arc<dyn Fn(&Delivery) -> Option<String> + Send + Sync>;
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::SubjectToken(i) => f.debug_tuple("SubjectToken").field(i).finish(),
+            Self::Header(name) => f.debug_tuple("Header").field(name).finish(),
+            Self::Function(_) => f.write_str("Function(..)"),
+        }
+    }
+}
+
+impl Key {
+    /// [`Key::SubjectToken`]: the subject's token at `index`, from 0.
+    pub fn subject_token(index: usize) -> Self {
+        Self::SubjectToken(index)
+    }
+
+    /// [`Key::Header`]: the value of the header `name`.
+    pub fn header(name: &str) -> Self {
+        Self::Header(name.to_owned())
+    }
+
+    /// [`Key::Function`]: what `f` gives for the delivery.
+    pub fn function(f: impl Fn(&Delivery) -> Option<String> + Send + Sync + 'static) -> Self {
+        Self::Function(Arc::new(f))
+    }
+
+    /// The key of `delivery`, hashed with `hasher`; `None` when it has none.
+    fn of(&self, delivery: &Delivery, hasher: &impl BuildHasher) -> Option<u64> {
+        let hash = |bytes: &[u8]| hasher.hash_one(bytes);
+        match self {
+            Self::SubjectToken(i) => delivery
+                .subject
+                .as_str()
+                .split('.')
+                .nth(*i)
+                .map(|t| hash(t.as_bytes())),
+            Self::Header(name) => delivery.headers.as_deref().and_then(|h| {
+                h.iter()
+                    .find(|(n, _)| AsRef::<str>::as_ref(n).eq_ignore_ascii_case(name))
+                    .and_then(|(_, values)| values.first().map(|v| hash(v.as_str().as_bytes())))
+            }),
+            Self::Function(f) => f(delivery).map(|k| hash(k.as_bytes())),
+        }
+    }
+}
+
+/// The keys of a mount's deliveries that run or wait: for each, who waits, in arrival order.
+/// Keys are 64-bit hashes (a random seed per mount): two keys that hash alike would only be
+/// ordered together.
+struct Keys {
+    hasher: std::collections::hash_map::RandomState,
+    held: Mutex<HashMap<u64, VecDeque<oneshot::Sender<Turn>>>>,
+}
+
+/// A key's turn: while it is held, no other delivery of the key runs. Dropping it hands the
+/// turn to the key's next waiting delivery, or frees the key.
+struct Turn {
+    keys: Arc<Keys>,
+    key: u64,
+    /// `false` once handed on (a turn sent back by a waiter that was gone).
+    armed: bool,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        if self.armed {
+            self.keys.pass(self.key);
+        }
+    }
+}
+
+impl Keys {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, VecDeque<oneshot::Sender<Turn>>>> {
+        // No code that can panic runs under the lock.
+        self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Takes `key`'s turn now if it is free, or else queues for it.
+    fn enter(self: &Arc<Self>, key: u64) -> Result<Turn, oneshot::Receiver<Turn>> {
+        let mut held = self.lock();
+        match held.get_mut(&key) {
+            None => {
+                held.insert(key, VecDeque::new());
+                Ok(Turn {
+                    keys: self.clone(),
+                    key,
+                    armed: true,
+                })
+            }
+            Some(waiting) => {
+                let (tx, rx) = oneshot::channel();
+                waiting.push_back(tx);
+                Err(rx)
+            }
+        }
+    }
+
+    /// Hands `key`'s turn to its next waiting delivery still there, or frees the key.
+    fn pass(self: &Arc<Self>, key: u64) {
+        let mut held = self.lock();
+        let Some(waiting) = held.get_mut(&key) else {
+            return;
+        };
+        while let Some(next) = waiting.pop_front() {
+            let turn = Turn {
+                keys: self.clone(),
+                key,
+                armed: true,
+            };
+            match next.send(turn) {
+                Ok(()) => return,
+                // That delivery is gone (its run was dropped): the next one.
+                Err(mut turn) => turn.armed = false,
+            }
+        }
+        held.remove(&key);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+/// What a keyed handler needs of the mount and the runtime.
+#[derive(Clone, Copy)]
+pub(crate) struct KeyTerms {
+    /// The mount's name, for logs.
+    pub(crate) mount: &'static str,
+    /// The handler time limit applied to each run from its turn; `None` where the handler
+    /// bounds its runs itself (a batch handler bounds each batch).
+    pub(crate) limit: Option<Duration>,
+    /// The runtime's sleep.
+    pub(crate) sleep_until: fn(Instant) -> Sleep,
+    /// The runtime's clock.
+    pub(crate) now: fn() -> Instant,
+}
+
+/// A handler whose runs wait for their key's turn (see the module docs). Built by
+/// [`App::mount`](crate::App::mount) and its kin for a mount that declares a key.
+pub(crate) struct Keyed {
+    inner: Arc<dyn Handler>,
+    key: Key,
+    keys: Arc<Keys>,
+    terms: KeyTerms,
+}
+
+impl Keyed {
+    pub(crate) fn new(inner: Arc<dyn Handler>, key: Key, terms: KeyTerms) -> Self {
+        Self {
+            inner,
+            key,
+            keys: Arc::new(Keys {
+                hasher: std::collections::hash_map::RandomState::new(),
+                held: Mutex::new(HashMap::new()),
+            }),
+            terms,
+        }
+    }
+}
+
+impl Handler for Keyed {
+    fn call(
+        &self,
+        delivery: Delivery,
+        context: ContextSource<'_>,
+    ) -> Result<HandledFuture, DecodeError> {
+        let key = self.key.of(&delivery, &self.keys.hasher);
+        // Called now, in arrival order: a payload that does not decode is refused here. The
+        // run itself is a future, and starts only when polled, after the turn.
+        let run = self.inner.call(delivery, context)?;
+        let Some(key) = key else {
+            return Ok(run);
+        };
+        let turn = self.keys.enter(key);
+        let terms = self.terms;
+        Ok(Box::pin(async move {
+            let _turn = match turn {
+                Ok(turn) => turn,
+                Err(waiting) => match waiting.await {
+                    Ok(turn) => turn,
+                    // The table is dropped only with the handler, which outlives its runs.
+                    Err(_) => return Handled::Outcome(Outcome::None),
+                },
+            };
+            bounded(run, terms).await
+        }))
+    }
+
+    fn replies(&self) -> bool {
+        self.inner.replies()
+    }
+}
+
+/// `run`, cancelled at the time limit counted from now (logged, and no outcome, as rule 16
+/// says of any handler).
+async fn bounded(run: HandledFuture, terms: KeyTerms) -> Handled {
+    let started = (terms.now)();
+    let Some(at) = terms.limit.and_then(|limit| started.checked_add(limit)) else {
+        return run.await;
+    };
+    tokio::select! {
+        handled = run => handled,
+        () = (terms.sleep_until)(at) => {
+            tracing::error!(mount = terms.mount, elapsed = ?(terms.now)().saturating_duration_since(started),
+                limit = ?terms.limit, "handler time limit reached: cancelled, treated as no outcome");
+            Handled::Outcome(Outcome::None)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys() -> Arc<Keys> {
+        Arc::new(Keys {
+            hasher: std::collections::hash_map::RandomState::new(),
+            held: Mutex::new(HashMap::new()),
+        })
+    }
+
+    #[test]
+    fn a_key_is_handed_on_in_arrival_order_and_freed_at_the_end() {
+        let k = keys();
+        let first = k.enter(7).ok().expect("free");
+        let mut second = k.enter(7).err().expect("waits");
+        let mut third = k.enter(7).err().expect("waits");
+        let other = k.enter(8).ok().expect("another key runs at once");
+        assert!(second.try_recv().is_err());
+        drop(first);
+        let second = second.try_recv().expect("the second's turn");
+        assert!(third.try_recv().is_err(), "not before the second ends");
+        drop(second);
+        let third = third.try_recv().expect("the third's turn");
+        drop(third);
+        drop(other);
+        assert_eq!(k.len(), 0, "every key freed");
+    }
+
+    #[test]
+    fn a_waiter_that_is_gone_is_skipped() {
+        let k = keys();
+        let first = k.enter(1).ok().expect("free");
+        let gone = k.enter(1).err().expect("waits");
+        let mut last = k.enter(1).err().expect("waits");
+        drop(gone);
+        drop(first);
+        let last = last.try_recv().expect("the turn skips the one gone");
+        drop(last);
+        assert_eq!(k.len(), 0);
+    }
+
+    #[test]
+    fn a_turn_sent_to_a_waiter_dropped_before_it_looked_is_handed_on() {
+        let k = keys();
+        let first = k.enter(1).ok().expect("free");
+        let late = k.enter(1).err().expect("waits");
+        let mut last = k.enter(1).err().expect("waits");
+        drop(first); // the turn is in `late`'s channel
+        drop(late); // dropped with it unread
+        let last = last.try_recv().expect("handed on");
+        drop(last);
+        assert_eq!(k.len(), 0);
+    }
+
+    fn delivery(subject: &str, header: Option<(&str, &str)>) -> Delivery {
+        let headers = header.map(|(n, v)| {
+            let mut h = async_nats::HeaderMap::new();
+            h.insert(n, v);
+            Arc::new(h)
+        });
+        Delivery {
+            mount: "m",
+            subject: subject.into(),
+            reply: None,
+            headers,
+            payload: bytes::Bytes::new(),
+            attempt: ruststream_core::Attempt::FIRST,
+            jetstream: None,
+        }
+    }
+
+    #[test]
+    fn keys_are_read_from_a_token_a_header_or_a_function() {
+        let h = std::collections::hash_map::RandomState::new();
+        let token = Key::subject_token(1);
+        let a = token.of(&delivery("pay.acct-1.created", None), &h);
+        let b = token.of(&delivery("pay.acct-1.settled", None), &h);
+        let c = token.of(&delivery("pay.acct-2.created", None), &h);
+        assert!(a.is_some() && a == b && a != c);
+        assert_eq!(token.of(&delivery("pay", None), &h), None, "no such token");
+        let header = Key::header("Account");
+        let x = header.of(&delivery("s", Some(("account", "42"))), &h);
+        assert!(x.is_some(), "the name matches in any case");
+        assert_eq!(header.of(&delivery("s", None), &h), None);
+        let function =
+            Key::function(|d: &Delivery| d.subject.as_str().strip_prefix("k.").map(str::to_owned));
+        assert!(function.of(&delivery("k.1", None), &h).is_some());
+        assert_eq!(function.of(&delivery("z.1", None), &h), None);
+    }
+}
