@@ -28,7 +28,11 @@
 //!   --handler-time-limit-ms MS   cancel a handler that runs longer (default 300000)
 //!   --subscription-buffer N Core messages held while every handler slot is busy; more are
 //!                           dropped and counted (default 65536)
-//!   --concurrency N         handlers run at once (default 64)
+//!   --concurrency N         handlers run at once (default 64); with --batch, batches run
+//!                           at once
+//!   --batch MAX[:WAIT_MS]   a batch mount: the handler is given up to MAX deliveries at once,
+//!                           as soon as MAX have arrived or WAIT_MS ms (default 100) have
+//!                           passed since the first (see Batches below)
 //!   --runtime tokio|smol    which adapter runs the mount (default tokio)
 //! CONNECTION (see below):
 //!   --url URL               one server URL, or several separated by commas
@@ -58,11 +62,39 @@
 //! `--ack-wait-ms 2000`, `{"outcome":"ack","sleep_ms":5000}` runs once, and `+WPI` goes out on
 //! its ack reply subject every second until the `+ACK`).
 //!
+//! Batches: with `--batch MAX[:WAIT_MS]` the mount is declared with
+//! `Mount::batch(MAX, WAIT_MS)` and mounted with `App::mount_batch`. A batch closes when MAX
+//! deliveries have joined it, or WAIT_MS ms after its first joined (default 100; with 0 it
+//! does not wait, and takes the deliveries that arrived together with its first), or when
+//! shutdown begins. Each member's outcome comes from its own payload, exactly as for a single
+//! delivery, and each member is settled by itself (its own attempt, `--max-attempts`,
+//! backoff, dead letter, Core copy): the handler returns one `Result<Outcome, _>` per member,
+//! so an `"error"` member is that member's `Err`, which `--on-error` decides for it alone.
+//! Within a batch:
+//! - `sleep_ms`: the batch sleeps once, for the largest `sleep_ms` of its members, before it
+//!   returns every member's outcome (members without one wait with it);
+//! - `panic`: a `"panic"` member panics the whole batch (after the sleep), and rule 13 treats
+//!   the panic as no outcome for every member of the batch (on JetStream all are delivered
+//!   again after `ack_wait`; on Core all are gone);
+//! - `--concurrency` counts batches, and `--handler-time-limit-ms` bounds each batch's run
+//!   (a member's wait for its batch does not count).
+//!
+//! A MAX of 0, or a MAX or WAIT_MS that is not a number, is refused (exit 2); a MAX above the
+//! library's `MAX_BATCH` (100,000) is refused at start-up (exit 1).
+//!
 //! Output: one line on stdout per handler run, in this fixed format (space-separated
 //! `key=value`, values without spaces):
 //!
 //! ```text
 //! mount=<name> subject=<subject> attempt=<n> outcome=<ack|retry|retry_after:<ms>ms|drop|reject|error|none|panic|unreadable>
+//! ```
+//!
+//! With `--batch`, one line per member, and the lines of one batch together, in the batch's
+//! order, each with two more fields: the batch's number (the batches this process ran,
+//! counted from 1) and how many members it has:
+//!
+//! ```text
+//! mount=<name> subject=<subject> attempt=<n> outcome=<...> batch=<n> size=<members>
 //! ```
 //!
 //! It runs until SIGINT or SIGTERM, then shuts down gracefully (a second signal ends the grace
@@ -88,10 +120,14 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ruststream_adapter::async_nats::ConnectOptions;
-use ruststream_tokio::{Backoff, Delivery, ErrorPolicy, Mount, Outcome};
+use ruststream_tokio::{Backoff, Batch, Delivery, ErrorPolicy, Mount, Outcome};
+
+/// How long a batch waits for more members after its first, when `--batch` gives no WAIT_MS.
+const DEFAULT_BATCH_WAIT_MS: u64 = 100;
 
 #[derive(Default)]
 struct Flags {
@@ -114,6 +150,8 @@ struct Flags {
     handler_time_limit_ms: Option<u64>,
     subscription_buffer: Option<u64>,
     concurrency: Option<u64>,
+    /// `--batch MAX[:WAIT_MS]`: MAX and WAIT_MS.
+    batch: Option<(usize, u64)>,
     creds: Option<PathBuf>,
     user: Option<String>,
     password: Option<String>,
@@ -128,6 +166,9 @@ const USAGE: &str = "usage: scripted [--url URL] (--subject S | --wildcard W --c
                 [--on-error retry|reject] [--provenance]
                 [--queue-group G] [--ack-wait-ms MS]
                 [--no-leases] [--handler-time-limit-ms MS] [--subscription-buffer N] [--concurrency N]
+                [--batch MAX[:WAIT_MS]]   batches of up to MAX, closed WAIT_MS ms (default 100)
+                                          after their first member; each member's outcome from
+                                          its own payload
                 [--runtime tokio|smol] [--creds FILE] [--user U --password P] [--token T]
                 [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]
 see the top of adapter-tokio/examples/scripted.rs";
@@ -200,6 +241,34 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Flags, String> {
                 0 => return Err("--concurrency must be at least 1".to_owned()),
                 n => set(&mut f.concurrency, &flag, n)?,
             },
+            "--batch" => {
+                let v = value()?;
+                let (max, wait) = match v.split_once(':') {
+                    Some((max, wait)) => (max, Some(wait)),
+                    None => (v.as_str(), None),
+                };
+                let max = match max.parse::<usize>() {
+                    Ok(0) => {
+                        return Err(
+                            "--batch: MAX must be at least 1 (a batch holds at least one delivery)"
+                                .to_owned(),
+                        );
+                    }
+                    Ok(max) => max,
+                    Err(e) => return Err(format!("--batch: MAX `{max}` is not a number: {e}")),
+                };
+                let wait = match wait.map(str::parse::<u64>) {
+                    None => DEFAULT_BATCH_WAIT_MS,
+                    Some(Ok(ms)) => ms,
+                    Some(Err(e)) => {
+                        let wait = wait.unwrap_or_default();
+                        return Err(format!(
+                            "--batch: WAIT_MS `{wait}` is not a number of milliseconds: {e}"
+                        ));
+                    }
+                };
+                set(&mut f.batch, &flag, (max, wait))?
+            }
             "--runtime" => match value()?.as_str() {
                 runtime @ ("tokio" | "smol") => set(&mut f.runtime, &flag, runtime.to_owned())?,
                 other => return Err(format!("--runtime is tokio or smol, not `{other}`")),
@@ -307,6 +376,10 @@ fn mount(f: &Flags) -> Result<Mount, String> {
     if let Some(n) = f.concurrency {
         m = m.concurrency(positive("--concurrency", n)?);
     }
+    // A MAX above the library's `MAX_BATCH` is refused at start-up, naming the mount.
+    if let Some((max, wait_ms)) = f.batch {
+        m = m.batch(max, Duration::from_millis(wait_ms));
+    }
     Ok(m)
 }
 
@@ -361,6 +434,13 @@ fn scripted_sleep(payload: &[u8]) -> Option<Duration> {
         .map(Duration::from_millis)
 }
 
+/// Writes `text` (whole lines) to stdout at once, and flushes it.
+fn print_lines(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+}
+
 async fn handle(d: Delivery) -> Result<Outcome, String> {
     let (outcome, name) = scripted_outcome(&d.payload);
     let sleep = scripted_sleep(&d.payload);
@@ -368,11 +448,7 @@ async fn handle(d: Delivery) -> Result<Outcome, String> {
         "mount={} subject={} attempt={} outcome={name}\n",
         d.mount, d.subject, d.attempt
     );
-    {
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(line.as_bytes());
-        let _ = out.flush();
-    }
+    print_lines(&line);
     if let Some(sleep) = sleep {
         // Both adapters run handlers inside a Tokio context.
         tokio::time::sleep(sleep).await;
@@ -382,6 +458,46 @@ async fn handle(d: Delivery) -> Result<Outcome, String> {
         Scripted::Error => Err("the payload asked for an error".to_owned()),
         Scripted::Panic => panic!("the payload asked for a panic"),
     }
+}
+
+/// The batches this process ran.
+static BATCHES: AtomicU64 = AtomicU64::new(0);
+
+/// A batch's handler (`--batch`): each member's outcome from its own payload, as [`handle`]
+/// takes it; one sleep for the batch, the longest its members ask for; and a panic of the
+/// whole batch if any member asks for one.
+async fn handle_batch(batch: Batch) -> Vec<Result<Outcome, String>> {
+    let number = BATCHES.fetch_add(1, Ordering::Relaxed) + 1;
+    let size = batch.len();
+    let mut lines = String::new();
+    let mut sleep: Option<Duration> = None;
+    let mut scripted = Vec::with_capacity(size);
+    for member in &batch {
+        let d = &member.delivery;
+        let (outcome, name) = scripted_outcome(&member.value);
+        sleep = sleep.max(scripted_sleep(&member.value));
+        lines.push_str(&format!(
+            "mount={} subject={} attempt={} outcome={name} batch={number} size={size}\n",
+            d.mount, d.subject, d.attempt
+        ));
+        scripted.push(outcome);
+    }
+    print_lines(&lines);
+    if let Some(sleep) = sleep {
+        // Both adapters run handlers inside a Tokio context.
+        tokio::time::sleep(sleep).await;
+    }
+    if scripted.iter().any(|s| matches!(s, Scripted::Panic)) {
+        panic!("a member of batch {number} asked for a panic");
+    }
+    scripted
+        .into_iter()
+        .map(|s| match s {
+            Scripted::Outcome(o) => Ok(o),
+            Scripted::Error => Err("the payload asked for an error".to_owned()),
+            Scripted::Panic => unreachable!("a panic member panicked the batch above"),
+        })
+        .collect()
 }
 
 /// The connection options the flags ask for. Credentials from the URL are added by the app.
@@ -439,14 +555,20 @@ fn mount_name(args: &[String]) -> String {
         .map_or_else(|| "scripted".to_owned(), |pair| pair[1].clone())
 }
 
-/// Starts the app on the runtime `R` and runs it until a signal.
+/// Starts the app on the runtime `R` and runs it until a signal; `batched`: with
+/// `mount_batch` (`--batch`).
 async fn serve<R: ruststream_adapter::Runtime>(
     url: &str,
     options: ConnectOptions,
     mount: Mount,
+    batched: bool,
 ) -> std::process::ExitCode {
     let name = mount.name().to_owned();
-    let app = ruststream_adapter::App::<R>::with_options(url, options).mount(mount, handle);
+    let app = ruststream_adapter::App::<R>::with_options(url, options);
+    let app = match batched {
+        true => app.mount_batch(mount, handle_batch),
+        false => app.mount(mount, handle),
+    };
     match app.run().await {
         Ok(report) => {
             eprintln!("scripted: shutdown report: {report}");
@@ -511,12 +633,15 @@ fn main() -> std::process::ExitCode {
             "credentials given twice: in the URL and by --creds, --user or --token".to_owned(),
         );
     }
+    let batched = flags.batch.is_some();
     match flags.runtime.as_deref() {
-        Some("smol") => smol::block_on(serve::<ruststream_smol::Runtime>(&url, options, mount)),
+        Some("smol") => smol::block_on(serve::<ruststream_smol::Runtime>(
+            &url, options, mount, batched,
+        )),
         _ => match tokio::runtime::Runtime::new() {
-            Ok(runtime) => {
-                runtime.block_on(serve::<ruststream_tokio::Runtime>(&url, options, mount))
-            }
+            Ok(runtime) => runtime.block_on(serve::<ruststream_tokio::Runtime>(
+                &url, options, mount, batched,
+            )),
             Err(e) => {
                 eprintln!("scripted: cannot start tokio: {e}");
                 std::process::ExitCode::from(1)

@@ -4,10 +4,11 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use ruststream_tests::process::Scripted;
-use ruststream_tests::{NatsServer, PATIENCE, ServerOptions, TestClient, eventually};
+use ruststream_tests::{NatsServer, PATIENCE, ServerOptions, TestClient, Wire, eventually};
 
 const PASSWORD: &str = "scr1pted-pw";
 const TOKEN: &str = "scr1pted-token";
@@ -231,21 +232,27 @@ fn scripted_refusals_name_the_mount_and_exit_non_zero() {
             ),
         ];
         for (args, code, why) in cases {
-            let name = args[1];
-            let mut service = Scripted::spawn(args, &[]);
-            assert_eq!(
-                service.exit_code(PATIENCE).await,
-                code,
-                "{args:?}: {}",
-                service.printed()
-            );
-            let printed = service.printed();
-            assert!(
-                printed.contains(&format!("scripted: mount `{name}`:")) && printed.contains(why),
-                "{args:?}: {printed}"
-            );
+            assert_refused(args, code, why).await;
         }
     });
+}
+
+/// Runs `scripted` with `args` (`args[1]` the mount's name, after `--name`) and asserts that
+/// it exits with `code`, naming the mount and saying `why`.
+async fn assert_refused(args: &[&str], code: i32, why: &str) {
+    let name = args[1];
+    let mut service = Scripted::spawn(args, &[]);
+    assert_eq!(
+        service.exit_code(PATIENCE).await,
+        code,
+        "{args:?}: {}",
+        service.printed()
+    );
+    let printed = service.printed();
+    assert!(
+        printed.contains(&format!("scripted: mount `{name}`:")) && printed.contains(why),
+        "{args:?}: {printed}"
+    );
 }
 
 #[test]
@@ -556,5 +563,450 @@ fn scripted_provenance_flag_adds_provenance_to_dead_letters() {
             "{}",
             service.printed()
         );
+    });
+}
+
+/// The handler lines `scripted` printed (`mount=…`), in order.
+fn handler_lines(service: &Scripted) -> Vec<String> {
+    service
+        .stdout
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.starts_with("mount="))
+        .cloned()
+        .collect()
+}
+
+/// The value of `key=` in a handler line.
+fn field<'a>(line: &'a str, key: &str) -> &'a str {
+    line.split(' ')
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("no {key}= in {line}"))
+}
+
+/// Asserts that the batch lines are numbered from 1 without a gap, and that each batch has as
+/// many lines as its `size=` says (the same on each).
+fn assert_batches_add_up(lines: &[String]) {
+    let mut by_batch = BTreeMap::<u64, Vec<u64>>::new();
+    for line in lines {
+        let batch = field(line, "batch").parse().expect("batch=<n>");
+        let size = field(line, "size").parse().expect("size=<n>");
+        by_batch.entry(batch).or_default().push(size);
+    }
+    let numbers: Vec<u64> = by_batch.keys().copied().collect();
+    assert_eq!(
+        numbers,
+        (1..=numbers.len() as u64).collect::<Vec<_>>(),
+        "batches counted from 1: {lines:#?}"
+    );
+    for (batch, sizes) in by_batch {
+        assert!(
+            sizes.iter().all(|s| *s == sizes.len() as u64),
+            "batch {batch}: {} lines, sizes {sizes:?}: {lines:#?}",
+            sizes.len()
+        );
+    }
+}
+
+/// The stream sequence in a JetStream ack reply subject: `$JS.ACK.<stream>.<consumer>.
+/// <delivered>.<stream seq>.<consumer seq>.<timestamp>.<pending>`, or the 11-token form with
+/// a domain and an account hash in front.
+fn stream_sequence(ack_subject: &str) -> u64 {
+    let tokens: Vec<&str> = ack_subject.split('.').collect();
+    assert!(
+        tokens.len() == 9 || tokens.len() == 11,
+        "an ack reply subject: {ack_subject}"
+    );
+    tokens[tokens.len() - 4].parse().expect("a stream sequence")
+}
+
+/// The settlements seen on the wire (every ack payload but `+WPI`), by stream sequence.
+fn settlements(acks: &Wire) -> BTreeMap<u64, Vec<String>> {
+    let mut by = BTreeMap::<u64, Vec<String>>::new();
+    for seen in acks.all() {
+        let payload = String::from_utf8_lossy(&seen.payload).into_owned();
+        if payload != "+WPI" {
+            by.entry(stream_sequence(&seen.subject))
+                .or_default()
+                .push(payload);
+        }
+    }
+    by
+}
+
+/// `--batch` on a JetStream mount: eight stored messages make one full batch whose members ask
+/// for eight different things; each member is settled by its own payload's outcome (the
+/// `"error"` member by `--on-error`'s default, retry), retried members come back at attempt 2
+/// in later batches and are dead-lettered at the limit, and the batch sleeps for the longest
+/// `sleep_ms` of its members before any of them is settled. Every handler line carries its
+/// batch's number and size.
+#[test]
+fn scripted_batch_settles_each_jetstream_member_by_its_own_payload() {
+    run(async {
+        for runtime in ["tokio", "smol"] {
+            let server = NatsServer::start();
+            let tc = TestClient::connect(&server).await;
+            tc.stream("BATCH", &["batch.>"]).await;
+            tc.stream("DLQ", &["dlq.>"]).await;
+            let acks = Wire::watch(&tc.client, "$JS.ACK.BATCH.>").await;
+            let dead = Wire::watch(&tc.client, "dlq.batch").await;
+            let payloads: [&[u8]; 8] = [
+                br#""ack""#,
+                br#"{"outcome":"retry"}"#,
+                br#"{"outcome":"retry_after","delay_ms":50}"#,
+                br#"{"outcome":"drop"}"#,
+                br#"{"outcome":"reject"}"#,
+                br#"{"outcome":"error"}"#,
+                br#""none""#,
+                br#"{"outcome":"ack","sleep_ms":1000}"#,
+            ];
+            for p in payloads {
+                tc.js_publish("batch.in", Default::default(), p).await;
+            }
+            let url = server.url();
+            let args = [
+                "--runtime",
+                runtime,
+                "--url",
+                &url,
+                "--stream",
+                "BATCH",
+                "--durable",
+                "w",
+                "--ack-wait-ms",
+                "1000",
+                "--max-attempts",
+                "2",
+                "--dead-letter",
+                "dlq.batch",
+                "--batch",
+                "8:300",
+            ];
+            let mut service = Scripted::spawn(&args, &[]);
+            service.wait_for("batch=1 size=8").await;
+            let printed_at = tokio::time::Instant::now();
+            let expected: [(u64, &[&str]); 8] = [
+                (1, &["+ACK"]),
+                (2, &["-NAK", "+TERM"]),
+                (3, &["-NAK {\"delay\": 50000000}", "+TERM"]),
+                (4, &["+TERM"]),
+                (5, &["+TERM"]),
+                (6, &["-NAK", "+TERM"]),
+                // No outcome twice: delivered again after ack_wait each time, and the third
+                // delivery, past the limit, is dead-lettered without running (rule 3).
+                (7, &["+TERM"]),
+                (8, &["+ACK"]),
+            ];
+            let want: BTreeMap<u64, Vec<String>> = expected
+                .iter()
+                .map(|(s, p)| (*s, p.iter().map(|p| (*p).to_owned()).collect()))
+                .collect();
+            let total: usize = want.values().map(Vec::len).sum();
+            eventually("every settlement", || {
+                (settlements(&acks).values().map(Vec::len).sum::<usize>() >= total).then_some(())
+            })
+            .await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert_eq!(
+                settlements(&acks),
+                want,
+                "{runtime}: settlements by stream sequence:\n{}",
+                service.printed()
+            );
+            let first_settled = acks
+                .all()
+                .iter()
+                .find(|s| s.payload.as_ref() != b"+WPI")
+                .map(|s| s.at)
+                .unwrap();
+            assert!(
+                first_settled.duration_since(printed_at) >= Duration::from_millis(500),
+                "{runtime}: the batch slept 1 s (its longest sleep_ms) before settling: {:?}",
+                first_settled.duration_since(printed_at)
+            );
+            let mut dead_payloads: Vec<String> = dead
+                .at_least(5)
+                .await
+                .iter()
+                .map(|m| String::from_utf8_lossy(&m.payload).into_owned())
+                .collect();
+            dead_payloads.sort();
+            let mut want_dead: Vec<String> = [1, 2, 4, 5, 6]
+                .iter()
+                .map(|i| String::from_utf8_lossy(payloads[*i]).into_owned())
+                .collect();
+            want_dead.sort();
+            assert_eq!(dead_payloads, want_dead, "{runtime}: the dead letters");
+            service.terminate();
+            assert_eq!(
+                service.exit_code(PATIENCE).await,
+                0,
+                "{}",
+                service.printed()
+            );
+            assert_eq!(
+                report_line(&service),
+                "abandoned=[] lost_copies=[] core_losses=[] recoveries=0 failure=none"
+            );
+            let lines = handler_lines(&service);
+            let first: Vec<&str> = lines[..8].iter().map(String::as_str).collect();
+            let outcomes = [
+                "ack",
+                "retry",
+                "retry_after:50ms",
+                "drop",
+                "reject",
+                "error",
+                "none",
+                "ack",
+            ];
+            let want_first: Vec<String> = outcomes
+                .iter()
+                .map(|o| {
+                    format!("mount=scripted subject=batch.in attempt=1 outcome={o} batch=1 size=8")
+                })
+                .collect();
+            assert_eq!(first, want_first, "{runtime}: the first batch, in order");
+            let mut again: Vec<(&str, &str)> = lines[8..]
+                .iter()
+                .map(|l| (field(l, "attempt"), field(l, "outcome")))
+                .collect();
+            again.sort();
+            assert_eq!(
+                again,
+                [
+                    ("2", "error"),
+                    ("2", "none"),
+                    ("2", "retry"),
+                    ("2", "retry_after:50ms")
+                ],
+                "{runtime}: the members without a final outcome ran once more: {lines:#?}"
+            );
+            assert_batches_add_up(&lines);
+        }
+    });
+}
+
+/// `--batch` on a Core wildcard (with the default WAIT_MS): a batch of three members, each
+/// settled alone: the `retry` member gets a copy of its own with its retry count, which runs
+/// in a batch of its own at attempt 2, at the limit, and is dead-lettered; the `reject` member
+/// is dead-lettered at once; the `ack` member is done.
+#[test]
+fn scripted_batch_on_a_core_wildcard_copies_and_dead_letters_each_member_alone() {
+    run(async {
+        for runtime in ["tokio", "smol"] {
+            let server = NatsServer::start();
+            let tc = TestClient::connect(&server).await;
+            let copies = Wire::watch(&tc.client, "scripted.copies").await;
+            let dead = Wire::watch(&tc.client, "scripted.dlq").await;
+            let url = server.url();
+            let args = [
+                "--runtime",
+                runtime,
+                "--url",
+                &url,
+                "--wildcard",
+                "scripted.in.*",
+                "--copy-subject",
+                "scripted.copies",
+                "--max-attempts",
+                "2",
+                "--dead-letter",
+                "scripted.dlq",
+                "--batch",
+                "3",
+            ];
+            let mut service = Scripted::spawn(&args, &[]);
+            service.wait_for("ruststream started").await;
+            for (subject, payload) in [
+                ("scripted.in.a", r#"{"outcome":"ack"}"#),
+                ("scripted.in.b", r#"{"outcome":"retry"}"#),
+                ("scripted.in.c", r#"{"outcome":"reject"}"#),
+            ] {
+                tc.client.publish(subject, payload.into()).await.unwrap();
+            }
+            tc.client.flush().await.unwrap();
+            let seen = dead.at_least(2).await;
+            let mut dead_payloads: Vec<String> = seen
+                .iter()
+                .map(|m| String::from_utf8_lossy(&m.payload).into_owned())
+                .collect();
+            dead_payloads.sort();
+            assert_eq!(
+                dead_payloads,
+                [r#"{"outcome":"reject"}"#, r#"{"outcome":"retry"}"#],
+                "{runtime}"
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let copied = copies.all();
+            assert_eq!(copied.len(), 1, "{runtime}: one copy: {copied:?}");
+            assert_eq!(copied[0].payload.as_ref(), br#"{"outcome":"retry"}"#);
+            assert!(
+                copied[0]
+                    .headers
+                    .iter()
+                    .any(|(n, v)| n.eq_ignore_ascii_case("x-ruststream-retry-count") && v == "1"),
+                "{runtime}: {:?}",
+                copied[0].headers
+            );
+            service.terminate();
+            assert_eq!(
+                service.exit_code(PATIENCE).await,
+                0,
+                "{}",
+                service.printed()
+            );
+            let lines = handler_lines(&service);
+            assert_eq!(
+                lines,
+                [
+                    "mount=scripted subject=scripted.in.a attempt=1 outcome=ack batch=1 size=3",
+                    "mount=scripted subject=scripted.in.b attempt=1 outcome=retry batch=1 size=3",
+                    "mount=scripted subject=scripted.in.c attempt=1 outcome=reject batch=1 size=3",
+                    "mount=scripted subject=scripted.copies attempt=2 outcome=retry batch=2 size=1",
+                ],
+                "{runtime}:\n{}",
+                service.printed()
+            );
+        }
+    });
+}
+
+/// `--batch` on a Core subject: a `"panic"` member panics its whole batch, after the batch's
+/// sleep, and every member counts as no outcome (rule 13); the service goes on with the next
+/// batch and stops cleanly, nothing left running.
+#[test]
+fn scripted_batch_panic_member_panics_the_whole_batch_and_the_service_goes_on() {
+    run(async {
+        for runtime in ["tokio", "smol"] {
+            let server = NatsServer::start();
+            let tc = TestClient::connect(&server).await;
+            let url = server.url();
+            let args = [
+                "--runtime",
+                runtime,
+                "--url",
+                &url,
+                "--subject",
+                "scripted.panics",
+                "--batch",
+                "2:5000",
+            ];
+            let mut service = Scripted::spawn(&args, &[]);
+            service.wait_for("ruststream started").await;
+            for payload in [r#"{"outcome":"ack","sleep_ms":200}"#, r#""panic""#] {
+                tc.client
+                    .publish("scripted.panics", payload.into())
+                    .await
+                    .unwrap();
+            }
+            tc.client.flush().await.unwrap();
+            service
+                .wait_for("a member of batch 1 asked for a panic")
+                .await;
+            service.wait_for("handler panicked").await;
+            service
+                .wait_for("this delivery's batch ended without an outcome for it")
+                .await;
+            for _ in 0..2 {
+                tc.client
+                    .publish("scripted.panics", r#""ack""#.into())
+                    .await
+                    .unwrap();
+            }
+            tc.client.flush().await.unwrap();
+            service.wait_for("outcome=ack batch=2 size=2").await;
+            service.terminate();
+            assert_eq!(
+                service.exit_code(PATIENCE).await,
+                0,
+                "{}",
+                service.printed()
+            );
+            assert_eq!(
+                report_line(&service),
+                "abandoned=[] lost_copies=[] core_losses=[] recoveries=0 failure=none",
+                "{runtime}"
+            );
+            let lines = handler_lines(&service);
+            assert_eq!(
+                lines,
+                [
+                    "mount=scripted subject=scripted.panics attempt=1 outcome=ack batch=1 size=2",
+                    "mount=scripted subject=scripted.panics attempt=1 outcome=panic batch=1 size=2",
+                    "mount=scripted subject=scripted.panics attempt=1 outcome=ack batch=2 size=2",
+                    "mount=scripted subject=scripted.panics attempt=1 outcome=ack batch=2 size=2",
+                ],
+                "{runtime}:\n{}",
+                service.printed()
+            );
+        }
+    });
+}
+
+#[test]
+fn scripted_batch_refusals_name_what_is_wrong() {
+    run(async {
+        let server = NatsServer::start();
+        let url = server.url();
+        let cases: [(&[&str], i32, &str); 7] = [
+            (
+                &["--name", "b1", "--subject", "a", "--batch", "0"],
+                2,
+                "--batch: MAX must be at least 1",
+            ),
+            (
+                &["--name", "b2", "--subject", "a", "--batch", "many"],
+                2,
+                "--batch: MAX `many` is not a number: invalid digit",
+            ),
+            (
+                &["--name", "b3", "--subject", "a", "--batch", "5:soon"],
+                2,
+                "--batch: WAIT_MS `soon` is not a number of milliseconds: invalid digit",
+            ),
+            (
+                &["--name", "b4", "--subject", "a", "--batch", "0:100"],
+                2,
+                "--batch: MAX must be at least 1",
+            ),
+            (
+                &[
+                    "--name",
+                    "b5",
+                    "--subject",
+                    "a",
+                    "--batch",
+                    "5",
+                    "--batch",
+                    "6:10",
+                ],
+                2,
+                "--batch given twice",
+            ),
+            (
+                &["--name", "b6", "--subject", "a", "--batch"],
+                2,
+                "--batch needs a value",
+            ),
+            (
+                &[
+                    "--name",
+                    "b7",
+                    "--subject",
+                    "a",
+                    "--url",
+                    &url,
+                    "--batch",
+                    "100001",
+                ],
+                1,
+                "its batch max 100001 is above the most a batch may hold, 100000",
+            ),
+        ];
+        for (args, code, why) in cases {
+            assert_refused(args, code, why).await;
+        }
     });
 }
