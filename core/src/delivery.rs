@@ -62,6 +62,9 @@ pub struct Delivery<'a> {
     /// The key an adapter gave ([`with_key`](Self::with_key)); otherwise [`key`](Self::key)
     /// derives one when asked (only a mount with a backoff asks).
     key: Option<u64>,
+    /// How many times it ran before in place, its key held (rule 24's strict order): added to
+    /// the attempt the server or the retry-count header gives.
+    in_place: u64,
 }
 
 impl<'a> Delivery<'a> {
@@ -73,6 +76,7 @@ impl<'a> Delivery<'a> {
             subject,
             model: Model::Core(retry_count),
             key: None,
+            in_place: 0,
         }
     }
 
@@ -84,6 +88,7 @@ impl<'a> Delivery<'a> {
             subject,
             model: Model::JetStream(reply),
             key: None,
+            in_place: 0,
         }
     }
 
@@ -128,13 +133,30 @@ impl<'a> Delivery<'a> {
         }
     }
 
+    /// The same delivery after it ran `runs` times in place, its key held (rule 24's strict
+    /// order: a retry run again without going back to NATS): its [`attempt`](Self::attempt)
+    /// is that many more.
+    #[must_use]
+    #[inline]
+    pub fn after_runs_in_place(self, runs: u64) -> Self {
+        Self {
+            in_place: runs,
+            ..self
+        }
+    }
+
     /// The attempt number (rule 1): `delivered` on JetStream (a parsed reply never has 0; a
-    /// hand-built 0 counts as 1), retry count + 1 on Core.
+    /// hand-built 0 counts as 1), retry count + 1 on Core; plus the runs in place before it
+    /// ([`after_runs_in_place`](Self::after_runs_in_place), rule 24), saturating.
     #[inline]
     pub fn attempt(&self) -> Attempt {
-        match self.model {
+        let attempt = match self.model {
             Model::Core(reading) => Attempt::after(reading.count_or_zero()),
             Model::JetStream(reply) => Attempt::new(reply.delivered).unwrap_or(Attempt::FIRST),
+        };
+        match self.in_place {
+            0 => attempt,
+            runs => Attempt::new(attempt.get().saturating_add(runs)).unwrap_or(attempt),
         }
     }
 }

@@ -99,7 +99,7 @@ pub use lease::{LeaseDue, LeaseEnd, LeaseKey, LeaseTerms, LeasedDelivery, Leases
 pub use message::{Message, Publication, wire_len};
 pub use plan::{
     Action, DeadLetterReason, Disposition, Event, Log, MAX_ACTIONS, Outcome, Plan, deadline, plan,
-    plan_with_clock,
+    plan_with_clock, retry_in_place,
 };
 pub use policy::{
     AckPolicy, ConsumerFacts, DEFAULT_DEAD_LETTER_RETRY_DELAY, DeclarationError,

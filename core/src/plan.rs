@@ -462,6 +462,33 @@ pub fn plan<'p>(
     plan_with_clock(delivery, event, policy, || now)
 }
 
+/// Rule 24's strict order: whether a keyed delivery whose handler returned `outcome` runs
+/// again in place (its key held, nothing sent to NATS), and after what delay.
+///
+/// `Some(delay)` for a `retry` or `retry_after(d)` below the limit (rule 2): `d`, or for
+/// `retry` the backoff's delay for the delivery's key and attempt (rule 18), or zero without
+/// a backoff. `None` for every other outcome, and at or past the limit: the delivery is then
+/// planned with [`plan`] as it would be otherwise (so a retry at the limit takes the at-limit
+/// path). The adapter plans each later run with
+/// [`Delivery::after_runs_in_place`](crate::Delivery::after_runs_in_place), so that its
+/// attempt counts the runs in place.
+pub fn retry_in_place(
+    delivery: &Delivery<'_>,
+    outcome: Outcome,
+    policy: &MountPolicy,
+) -> Option<Duration> {
+    let attempt = delivery.attempt();
+    if limit(attempt, policy) == Limit::AtOrPast {
+        return None;
+    }
+    match (outcome, policy.backoff()) {
+        (Outcome::RetryAfter(delay), _) => Some(delay),
+        (Outcome::Retry, Some(backoff)) => Some(backoff.delay(delivery.key(), attempt)),
+        (Outcome::Retry, None) => Some(Duration::ZERO),
+        (Outcome::Ack | Outcome::Drop | Outcome::None | Outcome::Reject, _) => None,
+    }
+}
+
 /// [`plan`], reading the clock only when the plan needs it.
 ///
 /// The one decision that depends on the time is the deadline of a Core copy armed for

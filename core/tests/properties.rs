@@ -12,7 +12,7 @@ use ruststream_core::{
     AckReply, Action, DROPPED_DIRECTIVE_PREFIXES, DROPPED_DIRECTIVES, DeadLetterReason, DelayQueue,
     Delivery, Disposition, Event, Headers, Message, MountDeclaration, MountPolicy, Outcome,
     Provenance, RETRY_COUNT_HEADER, RetryCount, RetryCountReading, Settlement, Subject, plan,
-    plan_with_clock,
+    plan_with_clock, retry_in_place,
 };
 
 fn base() -> Instant {
@@ -133,6 +133,70 @@ fn is_publish(a: &Action<'_>) -> bool {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+    /// Rule 24's strict order: a delivery runs again in place exactly when the plan of its
+    /// outcome would have sent it back to NATS below the limit (`-NAK`, or a Core copy), and
+    /// after the delay that plan would have asked for; each run in place counts as an attempt.
+    #[test]
+    fn a_retry_runs_again_in_place_exactly_where_it_would_go_back_below_the_limit(
+        d in delivery(),
+        outcome in outcome(),
+        policy in policy(),
+        runs in 0u64..30,
+        now in now(),
+    ) {
+        // A Core delivery on a JetStream mount (an adapter bug) is not a case of rule 24.
+        if matches!(policy.descriptor(), ruststream_core::Descriptor::JetStream { .. })
+            != matches!(d.model, ruststream_core::Model::JetStream(_))
+        {
+            return Ok(());
+        }
+        let d = d.after_runs_in_place(runs);
+        let in_place = retry_in_place(&d, outcome, &policy);
+        let planned = plan(&d, Event::Handled(outcome), &policy, now);
+        let goes_back = matches!(planned.disposition(), Disposition::Retried | Disposition::Delayed | Disposition::Unsupported);
+        let below = policy.max_attempts().is_none_or(|max| d.attempt().get() < u64::from(max.get()));
+        let retry = matches!(outcome, Outcome::Retry | Outcome::RetryAfter(_));
+        prop_assert_eq!(in_place.is_some(), retry && below, "{:?} {:?}", planned, in_place);
+        if in_place.is_some() {
+            prop_assert!(goes_back, "in place only where the plan goes back: {planned:?}");
+        }
+        match (in_place, planned.settlement()) {
+            // The wire clamps a delay (rule 12); in place it is kept as it is.
+            (Some(delay), Some(Settlement::NakWithDelay(nak))) => {
+                prop_assert_eq!(delay.min(ruststream_core::MAX_NAK_DELAY), nak)
+            }
+            (Some(delay), Some(Settlement::Nak)) => prop_assert!(delay.is_zero()),
+            _ => {}
+        }
+        prop_assert_eq!(d.after_runs_in_place(0).attempt().get().saturating_add(runs), d.attempt().get());
+    }
+
+    /// Rule 24's strict order ends: runs in place stop at the limit, where the plan of a retry
+    /// takes the at-limit path.
+    #[test]
+    fn runs_in_place_stop_at_the_limit(
+        d in delivery(),
+        policy in policy(),
+        now in now(),
+    ) {
+        if matches!(policy.descriptor(), ruststream_core::Descriptor::JetStream { .. })
+            != matches!(d.model, ruststream_core::Model::JetStream(_))
+        {
+            return Ok(());
+        }
+        // Limits up to 1,000 (the generator also draws huge ones, too many runs to walk).
+        let Some(max) = policy.max_attempts().filter(|max| max.get() <= 1_000) else { return Ok(()); };
+        let mut runs = 0u64;
+        while retry_in_place(&d.after_runs_in_place(runs), Outcome::Retry, &policy).is_some() {
+            runs += 1;
+            prop_assert!(runs <= u64::from(max.get()), "more runs than attempts");
+        }
+        let last = d.after_runs_in_place(runs);
+        prop_assert!(last.attempt().get() >= u64::from(max.get()));
+        let planned = plan(&last, Event::Handled(Outcome::Retry), &policy, now);
+        prop_assert!(matches!(planned.disposition(), Disposition::DeadLettered | Disposition::Terminated | Disposition::LetGo), "{:?}", planned);
+    }
 
     /// A copy waiting in the delay queue, packed, is published exactly as the copy built at
     /// once would be: reply subject, headers (names, values, order, repeats), payload.
