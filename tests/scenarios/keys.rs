@@ -326,3 +326,218 @@ fn rule_24_a_batch_never_holds_two_deliveries_of_one_key() {
         app.shutdown().await;
     });
 }
+
+/// Publishes each (subject, payload) to ORDERS, awaiting the stream's acknowledgement.
+async fn publish_keyed(tc: &TestClient, messages: &[(&str, &'static [u8])]) {
+    for (subject, payload) in messages {
+        tc.js
+            .publish((*subject).to_owned(), bytes::Bytes::from_static(payload))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+}
+
+/// The runs recorded by [`timed`] of key `key`, in the order they started: (payload, start,
+/// end).
+fn runs_of(s: &Spans, key: &str) -> Vec<(String, Instant, Instant)> {
+    let mut runs: Vec<_> = s
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.0 == key)
+        .map(|r| (r.1.clone(), r.2, r.3))
+        .collect();
+    runs.sort_by_key(|r| r.1);
+    runs
+}
+
+#[test]
+fn rule_24_strict_order_runs_a_retry_again_in_place_after_its_backoff() {
+    run(async {
+        let (server, tc, acks, _, ev) = js_case().await;
+        let s = spans();
+        publish_keyed(
+            &tc,
+            &[
+                ("orders.a.1", b"a1"),
+                ("orders.a.2", b"a2"),
+                ("orders.b.1", b"b1"),
+            ],
+        )
+        .await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                js_mount("strict")
+                    .key(Key::subject_token(1))
+                    .strict_order(true)
+                    .max_attempts(3)
+                    .backoff(adapter::Backoff::fixed(Duration::from_millis(300))),
+                timed(
+                    &s,
+                    |_| Duration::from_millis(10),
+                    |attempt, p| {
+                        if p == "a1" && attempt < 3 {
+                            Outcome::Retry
+                        } else {
+                            Outcome::Ack
+                        }
+                    },
+                ),
+            )
+        })
+        .await;
+        assert_settled(&acks, &["+ACK", "+ACK", "+ACK"]).await;
+        assert!(
+            !acks.payloads().iter().any(|p| p.starts_with("-NAK")),
+            "nothing goes back to NATS: {:?}",
+            acks.payloads()
+        );
+        let a = runs_of(&s, "a");
+        let order: Vec<&str> = a.iter().map(|r| r.0.as_str()).collect();
+        assert_eq!(order, ["a1", "a1", "a1", "a2"], "in place, a2 waiting");
+        for pair in a.windows(2).take(2) {
+            assert!(
+                pair[1].1.duration_since(pair[0].2) >= Duration::from_millis(250),
+                "the backoff's delay between runs in place"
+            );
+        }
+        let b = runs_of(&s, "b");
+        assert!(b[0].1 < a[1].1, "another key is not held back");
+        let attempts: Vec<u64> = ev
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| e.stream_sequence == Some(1))
+            .map(|e| e.attempt)
+            .collect();
+        assert_eq!(attempts, [3], "one settlement, at the third attempt");
+        let info = eventually_info(&tc, |i| i.num_ack_pending == 0 && i.num_pending == 0).await;
+        assert_eq!(info.num_redelivered, 0, "{info:?}");
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn rule_24_strict_order_at_the_limit_dead_letters_and_the_key_goes_on() {
+    run(async {
+        let (server, tc, acks, _, ev) = js_case().await;
+        let s = spans();
+        publish_keyed(&tc, &[("orders.a.1", b"poison"), ("orders.a.2", b"a2")]).await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                js_mount("strict-limit")
+                    .key(Key::subject_token(1))
+                    .strict_order(true)
+                    .max_attempts(2)
+                    .dead_letter("dlq.strict")
+                    .provenance(),
+                timed(
+                    &s,
+                    |_| Duration::ZERO,
+                    |_, p| {
+                        if p == "poison" {
+                            Outcome::RetryAfter(Duration::from_millis(100))
+                        } else {
+                            Outcome::Ack
+                        }
+                    },
+                ),
+            )
+        })
+        .await;
+        assert_settled(&acks, &["+TERM", "+ACK"]).await;
+        let stored = assert_dead_letters(&tc, "DLQ", &[("dlq.strict", b"poison")]).await;
+        let header = |name: &str| {
+            stored[0]
+                .1
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(header("Ruststream-Reason").as_deref(), Some("limit"));
+        assert_eq!(header("Ruststream-Attempt").as_deref(), Some("2"));
+        let order: Vec<String> = runs_of(&s, "a").into_iter().map(|r| r.0).collect();
+        assert_eq!(order, ["poison", "poison", "a2"]);
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn rule_24_strict_order_on_core_retries_in_place_without_a_copy() {
+    run(async {
+        let (server, tc, _, ev) = core_case().await;
+        let copies = Wire::watch(&tc.client, "acct.copies").await;
+        let s = spans();
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_wildcard("core-strict", "acct.*.event", "acct.copies")
+                    .key(Key::subject_token(1))
+                    .strict_order(true)
+                    .max_attempts(3),
+                timed(
+                    &s,
+                    |_| Duration::from_millis(5),
+                    |attempt, p| {
+                        if p == "a1" && attempt == 1 {
+                            Outcome::Retry
+                        } else {
+                            Outcome::Ack
+                        }
+                    },
+                ),
+            )
+        })
+        .await;
+        for payload in [&b"a1"[..], b"a2"] {
+            tc.client
+                .publish("acct.a.event", bytes::Bytes::from_static(payload))
+                .await
+                .unwrap();
+        }
+        tc.client.flush().await.unwrap();
+        eventually("three runs", || {
+            (s.lock().unwrap().len() == 3).then_some(())
+        })
+        .await;
+        quiet(300).await;
+        let order: Vec<String> = runs_of(&s, "a").into_iter().map(|r| r.0).collect();
+        assert_eq!(order, ["a1", "a1", "a2"]);
+        assert!(copies.all().is_empty(), "no copy: {:?}", copies.payloads());
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn rule_24_start_up_refuses_strict_order_without_a_key_or_a_limit() {
+    run(async {
+        let (server, _tc, _, _) = core_case().await;
+        let err = start_err(&server, |a| {
+            a.mount(
+                Mount::core_subject("no-key", "s.one")
+                    .strict_order(true)
+                    .max_attempts(3),
+                |_d: Delivery| async { Outcome::Ack },
+            )
+        })
+        .await;
+        assert!(
+            matches!(&err, StartError::Setting { mount, reason } if mount == "no-key" && reason.contains("needs a key")),
+            "{err}"
+        );
+        let err = start_err(&server, |a| {
+            a.mount(
+                Mount::core_subject("no-limit", "s.two")
+                    .key(Key::subject_token(0))
+                    .strict_order(true),
+                |_d: Delivery| async { Outcome::Ack },
+            )
+        })
+        .await;
+        assert!(
+            matches!(&err, StartError::Setting { mount, reason } if mount == "no-limit" && reason.contains("max_attempts")),
+            "{err}"
+        );
+    });
+}

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use ruststream_core::MountPolicy;
 
 use super::delivery::Delivery;
+use super::turns::HeldTurn;
 
 /// What a mount's handlers publish with, built once per mount and client (at start-up, and
 /// again when a lost client is replaced, rule 20).
@@ -45,11 +46,20 @@ impl ContextShared {
 #[derive(Clone, Copy)]
 pub struct ContextSource<'a> {
     shared: &'a Arc<ContextShared>,
+    /// Where a delivery of a mount with strict order keeps its key's turn (rule 24).
+    held: Option<&'a HeldTurn>,
 }
 
 impl<'a> ContextSource<'a> {
-    pub(crate) fn new(shared: &'a Arc<ContextShared>) -> Self {
-        Self { shared }
+    /// The source of a delivery of a mount with strict order, whose key's turn is kept in
+    /// `held` for as long as the delivery lasts (rule 24).
+    pub(crate) fn holding(shared: &'a Arc<ContextShared>, held: Option<&'a HeldTurn>) -> Self {
+        Self { shared, held }
+    }
+
+    /// Where the delivery keeps its key's turn, on a mount with strict order.
+    pub(crate) fn held(self) -> Option<&'a HeldTurn> {
+        self.held
     }
 
     /// The context of `delivery`: one reference count and the delivery's reply subject.

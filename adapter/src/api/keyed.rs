@@ -14,6 +14,11 @@
 //! The handler time limit bounds each run from its turn, not from its arrival: a delivery
 //! waiting behind a slow one of its key is not cancelled for waiting.
 //!
+//! With strict order ([`Mount::strict_order`](crate::Mount::strict_order)) the delivery keeps
+//! its turn (in a [`HeldTurn`] its flow holds) until it is settled: the flow asks the core
+//! whether a retry runs again in place (`ruststream_core::retry_in_place`), waits its delay
+//! with its lease renewed, and calls this handler again, which then runs at once.
+//!
 //! # Memory
 //!
 //! A delivery that waits for its key holds one of the mount's handler slots, so the mount
@@ -23,19 +28,18 @@
 //! holds what arrives in its subscription buffer, which drops and counts what does not fit
 //! (rule 21).
 
-use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasher;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ruststream_core::Outcome;
-use tokio::sync::oneshot;
 
 use super::batch::Sleep;
 use super::context::ContextSource;
 use super::delivery::{DecodeError, Delivery};
 use super::handled::Handled;
 use super::handler::{HandledFuture, Handler};
+use super::turns::{HeldTurn, Keys};
 
 /// What a mount's deliveries are ordered by (rule 24; see [`Mount::key`](crate::Mount::key)).
 ///
@@ -104,86 +108,6 @@ impl Key {
     }
 }
 
-/// The keys of a mount's deliveries that run or wait: for each, who waits, in arrival order.
-/// Keys are 64-bit hashes (a random seed per mount): two keys that hash alike would only be
-/// ordered together.
-struct Keys {
-    hasher: std::collections::hash_map::RandomState,
-    held: Mutex<HashMap<u64, VecDeque<oneshot::Sender<Turn>>>>,
-}
-
-/// A key's turn: while it is held, no other delivery of the key runs. Dropping it hands the
-/// turn to the key's next waiting delivery, or frees the key.
-struct Turn {
-    keys: Arc<Keys>,
-    key: u64,
-    /// `false` once handed on (a turn sent back by a waiter that was gone).
-    armed: bool,
-}
-
-impl Drop for Turn {
-    fn drop(&mut self) {
-        if self.armed {
-            self.keys.pass(self.key);
-        }
-    }
-}
-
-impl Keys {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, VecDeque<oneshot::Sender<Turn>>>> {
-        // No code that can panic runs under the lock.
-        self.held
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Takes `key`'s turn now if it is free, or else queues for it.
-    fn enter(self: &Arc<Self>, key: u64) -> Result<Turn, oneshot::Receiver<Turn>> {
-        let mut held = self.lock();
-        match held.get_mut(&key) {
-            None => {
-                held.insert(key, VecDeque::new());
-                Ok(Turn {
-                    keys: self.clone(),
-                    key,
-                    armed: true,
-                })
-            }
-            Some(waiting) => {
-                let (tx, rx) = oneshot::channel();
-                waiting.push_back(tx);
-                Err(rx)
-            }
-        }
-    }
-
-    /// Hands `key`'s turn to its next waiting delivery still there, or frees the key.
-    fn pass(self: &Arc<Self>, key: u64) {
-        let mut held = self.lock();
-        let Some(waiting) = held.get_mut(&key) else {
-            return;
-        };
-        while let Some(next) = waiting.pop_front() {
-            let turn = Turn {
-                keys: self.clone(),
-                key,
-                armed: true,
-            };
-            match next.send(turn) {
-                Ok(()) => return,
-                // That delivery is gone (its run was dropped): the next one.
-                Err(mut turn) => turn.armed = false,
-            }
-        }
-        held.remove(&key);
-    }
-
-    #[cfg(test)]
-    fn len(&self) -> usize {
-        self.lock().len()
-    }
-}
-
 /// What a keyed handler needs of the mount and the runtime.
 #[derive(Clone, Copy)]
 pub(crate) struct KeyTerms {
@@ -212,10 +136,7 @@ impl Keyed {
         Self {
             inner,
             key,
-            keys: Arc::new(Keys {
-                hasher: std::collections::hash_map::RandomState::new(),
-                held: Mutex::new(HashMap::new()),
-            }),
+            keys: Arc::new(Keys::default()),
             terms,
         }
     }
@@ -227,7 +148,14 @@ impl Handler for Keyed {
         delivery: Delivery,
         context: ContextSource<'_>,
     ) -> Result<HandledFuture, DecodeError> {
-        let key = self.key.of(&delivery, &self.keys.hasher);
+        let terms = self.terms;
+        let held = context.held().cloned();
+        if held.as_ref().is_some_and(HeldTurn::holds) {
+            // A run in place (rule 24's strict order): the delivery holds its key's turn.
+            let run = self.inner.call(delivery, context)?;
+            return Ok(Box::pin(bounded(run, terms)));
+        }
+        let key = self.key.of(&delivery, self.keys.hasher());
         // Called now, in arrival order: a payload that does not decode is refused here. The
         // run itself is a future, and starts only when polled, after the turn.
         let run = self.inner.call(delivery, context)?;
@@ -235,15 +163,23 @@ impl Handler for Keyed {
             return Ok(run);
         };
         let turn = self.keys.enter(key);
-        let terms = self.terms;
         Ok(Box::pin(async move {
-            let _turn = match turn {
+            let turn = match turn {
                 Ok(turn) => turn,
                 Err(waiting) => match waiting.await {
                     Ok(turn) => turn,
                     // The table is dropped only with the handler, which outlives its runs.
                     Err(_) => return Handled::Outcome(Outcome::None),
                 },
+            };
+            // With strict order the delivery keeps the turn until it ends; otherwise the turn
+            // ends with this run.
+            let _turn = match &held {
+                Some(held) => {
+                    held.put(turn);
+                    None
+                }
+                None => Some(turn),
             };
             bounded(run, terms).await
         }))
@@ -274,57 +210,6 @@ async fn bounded(run: HandledFuture, terms: KeyTerms) -> Handled {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn keys() -> Arc<Keys> {
-        Arc::new(Keys {
-            hasher: std::collections::hash_map::RandomState::new(),
-            held: Mutex::new(HashMap::new()),
-        })
-    }
-
-    #[test]
-    fn a_key_is_handed_on_in_arrival_order_and_freed_at_the_end() {
-        let k = keys();
-        let first = k.enter(7).ok().expect("free");
-        let mut second = k.enter(7).err().expect("waits");
-        let mut third = k.enter(7).err().expect("waits");
-        let other = k.enter(8).ok().expect("another key runs at once");
-        assert!(second.try_recv().is_err());
-        drop(first);
-        let second = second.try_recv().expect("the second's turn");
-        assert!(third.try_recv().is_err(), "not before the second ends");
-        drop(second);
-        let third = third.try_recv().expect("the third's turn");
-        drop(third);
-        drop(other);
-        assert_eq!(k.len(), 0, "every key freed");
-    }
-
-    #[test]
-    fn a_waiter_that_is_gone_is_skipped() {
-        let k = keys();
-        let first = k.enter(1).ok().expect("free");
-        let gone = k.enter(1).err().expect("waits");
-        let mut last = k.enter(1).err().expect("waits");
-        drop(gone);
-        drop(first);
-        let last = last.try_recv().expect("the turn skips the one gone");
-        drop(last);
-        assert_eq!(k.len(), 0);
-    }
-
-    #[test]
-    fn a_turn_sent_to_a_waiter_dropped_before_it_looked_is_handed_on() {
-        let k = keys();
-        let first = k.enter(1).ok().expect("free");
-        let late = k.enter(1).err().expect("waits");
-        let mut last = k.enter(1).err().expect("waits");
-        drop(first); // the turn is in `late`'s channel
-        drop(late); // dropped with it unread
-        let last = last.try_recv().expect("handed on");
-        drop(last);
-        assert_eq!(k.len(), 0);
-    }
 
     fn delivery(subject: &str, header: Option<(&str, &str)>) -> Delivery {
         let headers = header.map(|(n, v)| {

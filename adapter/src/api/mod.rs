@@ -17,3 +17,4 @@ pub(crate) mod json;
 pub(crate) mod keyed;
 pub(crate) mod mount;
 pub(crate) mod reports;
+pub(crate) mod turns;

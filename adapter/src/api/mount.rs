@@ -58,6 +58,8 @@ pub struct Mount {
     pub(crate) takes_batches: bool,
     /// What its deliveries are ordered by ([`Mount::key`]).
     pub(crate) key: Option<Key>,
+    /// Whether a keyed delivery's retry runs again in place ([`Mount::strict_order`]).
+    pub(crate) strict_order: bool,
 }
 
 impl Mount {
@@ -75,6 +77,7 @@ impl Mount {
             batch: None,
             takes_batches: false,
             key: None,
+            strict_order: false,
         }
     }
 
@@ -222,7 +225,9 @@ impl Mount {
     /// **What order means under retries.** A retried delivery goes back to NATS as Part A says
     /// (`-NAK`, or a Core copy) and ends its turn: the key's next delivery runs, and the retry
     /// comes back after it, in the order the server delivers it again. Order per key holds for
-    /// first attempts and for whatever the server delivers in order, not across a retry.
+    /// first attempts and for whatever the server delivers in order, not across a retry. With
+    /// [`strict_order`](Self::strict_order) a retry runs again in place instead, its key's
+    /// later deliveries waiting, so that order holds across retries too.
     ///
     /// A delivery waiting for its key holds a handler slot (on JetStream with its lease renewed
     /// by `+WPI`, rule 16), so the mount holds at most `concurrency` deliveries, running or
@@ -234,6 +239,28 @@ impl Mount {
     #[must_use]
     pub fn key(mut self, key: Key) -> Self {
         self.key = Some(key);
+        self
+    }
+
+    /// Strict order per key (rule 24; off by default): a `retry` or `retry_after` of a keyed
+    /// delivery below `max_attempts` is not sent back to NATS but run again in place after its
+    /// delay (the [backoff](Self::backoff)'s for `retry`, none without one), while the later
+    /// deliveries of its key wait: on JetStream with no `-NAK` and its lease renewed by `+WPI`
+    /// through the delay, on Core with no copy. Each run counts as an attempt
+    /// ([`Delivery::attempt`](crate::Delivery) grows by one); at `max_attempts` the delivery
+    /// takes the at-limit path (dead letter, then `+TERM` on JetStream) and the key goes on.
+    /// The handler time limit applies to each run. The key is held until the delivery is
+    /// settled.
+    ///
+    /// Needs a [`key`](Self::key) and `max_attempts` (start-up refuses it otherwise with
+    /// [`StartError::Setting`](crate::StartError::Setting): without a limit one poison delivery
+    /// would hold its key for ever). A delivery without a key is not ordered and retries as
+    /// usual. Runs in place are the process's own: if it stops mid-way, JetStream delivers the
+    /// message again with the server's count (`delivered`), which does not include them, so the
+    /// attempts start again from there; a Core delivery is gone, as any Core delivery in flight.
+    #[must_use]
+    pub fn strict_order(mut self, on: bool) -> Self {
+        self.strict_order = on;
         self
     }
 

@@ -54,6 +54,20 @@ pub(super) fn validate(
             });
         }
         check_batch(&mount)?;
+        if mount.strict_order && mount.key.is_none() {
+            return Err(StartError::Setting {
+                mount: mount.name().to_owned(),
+                reason:
+                    "strict order needs a key (`Mount::key`): it orders the deliveries of each key"
+                        .to_owned(),
+            });
+        }
+        if mount.strict_order && policy.max_attempts().is_none() {
+            return Err(StartError::Setting {
+                mount: mount.name().to_owned(),
+                reason: "strict order needs `max_attempts`: without a limit a delivery that always retries would hold its key for ever".to_owned(),
+            });
+        }
         if mount.ack_wait.is_zero() && matches!(policy.descriptor(), Descriptor::JetStream { .. }) {
             return Err(StartError::Setting {
                 mount: mount.name().to_owned(),

@@ -11,19 +11,22 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
-use ruststream_core::{Delivery as CoreDelivery, Event, LeaseEnd, Plan, plan_with_clock};
+use ruststream_core::{Delivery as CoreDelivery, Event, Plan, plan_with_clock};
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
 use super::executor::{Execution, carry_out, execute, resend, send};
 use super::handler_run::{HandlerRun, handled, poll_slot, start_handler};
-use super::lease::{Lease, run_leased};
+use super::in_place::{Next, again_after, run_to_end};
+use super::lease::Lease;
 use super::publish::{Publish, PublishFailed};
 use super::read::{Reader, stream_sequence};
 use super::recover::conclude;
 use super::settled::report;
 use crate::api::handler::HandlerSlot;
+use crate::api::turns::HeldTurn;
 use crate::runtime::Runtime;
 use crate::state::mount_context::MountContext;
 use crate::support::incoming::Incoming;
@@ -35,8 +38,12 @@ pub(crate) type Waiting = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 /// Where a delivery that did not finish in place stands: what [`finish`] resumes from,
 /// borrowing nothing of its message.
 pub(crate) enum Stage {
-    /// Its handler is running, under its lease.
-    Handling(HandlerRun, Lease),
+    /// Its handler is running, under its lease; on a mount with strict order, the delivery
+    /// keeps its key's turn in the [`HeldTurn`] (rule 24).
+    Handling(HandlerRun, Lease, Option<HeldTurn>),
+    /// Its handler's retry runs again in place after this delay, its key's turn kept (rule
+    /// 24's strict order).
+    Again(Duration, HeldTurn),
     /// Its event is known (`None`: the handler did not run), and its plan waits for the server
     /// ([`Execution::Waits`]): the plan is made again (the same for the same event) and carried
     /// out in full. The handler's error text, when it returned one, goes into a dead letter's
@@ -55,7 +62,7 @@ impl Stage {
     pub(crate) fn in_place(&self) -> bool {
         match self {
             Stage::Sent(..) => true,
-            Stage::Handling(..) | Stage::Decided(..) => false,
+            Stage::Handling(..) | Stage::Again(..) | Stage::Decided(..) => false,
         }
     }
 }
@@ -159,27 +166,36 @@ fn decide<'m, R: Runtime>(
         debug_assert!(matches!(logged, Execution::Done(Ok(()))));
         // Timed only with a recorder: an app without one reads no clock here.
         let started = ctx.metrics.timed().then(R::now);
-        Some(match start_handler(ctx, slot, msg, delivery) {
-            Err(event) => event,
-            Ok(()) => match poll_slot(ctx, slot, cx) {
-                Poll::Ready(result) => {
-                    if let Some(started) = started {
-                        ctx.metrics
-                            .handled_in(R::now().saturating_duration_since(started).as_secs_f64());
+        let held = ctx.strict_order.then(HeldTurn::default);
+        Some(
+            match start_handler(ctx, slot, msg, delivery, held.as_ref()) {
+                Err(event) => event,
+                Ok(()) => match poll_slot(ctx, slot, cx) {
+                    Poll::Ready(result) => {
+                        if let Some(started) = started {
+                            ctx.metrics.handled_in(
+                                R::now().saturating_duration_since(started).as_secs_f64(),
+                            );
+                        }
+                        let (event, failed) = handled(ctx, msg, delivery, result);
+                        if let Some(delay) = again_after(ctx, delivery, event, held.as_ref())
+                            && let Some(held) = held
+                        {
+                            return Some(Rest::Waits(Stage::Again(delay, held)));
+                        }
+                        error = failed;
+                        event
                     }
-                    let (event, failed) = handled(ctx, msg, delivery, result);
-                    error = failed;
-                    event
-                }
-                Poll::Pending => {
-                    let started = started.unwrap_or_else(R::now);
-                    let run = HandlerRun(slot.take_run(&ctx.handler));
-                    // Taken here, before the mount reads its next message (rule 16).
-                    let lease = Lease::take(ctx, msg, delivery, started);
-                    return Some(Rest::Waits(Stage::Handling(run, lease)));
-                }
+                    Poll::Pending => {
+                        let started = started.unwrap_or_else(R::now);
+                        let run = HandlerRun(slot.take_run(&ctx.handler));
+                        // Taken here, before the mount reads its next message (rule 16).
+                        let lease = Lease::take(ctx, msg, delivery, started);
+                        return Some(Rest::Waits(Stage::Handling(run, lease, held)));
+                    }
+                },
             },
-        })
+        )
     } else {
         None
     };
@@ -268,65 +284,53 @@ pub(crate) async fn finish<R: Runtime>(
     stage: Stage,
 ) {
     // Read before, so it reads again.
-    let Some(delivery) = read(&ctx, &msg) else {
+    let Some(arrived) = read(&ctx, &msg) else {
         return;
     };
-    let plan = |event: Option<Event>| {
-        plan_with_clock(
-            &delivery,
-            event.unwrap_or(Event::Arrived),
-            &ctx.policy,
-            R::now,
-        )
-    };
-    let (event, decided, executed) = match stage {
-        Stage::Handling(run, lease) => {
-            let leased = run_leased::<R>(&ctx, &msg, &delivery, run, lease).await;
-            if leased.end != LeaseEnd::OnTime
-                && !crate::support::deliberate::active(
-                    crate::support::deliberate::Bug::SettleLateResult,
-                )
-            {
-                ctx.metrics.late();
-                // Rule 16: the server may have redelivered it already (it has, when
-                // superseded), and would take a late `+ACK` over the newer attempt's answer.
-                // Nothing is sent or published.
-                let outcome = match leased.event {
-                    Event::Handled(outcome) => Some(outcome),
-                    _ => None,
-                };
-                let attempt = delivery.attempt().get();
-                match leased.end {
-                    LeaseEnd::Superseded { by } => {
-                        tracing::warn!(mount = %ctx.name, subject = %msg.subject, attempt,
-                        ?outcome, delivered_again = by, "late result discarded: the message was delivered again while it ran (its renewals were lost on their way)")
-                    }
-                    LeaseEnd::Late { by } => {
-                        tracing::warn!(mount = %ctx.name, subject = %msg.subject, attempt,
-                        ?outcome, late_by = ?by, "late result discarded: the delivery's deadline passed without a renewal")
-                    }
-                    LeaseEnd::OnTime => {}
-                }
+    // With strict order, the key's turn, kept until the delivery ends (rule 24).
+    let mut _held = None;
+    let (delivery, event, error, sent) = match stage {
+        Stage::Handling(run, lease, held) => {
+            let next = Next::Running(run, lease);
+            let ended = run_to_end::<R>(&ctx, &msg, &arrived, next, 0, held.as_ref()).await;
+            _held = held;
+            let Some((runs, leased)) = ended else {
                 return;
-            }
-            let event = Some(leased.event);
-            let decided = plan(event);
-            let error = leased.error.as_deref();
-            let executed = carry_out(&ctx, &msg, &delivery, &decided, error).await;
-            (event, decided, executed)
-        }
-        Stage::Decided(event, error) => {
-            let decided = plan(event);
-            let executed = carry_out(&ctx, &msg, &delivery, &decided, error.as_deref()).await;
-            (event, decided, executed)
-        }
-        Stage::Sent(event, sent) => {
-            let executed = match sent {
-                Ok(()) => Ok(()),
-                Err(failed) => resend(&ctx, &msg, failed).await,
             };
-            (event, plan(event), executed)
+            (
+                arrived.after_runs_in_place(runs),
+                Some(leased.event),
+                leased.error,
+                None,
+            )
         }
+        Stage::Again(delay, held) => {
+            let next = Next::Again(delay);
+            let ended = run_to_end::<R>(&ctx, &msg, &arrived, next, 0, Some(&held)).await;
+            _held = Some(held);
+            let Some((runs, leased)) = ended else {
+                return;
+            };
+            (
+                arrived.after_runs_in_place(runs),
+                Some(leased.event),
+                leased.error,
+                None,
+            )
+        }
+        Stage::Decided(event, error) => (arrived, event, error, None),
+        Stage::Sent(event, sent) => (arrived, event, None, Some(sent)),
+    };
+    let decided = plan_with_clock(
+        &delivery,
+        event.unwrap_or(Event::Arrived),
+        &ctx.policy,
+        R::now,
+    );
+    let executed = match sent {
+        None => carry_out(&ctx, &msg, &delivery, &decided, error.as_deref()).await,
+        Some(Ok(())) => Ok(()),
+        Some(Err(failed)) => resend(&ctx, &msg, failed).await,
     };
     conclude::<R>(&ctx, &msg, &delivery, event, decided, executed).await;
 }

@@ -11,6 +11,7 @@ use crate::api::context::ContextSource;
 use crate::api::delivery::{DecodeError, Delivery, JetStreamInfo};
 use crate::api::handled::Handled;
 use crate::api::handler::{HandlerSlot, PendingRun};
+use crate::api::turns::HeldTurn;
 use crate::state::mount_context::MountContext;
 use crate::support::incoming::Incoming;
 
@@ -108,19 +109,21 @@ fn renew_slot(ctx: &MountContext, slot: &mut HandlerSlot) {
 
 /// Starts the handler on the delivery in the mount loop's `slot`, or gives at once the event
 /// when it could not start (a payload that does not decode, or a panic in the call itself).
+/// `held` keeps the key's turn of a delivery on a mount with strict order (rule 24).
 #[inline]
 pub(crate) fn start_handler(
     ctx: &MountContext,
     slot: &mut HandlerSlot,
     msg: &Incoming,
     delivery: &CoreDelivery<'_>,
+    held: Option<&HeldTurn>,
 ) -> Result<(), Event> {
     // The delivery is built where the call takes it (it is over 200 bytes: built outside the
     // closure it was moved twice more, measured as 1 % of a Core mount's thread, issue 13).
     match std::panic::catch_unwind(AssertUnwindSafe(|| {
         slot.start(
             handler_delivery(ctx, msg, delivery),
-            ContextSource::new(&ctx.handler_context),
+            ContextSource::holding(&ctx.handler_context, held),
         )
     })) {
         Ok(Ok(())) => Ok(()),

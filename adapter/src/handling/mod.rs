@@ -9,6 +9,7 @@ pub(crate) mod dead_letter;
 pub(crate) mod executor;
 pub(crate) mod flow;
 pub(crate) mod handler_run;
+pub(crate) mod in_place;
 pub(crate) mod lease;
 pub(crate) mod publish;
 pub(crate) mod read;

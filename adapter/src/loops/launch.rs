@@ -97,6 +97,7 @@ impl<R: Runtime> Launcher<R> {
             warned_retry: record.warned_retry.clone(),
             metrics: record.metrics.clone(),
             on_error: mount.on_error.clone(),
+            strict_order: mount.strict_order,
         });
         let shutdown = self.shutdown.clone();
         let ended = self.ended.clone();

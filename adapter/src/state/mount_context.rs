@@ -66,6 +66,9 @@ pub(crate) struct MountContext {
     pub(crate) handler_context: Arc<ContextShared>,
     /// What a handler's `Err` stands for.
     pub(crate) on_error: ErrorPolicy,
+    /// Whether a keyed delivery's retry runs again in place, its key's turn kept (rule 24's
+    /// strict order).
+    pub(crate) strict_order: bool,
     /// Its metrics.
     pub(crate) metrics: Arc<MountMetrics>,
 }
