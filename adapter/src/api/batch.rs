@@ -94,7 +94,7 @@ impl<T> Batch<T> {
 
     /// A context to publish, publish to a stream and make requests through, on the mount's
     /// connection. It answers no request: a batch has many members, so
-    /// [`Context::respond`] fails with [`ContextError::NoReply`](crate::ContextError::NoReply)
+    /// [`Context::respond`] fails with [`ContextError::NoReplySubject`](crate::ContextError::NoReplySubject)
     /// (a batch mount whose members are Core requests answers each through
     /// [`Context::client`] and the member's [`Delivery::reply`]).
     pub fn context(&self) -> &Context {
