@@ -89,13 +89,13 @@
 //! runtime built with `.start_paused(true)`, and an `on_real_server!` that expands to nothing.
 
 mod batches;
-mod common;
+pub(crate) mod common;
 mod connection;
 mod context;
 mod core_nats;
 mod health;
 mod jetstream;
-mod keys;
+pub(crate) mod keys;
 mod leases;
 mod losses;
 mod metrics;
