@@ -290,24 +290,14 @@ pub(crate) async fn finish<R: Runtime>(
     // With strict order, the key's turn, kept until the delivery ends (rule 24).
     let mut _held = None;
     let (delivery, event, error, sent) = match stage {
-        Stage::Handling(run, lease, held) => {
-            let next = Next::Running(run, lease);
-            let ended = run_to_end::<R>(&ctx, &msg, &arrived, next, 0, held.as_ref()).await;
-            _held = held;
-            let Some((runs, leased)) = ended else {
-                return;
+        Stage::Handling(..) | Stage::Again(..) => {
+            let (next, held) = match stage {
+                Stage::Handling(run, lease, held) => (Next::Running(run, lease), held),
+                Stage::Again(delay, held) => (Next::Again(delay), Some(held)),
+                Stage::Decided(..) | Stage::Sent(..) => return,
             };
-            (
-                arrived.after_runs_in_place(runs),
-                Some(leased.event),
-                leased.error,
-                None,
-            )
-        }
-        Stage::Again(delay, held) => {
-            let next = Next::Again(delay);
-            let ended = run_to_end::<R>(&ctx, &msg, &arrived, next, 0, Some(&held)).await;
-            _held = Some(held);
+            let ended = run_to_end::<R>(&ctx, &msg, &arrived, next, held.as_ref()).await;
+            _held = held;
             let Some((runs, leased)) = ended else {
                 return;
             };

@@ -40,18 +40,17 @@ pub(crate) fn again_after(
 
 /// Runs the delivery's handler to its end from `next`: the run under its lease, then, while the
 /// core says so (strict order, [`again_after`]), a wait of the retry's delay (its JetStream
-/// lease renewed with `+WPI`, nothing sent to NATS) and another run. `runs` is how many runs in
-/// place came before `next`. Returns the runs in place before the last, and the last run's
-/// result; `None` when that result is late and discarded (rule 16), or when the message's
+/// lease renewed with `+WPI`, nothing sent to NATS) and another run. Returns the runs in
+/// place before the last, and the last run's result; `None` when that result is late and discarded (rule 16), or when the message's
 /// deadline passed while it waited to run again (then the server delivers it again).
 pub(crate) async fn run_to_end<R: Runtime>(
     ctx: &MountContext,
     msg: &Incoming,
     delivery: &CoreDelivery<'_>,
     mut next: Next,
-    mut runs: u64,
     held: Option<&HeldTurn>,
 ) -> Option<(u64, Leased)> {
+    let mut runs = 0;
     loop {
         let current = delivery.after_runs_in_place(runs);
         next = match next {
