@@ -33,6 +33,12 @@
 //!   --batch MAX[:WAIT_MS]   a batch mount: the handler is given up to MAX deliveries at once,
 //!                           as soon as MAX have arrived or WAIT_MS ms (default 100) have
 //!                           passed since the first (see Batches below)
+//!   --key-token N           order per key: the subject's token N (from 0) is the key;
+//!                           deliveries of one key run one at a time, in arrival order (see
+//!                           Order per key below)
+//!   --strict-order          with --key-token and --max-attempts: a retry below the limit
+//!                           runs again in place after its delay, its key's later deliveries
+//!                           waiting
 //!   --runtime tokio|smol    which adapter runs the mount (default tokio)
 //! CONNECTION (see below):
 //!   --url URL               one server URL, or several separated by commas
@@ -82,6 +88,24 @@
 //! A MAX of 0, or a MAX or WAIT_MS that is not a number, is refused (exit 2); a MAX above the
 //! library's `MAX_BATCH` (100,000) is refused at start-up (exit 1).
 //!
+//! Order per key: with `--key-token N` the mount is declared with
+//! `Mount::key(Key::subject_token(N))` (rule 24): for `--wildcard 'pay.*.created'`,
+//! `--key-token 1` orders by the second token. Deliveries of one key run one at a time,
+//! started in the order they arrived; different keys run concurrently (up to
+//! `--concurrency`). A delivery whose subject has no token N has no key and is not ordered.
+//! The key is read from the subject the delivery came on: a Core copy (`--wildcard`) comes on
+//! `--copy-subject`, so its key is that subject's token N (all copies share one key, or have
+//! none), not the original's. By default a retry goes back to NATS (`-NAK`, or a Core copy)
+//! and its key goes on. With `--strict-order` (`Mount::strict_order(true)`) a `retry` or
+//! `retry_after` below `--max-attempts` runs again in place after its delay (the backoff's for
+//! `retry`, none without `--backoff-ms`): no `-NAK` and no Core copy, a JetStream delivery's
+//! lease renewed with `+WPI` meanwhile, each run an attempt, the key's later deliveries
+//! waiting; at the limit it takes the at-limit path (dead letter, `+TERM`) and the key goes
+//! on. With `--batch`, a batch never holds two deliveries of one key, and a run in place joins
+//! a later batch. A `--key-token` that is not a number, and `--strict-order` without
+//! `--key-token`, are refused (exit 2); `--strict-order` without `--max-attempts` is refused
+//! by the library at start-up (exit 1).
+//!
 //! Output: one line on stdout per handler run, in this fixed format (space-separated
 //! `key=value`, values without spaces):
 //!
@@ -89,12 +113,19 @@
 //! mount=<name> subject=<subject> attempt=<n> outcome=<ack|retry|retry_after:<ms>ms|drop|reject|error|none|panic|unreadable>
 //! ```
 //!
+//! With `--key-token N`, each line adds the delivery's key, the subject's token N (empty when
+//! the subject has no token N: that delivery is not ordered), before the batch fields:
+//!
+//! ```text
+//! mount=<name> subject=<subject> attempt=<n> outcome=<...> key=<token>
+//! ```
+//!
 //! With `--batch`, one line per member, and the lines of one batch together, in the batch's
 //! order, each with two more fields: the batch's number (the batches this process ran,
 //! counted from 1) and how many members it has:
 //!
 //! ```text
-//! mount=<name> subject=<subject> attempt=<n> outcome=<...> batch=<n> size=<members>
+//! mount=<name> subject=<subject> attempt=<n> outcome=<...> [key=<token>] batch=<n> size=<members>
 //! ```
 //!
 //! It runs until SIGINT or SIGTERM, then shuts down gracefully (a second signal ends the grace
@@ -124,7 +155,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ruststream_adapter::async_nats::ConnectOptions;
-use ruststream_tokio::{Backoff, Batch, Delivery, ErrorPolicy, Mount, Outcome};
+use ruststream_tokio::{Backoff, Batch, Delivery, ErrorPolicy, Key, Mount, Outcome};
 
 /// How long a batch waits for more members after its first, when `--batch` gives no WAIT_MS.
 const DEFAULT_BATCH_WAIT_MS: u64 = 100;
@@ -152,6 +183,9 @@ struct Flags {
     concurrency: Option<u64>,
     /// `--batch MAX[:WAIT_MS]`: MAX and WAIT_MS.
     batch: Option<(usize, u64)>,
+    /// `--key-token N`: the subject token that is the key.
+    key_token: Option<usize>,
+    strict_order: bool,
     creds: Option<PathBuf>,
     user: Option<String>,
     password: Option<String>,
@@ -169,6 +203,12 @@ const USAGE: &str = "usage: scripted [--url URL] (--subject S | --wildcard W --c
                 [--batch MAX[:WAIT_MS]]   batches of up to MAX, closed WAIT_MS ms (default 100)
                                           after their first member; each member's outcome from
                                           its own payload
+                [--key-token N]           order per key: the subject's token N (from 0) is the
+                                          key; one key's deliveries run one at a time, in
+                                          arrival order; each line shows key=<token>
+                [--strict-order]          (needs --key-token and --max-attempts) a retry below
+                                          the limit runs again in place after its delay, its
+                                          key waiting: no -NAK, no Core copy
                 [--runtime tokio|smol] [--creds FILE] [--user U --password P] [--token T]
                 [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]
 see the top of adapter-tokio/examples/scripted.rs";
@@ -269,6 +309,18 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Flags, String> {
                 };
                 set(&mut f.batch, &flag, (max, wait))?
             }
+            "--key-token" => {
+                let v = value()?;
+                let n = v.parse::<usize>().map_err(|e| {
+                    format!("--key-token: N `{v}` is not a number (a subject token's index, from 0): {e}")
+                })?;
+                set(&mut f.key_token, &flag, n)?
+            }
+            "--strict-order" => {
+                if std::mem::replace(&mut f.strict_order, true) {
+                    return Err("--strict-order given twice".to_owned());
+                }
+            }
             "--runtime" => match value()?.as_str() {
                 runtime @ ("tokio" | "smol") => set(&mut f.runtime, &flag, runtime.to_owned())?,
                 other => return Err(format!("--runtime is tokio or smol, not `{other}`")),
@@ -308,6 +360,10 @@ fn mount(f: &Flags) -> Result<Mount, String> {
         (
             f.subscription_buffer.is_some() && f.stream.is_some(),
             "--subscription-buffer is for Core mounts",
+        ),
+        (
+            f.strict_order && f.key_token.is_none(),
+            "--strict-order needs --key-token (strict order is kept per key)",
         ),
     ];
     if let Some((_, why)) = conflicts.iter().find(|(bad, _)| *bad) {
@@ -380,6 +436,13 @@ fn mount(f: &Flags) -> Result<Mount, String> {
     if let Some((max, wait_ms)) = f.batch {
         m = m.batch(max, Duration::from_millis(wait_ms));
     }
+    if let Some(n) = f.key_token {
+        m = m.key(Key::subject_token(n));
+    }
+    // Without --max-attempts, strict order is refused at start-up, naming the mount.
+    if f.strict_order {
+        m = m.strict_order(true);
+    }
     Ok(m)
 }
 
@@ -441,12 +504,29 @@ fn print_lines(text: &str) {
     let _ = out.flush();
 }
 
-async fn handle(d: Delivery) -> Result<Outcome, String> {
+/// The ` key=<token>` field of a handler line with `--key-token` (`key_token`): the subject's
+/// token at that index, as the library reads the key, or nothing after `=` when the subject
+/// has no such token (that delivery has no key); empty without `--key-token`.
+fn key_field(d: &Delivery, key_token: Option<usize>) -> String {
+    match key_token {
+        Some(n) => format!(
+            " key={}",
+            d.subject.as_str().split('.').nth(n).unwrap_or("")
+        ),
+        None => String::new(),
+    }
+}
+
+/// A delivery's handler: its outcome from its payload; `key_token`: `--key-token`'s N.
+async fn handle(d: Delivery, key_token: Option<usize>) -> Result<Outcome, String> {
     let (outcome, name) = scripted_outcome(&d.payload);
     let sleep = scripted_sleep(&d.payload);
     let line = format!(
-        "mount={} subject={} attempt={} outcome={name}\n",
-        d.mount, d.subject, d.attempt
+        "mount={} subject={} attempt={} outcome={name}{}\n",
+        d.mount,
+        d.subject,
+        d.attempt,
+        key_field(&d, key_token)
     );
     print_lines(&line);
     if let Some(sleep) = sleep {
@@ -465,8 +545,8 @@ static BATCHES: AtomicU64 = AtomicU64::new(0);
 
 /// A batch's handler (`--batch`): each member's outcome from its own payload, as [`handle`]
 /// takes it; one sleep for the batch, the longest its members ask for; and a panic of the
-/// whole batch if any member asks for one.
-async fn handle_batch(batch: Batch) -> Vec<Result<Outcome, String>> {
+/// whole batch if any member asks for one. `key_token`: `--key-token`'s N.
+async fn handle_batch(batch: Batch, key_token: Option<usize>) -> Vec<Result<Outcome, String>> {
     let number = BATCHES.fetch_add(1, Ordering::Relaxed) + 1;
     let size = batch.len();
     let mut lines = String::new();
@@ -477,8 +557,11 @@ async fn handle_batch(batch: Batch) -> Vec<Result<Outcome, String>> {
         let (outcome, name) = scripted_outcome(&member.value);
         sleep = sleep.max(scripted_sleep(&member.value));
         lines.push_str(&format!(
-            "mount={} subject={} attempt={} outcome={name} batch={number} size={size}\n",
-            d.mount, d.subject, d.attempt
+            "mount={} subject={} attempt={} outcome={name}{} batch={number} size={size}\n",
+            d.mount,
+            d.subject,
+            d.attempt,
+            key_field(d, key_token)
         ));
         scripted.push(outcome);
     }
@@ -555,19 +638,27 @@ fn mount_name(args: &[String]) -> String {
         .map_or_else(|| "scripted".to_owned(), |pair| pair[1].clone())
 }
 
-/// Starts the app on the runtime `R` and runs it until a signal; `batched`: with
-/// `mount_batch` (`--batch`).
+/// How the handler is mounted: `batched` with `mount_batch` (`--batch`); `key_token`, the
+/// subject token its lines show as the key (`--key-token`).
+#[derive(Clone, Copy)]
+struct Shape {
+    batched: bool,
+    key_token: Option<usize>,
+}
+
+/// Starts the app on the runtime `R` and runs it until a signal.
 async fn serve<R: ruststream_adapter::Runtime>(
     url: &str,
     options: ConnectOptions,
     mount: Mount,
-    batched: bool,
+    shape: Shape,
 ) -> std::process::ExitCode {
     let name = mount.name().to_owned();
     let app = ruststream_adapter::App::<R>::with_options(url, options);
-    let app = match batched {
-        true => app.mount_batch(mount, handle_batch),
-        false => app.mount(mount, handle),
+    let key_token = shape.key_token;
+    let app = match shape.batched {
+        true => app.mount_batch(mount, move |batch: Batch| handle_batch(batch, key_token)),
+        false => app.mount(mount, move |d: Delivery| handle(d, key_token)),
     };
     match app.run().await {
         Ok(report) => {
@@ -633,14 +724,17 @@ fn main() -> std::process::ExitCode {
             "credentials given twice: in the URL and by --creds, --user or --token".to_owned(),
         );
     }
-    let batched = flags.batch.is_some();
+    let shape = Shape {
+        batched: flags.batch.is_some(),
+        key_token: flags.key_token,
+    };
     match flags.runtime.as_deref() {
         Some("smol") => smol::block_on(serve::<ruststream_smol::Runtime>(
-            &url, options, mount, batched,
+            &url, options, mount, shape,
         )),
         _ => match tokio::runtime::Runtime::new() {
             Ok(runtime) => runtime.block_on(serve::<ruststream_tokio::Runtime>(
-                &url, options, mount, batched,
+                &url, options, mount, shape,
             )),
             Err(e) => {
                 eprintln!("scripted: cannot start tokio: {e}");

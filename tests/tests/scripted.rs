@@ -1010,3 +1010,442 @@ fn scripted_batch_refusals_name_what_is_wrong() {
         }
     });
 }
+
+/// The settlement of stream sequence `seq` seen on the wire (the first ack payload of that
+/// sequence other than `+WPI`): its payload and when it was seen.
+fn settled_at(acks: &Wire, seq: u64) -> (String, tokio::time::Instant) {
+    acks.all()
+        .iter()
+        .find(|s| stream_sequence(&s.subject) == seq && s.payload.as_ref() != b"+WPI")
+        .map(|s| (String::from_utf8_lossy(&s.payload).into_owned(), s.at))
+        .unwrap_or_else(|| panic!("no settlement of stream sequence {seq}"))
+}
+
+/// The delivered count in a JetStream ack reply subject (the server's count of deliveries of
+/// the message, 9- or 11-token form).
+fn delivered_count(ack_subject: &str) -> u64 {
+    let tokens: Vec<&str> = ack_subject.split('.').collect();
+    tokens[tokens.len() - 5].parse().expect("a delivered count")
+}
+
+/// `--key-token 1` on a JetStream mount (rule 24): six stored messages of two keys,
+/// interleaved, each sleeping 400 ms. The deliveries of one key run one at a time, in the
+/// order they were stored (each +ACK of a key at least a run after the previous one), while
+/// the two keys run at once (their lines come in pairs, one of each key); every line shows its
+/// key.
+#[test]
+fn scripted_key_token_runs_each_key_one_at_a_time_in_arrival_order() {
+    run(async {
+        for runtime in ["tokio", "smol"] {
+            let server = NatsServer::start();
+            let tc = TestClient::connect(&server).await;
+            tc.stream("KEYS", &["keys.>"]).await;
+            let acks = Wire::watch(&tc.client, "$JS.ACK.KEYS.>").await;
+            // Stream sequences 1 to 6.
+            let subjects = [
+                "keys.a.1", "keys.b.1", "keys.a.2", "keys.b.2", "keys.a.3", "keys.b.3",
+            ];
+            for subject in subjects {
+                tc.js_publish(
+                    subject,
+                    Default::default(),
+                    br#"{"outcome":"ack","sleep_ms":400}"#,
+                )
+                .await;
+            }
+            let url = server.url();
+            let args = [
+                "--runtime",
+                runtime,
+                "--url",
+                &url,
+                "--stream",
+                "KEYS",
+                "--durable",
+                "w",
+                "--key-token",
+                "1",
+            ];
+            let mut service = Scripted::spawn(&args, &[]);
+            eventually("six +ACKs", || {
+                (acks.payloads().iter().filter(|p| *p == "+ACK").count() == 6).then_some(())
+            })
+            .await;
+            service.terminate();
+            assert_eq!(
+                service.exit_code(PATIENCE).await,
+                0,
+                "{}",
+                service.printed()
+            );
+            let lines = handler_lines(&service);
+            assert_eq!(lines.len(), 6, "{runtime}: {lines:#?}");
+            for line in &lines {
+                let subject = field(line, "subject");
+                let key = subject.split('.').nth(1).unwrap();
+                assert_eq!(
+                    line,
+                    &format!("mount=scripted subject={subject} attempt=1 outcome=ack key={key}"),
+                    "{runtime}"
+                );
+            }
+            for key in ["a", "b"] {
+                let order: Vec<&str> = lines
+                    .iter()
+                    .filter(|l| field(l, "key") == key)
+                    .map(|l| field(l, "subject"))
+                    .collect();
+                let want: Vec<String> = (1..=3).map(|n| format!("keys.{key}.{n}")).collect();
+                assert_eq!(order, want, "{runtime}: key {key} in arrival order");
+            }
+            for (pair, n) in lines.chunks(2).zip(1..) {
+                let mut subjects: Vec<&str> = pair.iter().map(|l| field(l, "subject")).collect();
+                subjects.sort_unstable();
+                assert_eq!(
+                    subjects,
+                    [format!("keys.a.{n}"), format!("keys.b.{n}")],
+                    "{runtime}: the two keys run at once, each one at a time: {lines:#?}"
+                );
+            }
+            let at = |seq| settled_at(&acks, seq).1;
+            // a: sequences 1, 3, 5; b: 2, 4, 6. A run sleeps 400 ms: the next of its key
+            // starts after it is settled, so is settled at least 400 ms later.
+            for (earlier, later) in [(1, 3), (3, 5), (2, 4), (4, 6)] {
+                let gap = at(later).duration_since(at(earlier));
+                assert!(
+                    gap >= Duration::from_millis(350),
+                    "{runtime}: sequence {later} ran after {earlier} was settled: {gap:?} apart"
+                );
+            }
+            let (a1, b1) = (at(1), at(2));
+            let apart = a1.max(b1).duration_since(a1.min(b1));
+            assert!(
+                apart < Duration::from_millis(300),
+                "{runtime}: keys a and b ran at once: first runs settled {apart:?} apart"
+            );
+        }
+    });
+}
+
+/// `--strict-order` (rule 24) on a JetStream mount: a `retry` of key a runs again in place
+/// after the backoff's 600 ms, twice, with no `-NAK` (the server delivers it once, and its
+/// lease is renewed with `+WPI` through the delays), then takes the at-limit path (dead letter,
+/// `+TERM`) at its third attempt; only then does the key's next delivery run, while key b ran
+/// at once. The lines show each attempt and the key.
+#[test]
+fn scripted_strict_order_runs_a_retry_again_in_place_holding_its_key() {
+    run(async {
+        for runtime in ["tokio", "smol"] {
+            let server = NatsServer::start();
+            let tc = TestClient::connect(&server).await;
+            tc.stream("STRICT", &["strict.>"]).await;
+            tc.stream("DLQ", &["dlq.>"]).await;
+            let acks = Wire::watch(&tc.client, "$JS.ACK.STRICT.>").await;
+            let dead = Wire::watch(&tc.client, "dlq.strict").await;
+            // Stream sequences 1, 2, 3.
+            for (subject, payload) in [
+                ("strict.a.1", &br#"{"outcome":"retry"}"#[..]),
+                ("strict.a.2", br#""ack""#),
+                ("strict.b.1", br#""ack""#),
+            ] {
+                tc.js_publish(subject, Default::default(), payload).await;
+            }
+            let url = server.url();
+            let args = [
+                "--runtime",
+                runtime,
+                "--url",
+                &url,
+                "--stream",
+                "STRICT",
+                "--durable",
+                "w",
+                "--ack-wait-ms",
+                "1000",
+                "--max-attempts",
+                "3",
+                "--backoff-ms",
+                "600",
+                "--dead-letter",
+                "dlq.strict",
+                "--key-token",
+                "1",
+                "--strict-order",
+            ];
+            let mut service = Scripted::spawn(&args, &[]);
+            eventually("three settlements", || {
+                (settlements(&acks).values().map(Vec::len).sum::<usize>() >= 3).then_some(())
+            })
+            .await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let want: BTreeMap<u64, Vec<String>> = [(1, "+TERM"), (2, "+ACK"), (3, "+ACK")]
+                .into_iter()
+                .map(|(s, p)| (s, vec![p.to_owned()]))
+                .collect();
+            assert_eq!(
+                settlements(&acks),
+                want,
+                "{runtime}: no -NAK, the retry ran in place:\n{}",
+                service.printed()
+            );
+            let seen = acks.all();
+            let of_a1: Vec<_> = seen
+                .iter()
+                .filter(|s| stream_sequence(&s.subject) == 1)
+                .collect();
+            assert!(
+                of_a1.iter().all(|s| delivered_count(&s.subject) == 1),
+                "{runtime}: the server delivered it once: {:?}",
+                of_a1.iter().map(|s| &s.subject).collect::<Vec<_>>()
+            );
+            assert!(
+                of_a1.iter().any(|s| s.payload.as_ref() == b"+WPI"),
+                "{runtime}: its lease renewed through the delays: {:?}",
+                acks.payloads()
+            );
+            let (b1, a1, a2) = (
+                settled_at(&acks, 3).1,
+                settled_at(&acks, 1).1,
+                settled_at(&acks, 2).1,
+            );
+            assert!(
+                a1.duration_since(b1) >= Duration::from_millis(1000),
+                "{runtime}: key b was not held back, and a's retry waited 600 ms twice: {:?}",
+                a1.duration_since(b1)
+            );
+            assert!(
+                a2 > a1,
+                "{runtime}: a's next delivery ran after its settlement"
+            );
+            let dead_letters = dead.at_least(1).await;
+            assert_eq!(
+                dead_letters[0].payload.as_ref(),
+                br#"{"outcome":"retry"}"#,
+                "{runtime}"
+            );
+            let info = tc.consumer_info("STRICT", "w").await;
+            assert_eq!(info.num_redelivered, 0, "{runtime}: {info:?}");
+            service.terminate();
+            assert_eq!(
+                service.exit_code(PATIENCE).await,
+                0,
+                "{}",
+                service.printed()
+            );
+            let lines = handler_lines(&service);
+            let of_key = |key: &str| -> Vec<&str> {
+                lines
+                    .iter()
+                    .filter(|l| field(l, "key") == key)
+                    .map(String::as_str)
+                    .collect()
+            };
+            assert_eq!(
+                of_key("a"),
+                [
+                    "mount=scripted subject=strict.a.1 attempt=1 outcome=retry key=a",
+                    "mount=scripted subject=strict.a.1 attempt=2 outcome=retry key=a",
+                    "mount=scripted subject=strict.a.1 attempt=3 outcome=retry key=a",
+                    "mount=scripted subject=strict.a.2 attempt=1 outcome=ack key=a",
+                ],
+                "{runtime}: in place, a.2 waiting:\n{}",
+                service.printed()
+            );
+            assert_eq!(
+                of_key("b"),
+                ["mount=scripted subject=strict.b.1 attempt=1 outcome=ack key=b"],
+                "{runtime}"
+            );
+            assert_eq!(lines.len(), 5, "{runtime}: {lines:#?}");
+        }
+    });
+}
+
+/// `--key-token` with `--batch` on a Core wildcard: a batch takes one delivery of each key
+/// (rule 24), so the second of key a runs in the next batch; with `--strict-order` a
+/// `retry_after` of key a runs again in place (in a batch of its own) with no Core copy, and
+/// the key's next delivery only after it.
+#[test]
+fn scripted_key_token_on_a_core_wildcard_batch_with_strict_order() {
+    run(async {
+        for runtime in ["tokio", "smol"] {
+            let server = NatsServer::start();
+            let tc = TestClient::connect(&server).await;
+            let copies = Wire::watch(&tc.client, "keyed.copies").await;
+            let url = server.url();
+            let args = [
+                "--runtime",
+                runtime,
+                "--url",
+                &url,
+                "--wildcard",
+                "keyed.*.in",
+                "--copy-subject",
+                "keyed.copies",
+                "--max-attempts",
+                "3",
+                "--key-token",
+                "1",
+                "--strict-order",
+                "--batch",
+                "4:200",
+            ];
+            let mut service = Scripted::spawn(&args, &[]);
+            service.wait_for("ruststream started").await;
+            for (subject, payload) in [
+                (
+                    "keyed.a.in",
+                    r#"{"outcome":"retry_after","delay_ms":100,"n":1}"#,
+                ),
+                ("keyed.b.in", r#"{"outcome":"ack","n":1}"#),
+                ("keyed.a.in", r#"{"outcome":"ack","n":2}"#),
+            ] {
+                tc.client.publish(subject, payload.into()).await.unwrap();
+            }
+            tc.client.flush().await.unwrap();
+            service.wait_for("key=a batch=3 size=1").await;
+            service.wait_for("key=a batch=4 size=1").await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert!(
+                copies.all().is_empty(),
+                "{runtime}: no copy: {:?}",
+                copies.payloads()
+            );
+            service.terminate();
+            assert_eq!(
+                service.exit_code(PATIENCE).await,
+                0,
+                "{}",
+                service.printed()
+            );
+            assert_eq!(
+                handler_lines(&service),
+                [
+                    "mount=scripted subject=keyed.a.in attempt=1 outcome=retry_after:100ms key=a batch=1 size=2",
+                    "mount=scripted subject=keyed.b.in attempt=1 outcome=ack key=b batch=1 size=2",
+                    "mount=scripted subject=keyed.a.in attempt=2 outcome=retry_after:100ms key=a batch=2 size=1",
+                    "mount=scripted subject=keyed.a.in attempt=3 outcome=retry_after:100ms key=a batch=3 size=1",
+                    "mount=scripted subject=keyed.a.in attempt=1 outcome=ack key=a batch=4 size=1",
+                ],
+                "{runtime}:\n{}",
+                service.printed()
+            );
+        }
+    });
+}
+
+#[test]
+fn scripted_key_and_strict_order_refusals_name_what_is_wrong() {
+    run(async {
+        let server = NatsServer::start();
+        let url = server.url();
+        let cases: [(&[&str], i32, &str); 9] = [
+            (
+                &["--name", "k1", "--subject", "a.b", "--key-token", "x"],
+                2,
+                "--key-token: N `x` is not a number (a subject token's index, from 0)",
+            ),
+            (
+                &["--name", "k2", "--subject", "a.b", "--key-token", "-1"],
+                2,
+                "--key-token: N `-1` is not a number (a subject token's index, from 0)",
+            ),
+            (
+                &[
+                    "--name",
+                    "k3",
+                    "--subject",
+                    "a.b",
+                    "--key-token",
+                    "1",
+                    "--key-token",
+                    "0",
+                ],
+                2,
+                "--key-token given twice",
+            ),
+            (
+                &["--name", "k4", "--subject", "a.b", "--key-token"],
+                2,
+                "--key-token needs a value",
+            ),
+            (
+                &[
+                    "--name",
+                    "k5",
+                    "--subject",
+                    "a.b",
+                    "--key-token",
+                    "1",
+                    "--strict-order",
+                    "--strict-order",
+                ],
+                2,
+                "--strict-order given twice",
+            ),
+            (
+                &[
+                    "--name",
+                    "k6",
+                    "--subject",
+                    "a.b",
+                    "--max-attempts",
+                    "3",
+                    "--strict-order",
+                ],
+                2,
+                "--strict-order needs --key-token",
+            ),
+            (
+                &[
+                    "--name",
+                    "k7",
+                    "--stream",
+                    "S",
+                    "--durable",
+                    "d",
+                    "--strict-order",
+                ],
+                2,
+                "--strict-order needs --key-token",
+            ),
+            (
+                &[
+                    "--name",
+                    "k8",
+                    "--subject",
+                    "a.b",
+                    "--url",
+                    &url,
+                    "--key-token",
+                    "1",
+                    "--strict-order",
+                ],
+                1,
+                "strict order needs `max_attempts`",
+            ),
+            (
+                &[
+                    "--name",
+                    "k9",
+                    "--runtime",
+                    "smol",
+                    "--wildcard",
+                    "a.*",
+                    "--copy-subject",
+                    "c",
+                    "--url",
+                    &url,
+                    "--key-token",
+                    "1",
+                    "--strict-order",
+                ],
+                1,
+                "strict order needs `max_attempts`",
+            ),
+        ];
+        for (args, code, why) in cases {
+            assert_refused(args, code, why).await;
+        }
+    });
+}
