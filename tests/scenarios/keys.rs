@@ -541,3 +541,25 @@ fn rule_24_start_up_refuses_strict_order_without_a_key_or_a_limit() {
         );
     });
 }
+
+#[test]
+fn rule_24_start_up_refuses_strict_order_with_leases_off_on_jetstream() {
+    run(async {
+        let (server, _tc, _, _, _) = js_case().await;
+        let err = start_err(&server, |a| {
+            a.mount(
+                js_mount("strict-no-leases")
+                    .key(Key::subject_token(1))
+                    .strict_order(true)
+                    .max_attempts(3)
+                    .leases(false),
+                |_d: Delivery| async { Outcome::Ack },
+            )
+        })
+        .await;
+        assert!(
+            matches!(&err, StartError::Setting { mount, reason } if mount == "strict-no-leases" && reason.contains("needs leases")),
+            "{err}"
+        );
+    });
+}

@@ -236,6 +236,16 @@ impl Mount {
     /// mount's [subscription buffer](Self::subscription_buffer) holds, then drops and counts,
     /// what arrives (rule 21). The [handler time limit](Self::handler_time_limit) is counted
     /// from a delivery's turn, not from its arrival.
+    ///
+    /// Two cases to know:
+    /// - **A Core wildcard's copies** come back on its copy subject: a
+    ///   [`Key::SubjectToken`](crate::Key::SubjectToken) then reads the copy subject's token, so
+    ///   retries of every key share one key (or none). Key such a mount by a header or a
+    ///   function of the payload, or use strict order, which makes no copies.
+    /// - **With [leases](Self::leases) off** on JetStream, a delivery that waits for its key
+    ///   past its deadline is still run, and its result discarded as late (rule 16): the server
+    ///   has delivered it again, so order per key is not kept for it. Keep leases on for keyed
+    ///   mounts (strict order requires them).
     #[must_use]
     pub fn key(mut self, key: Key) -> Self {
         self.key = Some(key);
@@ -252,9 +262,11 @@ impl Mount {
     /// The handler time limit applies to each run. The key is held until the delivery is
     /// settled.
     ///
-    /// Needs a [`key`](Self::key) and `max_attempts` (start-up refuses it otherwise with
+    /// Needs a [`key`](Self::key) and `max_attempts`, and on JetStream [leases](Self::leases)
+    /// on (start-up refuses it otherwise with
     /// [`StartError::Setting`](crate::StartError::Setting): without a limit one poison delivery
-    /// would hold its key for ever). A delivery without a key is not ordered and retries as
+    /// would hold its key for ever; without renewals a retry waiting past `ack_wait` would be
+    /// delivered again, out of order). A delivery without a key is not ordered and retries as
     /// usual. Runs in place are the process's own: if it stops mid-way, JetStream delivers the
     /// message again with the server's count (`delivered`), which does not include them, so the
     /// attempts start again from there; a Core delivery is gone, as any Core delivery in flight.

@@ -62,6 +62,15 @@ pub(super) fn validate(
                         .to_owned(),
             });
         }
+        if mount.strict_order
+            && !mount.leases
+            && matches!(policy.descriptor(), Descriptor::JetStream { .. })
+        {
+            return Err(StartError::Setting {
+                mount: mount.name().to_owned(),
+                reason: "strict order needs leases (`Mount::leases(true)`, the default): a retry waiting to run again in place past ack_wait would be delivered again by the server, out of order and with its attempts counted again".to_owned(),
+            });
+        }
         if mount.strict_order && policy.max_attempts().is_none() {
             return Err(StartError::Setting {
                 mount: mount.name().to_owned(),

@@ -44,8 +44,12 @@ pub enum StartError {
     Runtime(String),
     /// A mount's runtime setting cannot be used: its concurrency above
     /// [`MAX_CONCURRENCY`](crate::MAX_CONCURRENCY), a JetStream mount's
-    /// [`ack_wait`](crate::Mount::ack_wait) of zero, or a handler that returns a
-    /// [`Reply`](crate::Reply) on a JetStream mount.
+    /// [`ack_wait`](crate::Mount::ack_wait) of zero, a handler that returns a
+    /// [`Reply`](crate::Reply) on a JetStream mount, a [batch](crate::Mount::batch) declared on
+    /// the mount or its handler but not both, a batch `max` of 0 or above
+    /// [`MAX_BATCH`](crate::MAX_BATCH) (or `concurrency × max` above `MAX_CONCURRENCY`), or
+    /// [strict order](crate::Mount::strict_order) without a key, without `max_attempts`, or
+    /// with leases off on a JetStream mount.
     #[error("mount `{mount}`: {reason}")]
     Setting {
         /// The mount's name.

@@ -226,12 +226,12 @@ impl WaitLease {
             LeaseEnd::OnTime => {}
             LeaseEnd::Late { by } => {
                 tracing::warn!(mount = %ctx.name, subject = %msg.subject, late_by = ?by,
-                    "a prefetched message waited past its deadline (its renewals could not be sent, or leases are off): not run here, the server delivers it again");
+                    "a message that waited (for a handler slot, or to run again in place) passed its deadline (its renewals could not be sent, or leases are off): not run here, the server delivers it again");
                 return WaitEnd::Late;
             }
             LeaseEnd::Superseded { by } => {
                 tracing::warn!(mount = %ctx.name, subject = %msg.subject, delivered_again = by,
-                    "a prefetched message was delivered again while it waited (its renewals were lost on their way): not run here, the newer delivery is");
+                    "a message that waited (for a handler slot, or to run again in place) was delivered again meanwhile (its renewals were lost on their way): not run here, the newer delivery is");
                 return WaitEnd::Late;
             }
         }
