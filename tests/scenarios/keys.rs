@@ -563,3 +563,26 @@ fn rule_24_start_up_refuses_strict_order_with_leases_off_on_jetstream() {
         );
     });
 }
+
+#[test]
+fn rule_24_a_delivery_without_a_key_is_still_bounded_by_the_time_limit() {
+    run(async {
+        let (server, tc, _acks, _, ev) = js_case().await;
+        // No `Account` header: no key, so not ordered; still a handler under rule 16's limit.
+        tc.js_publish("orders.x.1", HeaderMap::new(), b"hang").await;
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                js_mount("keyless-limit")
+                    .key(Key::header("Account"))
+                    .handler_time_limit(Duration::from_millis(300)),
+                |_d: Delivery| async {
+                    tokio::time::sleep(Duration::from_secs(3_600)).await;
+                    Outcome::Ack
+                },
+            )
+        })
+        .await;
+        logged(&["mount=keyless-limit", "handler time limit reached"]).await;
+        app.shutdown().await;
+    });
+}

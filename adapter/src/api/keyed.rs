@@ -160,7 +160,9 @@ impl Handler for Keyed {
         // run itself is a future, and starts only when polled, after the turn.
         let run = self.inner.call(delivery, context)?;
         let Some(key) = key else {
-            return Ok(run);
+            // Not ordered, but bounded as every run is (rule 16): the lease loop leaves a keyed
+            // mount's runs to this handler.
+            return Ok(Box::pin(bounded(run, terms)));
         };
         let turn = self.keys.enter(key);
         Ok(Box::pin(async move {
