@@ -586,3 +586,51 @@ fn rule_24_a_delivery_without_a_key_is_still_bounded_by_the_time_limit() {
         app.shutdown().await;
     });
 }
+
+#[test]
+fn rule_24_start_up_refuses_waits_that_cannot_work() {
+    run(async {
+        let (server, _tc, _, _, _) = js_case().await;
+        for (name, mount) in [
+            (
+                "key-no-leases",
+                js_mount("key-no-leases")
+                    .key(Key::subject_token(1))
+                    .leases(false),
+            ),
+            (
+                "batch-no-leases",
+                js_mount("batch-no-leases")
+                    .batch(10, Duration::from_millis(10))
+                    .leases(false),
+            ),
+        ] {
+            let batch = name.starts_with("batch");
+            let err = start_err(&server, |a| {
+                if batch {
+                    a.mount_batch(mount, |_b: Batch| async { Outcome::Ack })
+                } else {
+                    a.mount(mount, |_d: Delivery| async { Outcome::Ack })
+                }
+            })
+            .await;
+            assert!(
+                matches!(&err, StartError::Setting { mount, reason } if mount == name && reason.contains("needs leases")),
+                "{err}"
+            );
+        }
+        let err = start_err(&server, |a| {
+            a.mount(
+                Mount::core_wildcard("wild-token", "acct.*.event", "acct.copies")
+                    .key(Key::subject_token(1))
+                    .max_attempts(3),
+                |_d: Delivery| async { Outcome::Ack },
+            )
+        })
+        .await;
+        assert!(
+            matches!(&err, StartError::Setting { mount, reason } if mount == "wild-token" && reason.contains("acct.copies")),
+            "{err}"
+        );
+    });
+}

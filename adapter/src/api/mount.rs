@@ -237,15 +237,25 @@ impl Mount {
     /// what arrives (rule 21). The [handler time limit](Self::handler_time_limit) is counted
     /// from a delivery's turn, not from its arrival.
     ///
-    /// Two cases to know:
-    /// - **A Core wildcard's copies** come back on its copy subject: a
-    ///   [`Key::SubjectToken`](crate::Key::SubjectToken) then reads the copy subject's token, so
-    ///   retries of every key share one key (or none). Key such a mount by a header or a
-    ///   function of the payload, or use strict order, which makes no copies.
-    /// - **With [leases](Self::leases) off** on JetStream, a delivery that waits for its key
-    ///   past its deadline is still run, and its result discarded as late (rule 16): the server
-    ///   has delivered it again, so order per key is not kept for it. Keep leases on for keyed
-    ///   mounts (strict order requires them).
+    /// Refused at start-up ([`StartError::Setting`](crate::StartError::Setting)), since they
+    /// cannot keep the order:
+    /// - **a [`Key::SubjectToken`](crate::Key::SubjectToken) on a Core wildcard whose retries
+    ///   make copies** (`max_attempts` or a backoff, without strict order): a copy comes back on
+    ///   the copy subject, whose token is not the original's key. Key such a mount by a header
+    ///   or a function of the payload, or use strict order, which makes no copies;
+    /// - **a key with [leases](Self::leases) off on JetStream**: a delivery waiting for its key
+    ///   past its deadline would be delivered again meanwhile, and run twice.
+    ///
+    /// Also worth knowing:
+    /// - The handler is *called* when the delivery arrives; only its *future* waits for the
+    ///   turn. A handler that does work in the call itself (`|d| { work(&d); async { … } }`,
+    ///   `std::future::ready(work(d))`) does that work unordered: put it inside the future.
+    /// - One busy key can take every slot: its waiting deliveries hold slots, and a delivery of
+    ///   another key that arrives after them waits for a free slot. Raise the concurrency for a
+    ///   mount where one key may burst.
+    /// - A run that ends with no outcome (a panic, the time limit, `Outcome::None`) ends its
+    ///   key's turn, also with strict order: JetStream delivers it again after `ack_wait`, after
+    ///   the key's later deliveries.
     #[must_use]
     pub fn key(mut self, key: Key) -> Self {
         self.key = Some(key);
@@ -260,7 +270,8 @@ impl Mount {
     /// ([`Delivery::attempt`](crate::Delivery) grows by one); at `max_attempts` the delivery
     /// takes the at-limit path (dead letter, then `+TERM` on JetStream) and the key goes on.
     /// The handler time limit applies to each run. The key is held until the delivery is
-    /// settled.
+    /// settled, or its run ends with no outcome (a panic, the time limit, `Outcome::None`:
+    /// JetStream then delivers it again after `ack_wait`, after the key's later deliveries).
     ///
     /// Needs a [`key`](Self::key) and `max_attempts`, and on JetStream [leases](Self::leases)
     /// on (start-up refuses it otherwise with

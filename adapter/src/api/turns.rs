@@ -1,7 +1,8 @@
 //! The turns of a keyed mount's keys (rule 24): who runs and who waits, in arrival order
 //! ([`Keys`]); a key's turn ([`Turn`]), which hands itself on when dropped; and where a
 //! delivery of a mount with strict order keeps its turn through its runs in place
-//! ([`HeldTurn`]). A leaf of the api floor: it imports nothing of the crate.
+//! ([`HeldTurn`]). A leaf of the api floor: it imports nothing of the crate but the
+//! deliberate bugs' switch (support, the floor below).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -49,6 +50,14 @@ impl Keys {
 
     /// Takes `key`'s turn now if it is free, or else queues for it.
     pub(crate) fn enter(self: &Arc<Self>, key: u64) -> Result<Turn, oneshot::Receiver<Turn>> {
+        if crate::support::deliberate::active(crate::support::deliberate::Bug::KeyTurnSkipped) {
+            // A turn that is no one's: the key stays as it is, and the delivery runs at once.
+            return Ok(Turn {
+                keys: self.clone(),
+                key,
+                armed: false,
+            });
+        }
         let mut held = self.lock();
         match held.get_mut(&key) {
             None => {

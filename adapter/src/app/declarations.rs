@@ -9,6 +9,7 @@ use ruststream_core::{Descriptor, MountPolicy};
 use super::startup::StartError;
 use crate::api::batch::MAX_BATCH;
 use crate::api::handler::Handler;
+use crate::api::keyed::Key;
 use crate::api::mount::{MAX_CONCURRENCY, Mount};
 
 /// A mount as declared and validated: its declaration, its handler and its policy, which
@@ -62,15 +63,7 @@ pub(super) fn validate(
                         .to_owned(),
             });
         }
-        if mount.strict_order
-            && !mount.leases
-            && matches!(policy.descriptor(), Descriptor::JetStream { .. })
-        {
-            return Err(StartError::Setting {
-                mount: mount.name().to_owned(),
-                reason: "strict order needs leases (`Mount::leases(true)`, the default): a retry waiting to run again in place past ack_wait would be delivered again by the server, out of order and with its attempts counted again".to_owned(),
-            });
-        }
+        check_waits(&mount, &policy)?;
         if mount.strict_order && policy.max_attempts().is_none() {
             return Err(StartError::Setting {
                 mount: mount.name().to_owned(),
@@ -120,4 +113,44 @@ fn check_batch(mount: &Mount) -> Result<(), StartError> {
         }
         (Some(_), true) => Ok(()),
     }
+}
+
+/// Refuses what makes deliveries wait in a way that cannot work (rules 23 and 24): on a
+/// JetStream mount with leases off, a batch, a key or strict order (a delivery waiting for its
+/// batch, its key's turn or its run in place past its deadline would be delivered again by the
+/// server while it waits, and run twice or out of order); and a subject-token key on a Core
+/// wildcard whose retries make copies (a copy comes back on the copy subject, whose token is
+/// not the original's key).
+fn check_waits(mount: &Mount, policy: &MountPolicy) -> Result<(), StartError> {
+    let refuse = |reason: String| {
+        Err(StartError::Setting {
+            mount: mount.name().to_owned(),
+            reason,
+        })
+    };
+    let waits = match (&mount.batch, &mount.key, mount.strict_order) {
+        (_, _, true) => Some("strict order"),
+        (Some(_), _, _) => Some("a batch"),
+        (None, Some(_), false) => Some("a key"),
+        (None, None, false) => None,
+    };
+    if let Some(what) = waits
+        && !mount.leases
+        && matches!(policy.descriptor(), Descriptor::JetStream { .. })
+    {
+        return refuse(format!(
+            "{what} needs leases (`Mount::leases(true)`, the default): a delivery that waits (for its batch, its key's turn, or to run again in place) past ack_wait would be delivered again by the server while it waits, and run twice or out of order"
+        ));
+    }
+    let copies = policy.max_attempts().is_some() || policy.backoff().is_some();
+    if let (Descriptor::CoreWildcard { copy_subject, .. }, Some(Key::SubjectToken(_))) =
+        (policy.descriptor(), &mount.key)
+        && copies
+        && !mount.strict_order
+    {
+        return refuse(format!(
+            "a subject-token key on a Core wildcard whose retries make copies: a copy comes back on the copy subject `{copy_subject}`, whose token is not the original's key, so a retry would run beside its key's later deliveries; key it by a header or a function (`Key::header`, `Key::function`), or use strict order, which makes no copies"
+        ));
+    }
+    Ok(())
 }

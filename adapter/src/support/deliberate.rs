@@ -25,21 +25,26 @@ pub enum Bug {
     /// Rule 16: a late result (its deadline passed, or its message was delivered again) is
     /// settled instead of discarded.
     SettleLateResult = 6,
+    /// Rule 24: a keyed delivery takes its key's turn at once, though another delivery of its
+    /// key runs or waits (strict order still holds a turn through the runs in place).
+    KeyTurnSkipped = 7,
 }
 
 impl Bug {
     /// Every bug, in order.
-    pub const ALL: [Bug; 6] = [
+    pub const ALL: [Bug; 7] = [
         Bug::SettleBeforeDeadLetter,
         Bug::DropLeaseRenewal,
         Bug::ForgetCoreDrop,
         Bug::RetryPastLimit,
         Bug::LoseDelayedCopy,
         Bug::SettleLateResult,
+        Bug::KeyTurnSkipped,
     ];
 
     /// Its name on the command line: `settle-before-dead-letter`, `drop-lease-renewal`,
-    /// `forget-core-drop`, `retry-past-limit`, `lose-delayed-copy`, `settle-late-result`.
+    /// `forget-core-drop`, `retry-past-limit`, `lose-delayed-copy`, `settle-late-result`,
+    /// `key-turn-skipped`.
     pub fn name(self) -> &'static str {
         match self {
             Bug::SettleBeforeDeadLetter => "settle-before-dead-letter",
@@ -48,6 +53,7 @@ impl Bug {
             Bug::RetryPastLimit => "retry-past-limit",
             Bug::LoseDelayedCopy => "lose-delayed-copy",
             Bug::SettleLateResult => "settle-late-result",
+            Bug::KeyTurnSkipped => "key-turn-skipped",
         }
     }
 
