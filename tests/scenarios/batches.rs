@@ -611,3 +611,36 @@ fn rule_23_start_up_refuses_a_batch_declared_on_one_side_only() {
         );
     });
 }
+
+#[test]
+fn rule_23_start_up_warns_of_a_batch_max_above_max_ack_pending() {
+    run(async {
+        let (server, tc, _acks, _, ev) = js_case().await;
+        tc.js
+            .get_stream("ORDERS")
+            .await
+            .unwrap()
+            .create_consumer(adapter::async_nats::jetstream::consumer::pull::Config {
+                durable_name: Some("worker".into()),
+                ack_policy: adapter::async_nats::jetstream::consumer::AckPolicy::Explicit,
+                max_ack_pending: 10,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let app = start(&server, &ev, |a| {
+            a.mount_batch(
+                Mount::jetstream("batch-too-big", "ORDERS", "worker")
+                    .batch(20, Duration::from_millis(50)),
+                |_b: Batch| async { Outcome::Ack },
+            )
+        })
+        .await;
+        logged(&[
+            "mount=batch-too-big",
+            "above the consumer's max_ack_pending",
+        ])
+        .await;
+        app.shutdown().await;
+    });
+}

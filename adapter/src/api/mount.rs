@@ -207,6 +207,12 @@ impl Mount {
     /// when the batch closes; a member's wait for its batch (at most `max_wait`, more while
     /// every batch place is taken) is not counted against it.
     ///
+    /// With a [key](Self::key), a batch holds one delivery of each key at most: it fills with
+    /// distinct keys, and otherwise closes at `max_wait`, so keep `max_wait` short on a keyed
+    /// batch mount. On JetStream, a `max` above the consumer's `max_ack_pending` (1,000 on a
+    /// consumer the runtime creates) can never fill: start-up warns, and each batch waits its
+    /// `max_wait`.
+    ///
     /// `max` must be from 1 to [`MAX_BATCH`](crate::MAX_BATCH), and `concurrency × max` at most
     /// [`MAX_CONCURRENCY`]; otherwise start-up stops with
     /// [`StartError::Setting`](crate::StartError::Setting). So does a batch mount whose handler

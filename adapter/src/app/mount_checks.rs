@@ -65,6 +65,14 @@ pub(crate) async fn check_mounts<R: Runtime>(
                 tracing::warn!(mount = %mount.name(), ?ack_wait,
                     "consumer ack_wait is shorter than 100 ms: a message can be redelivered before its running handler's lease is first renewed, and run twice");
             }
+            if let (Some((max, max_wait)), Some(pending)) =
+                (mount.batch, config.map(|c| c.max_ack_pending))
+                && pending > 0
+                && i64::try_from(max).is_ok_and(|max| max > pending)
+            {
+                tracing::warn!(mount = %mount.name(), max, max_ack_pending = pending, ?max_wait,
+                    "the batch max is above the consumer's max_ack_pending: the server never has that many messages out at once, so no batch fills and each waits its max_wait (rule 23)");
+            }
             let filter = config.map(|c| c.filter_subject.as_str());
             let confirm_within =
                 config.map(|c| ruststream_core::dead_letter_confirm_within(c.ack_wait));
