@@ -7,8 +7,8 @@
 //! (`CARGO_TARGET_DIR=target`, from the repository's root, shares the workspace's build;
 //! without it the bench builds everything again into `bench/target`.)
 //!
-//! Starts a private nats-server (from `NATS_SERVER_BIN` or `PATH`) and runs five scenarios on
-//! four sides, each with its default settings:
+//! Starts a private nats-server (from `NATS_SERVER_BIN` or `PATH`) and runs six scenarios on
+//! four sides (two more on js-batch, below), each with its default settings:
 //!
 //! - **raw**: async-nats 0.51 written the idiomatic way (`consumer.messages()` with its
 //!   defaults and an awaited `ack()`; a `subscribe` loop on Core), the loop on a spawned task
@@ -39,6 +39,18 @@
 //!    runtimes publish a copy with their retry-count header; `max_attempts` 5) and acks at
 //!    attempt 2. The raw side is a hand-rolled republish: it publishes the copy with a header
 //!    itself. Publisher and timing as core-live, to the last second attempt handled.
+//! 6. **js-batch**: 100,000 stored messages consumed in batches of [`BATCH_MAX`], each member
+//!    `+ACK`ed; timed as js-ack. Its sides: **tokio** and **smol** are a batch mount
+//!    (`Mount::batch(100, 5 ms)`, `mount_json_batch`, the handler returning `Outcome::Ack` for
+//!    the batch); **raw** is async-nats' own batched loop (`consumer.fetch().max_messages(100)
+//!    .messages()`, each message decoded and `ack()`ed, fetch after fetch until every message
+//!    is acked); **ruststream** is RustStream's slice handler (`orders: &[Order]`, mounted with
+//!    `.batch(100)`, `HandlerOutcome::ack()`); and two single-message baselines on the same
+//!    data: **tokio-single** (`mount_json`, `Outcome::Ack`, as js-ack) and **raw-single** (the
+//!    js-ack raw loop, `consumer.messages()`), so that the figure shows what batching buys and
+//!    can be checked against an independent baseline. The two single sides run only here.
+//!    (A `BENCH_SCALE` that leaves a last batch short of 100 makes RustStream wait out its
+//!    5 s fetch window for it, and ruststream its 5 ms `max_wait`.)
 //!
 //! After each round every side is checked the same way: each message handled exactly as
 //! often as the scenario says, and on JetStream the server's consumer state. A duplicate, a
@@ -57,13 +69,16 @@
 //! beside it. Environment (a value that does not read stops the bench with a message naming
 //! it):
 //! - `BENCH_ROUNDS`: at least 1 (default 60: fifteen turns of the four sides' order, 14 to
-//!   17 minutes for the five scenarios here; a round lasts 0.1 to 1 s and its ratio of two
-//!   sides moves by ±10-25 % on this shared 2-core machine, so that medians of 20 rounds moved
-//!   by ±4 % from run to run; a median of 60 spreads about 1/√3 as far);
+//!   17 minutes for the first five scenarios here, about 10 more for js-batch's six sides; a
+//!   round lasts 0.1 to 1 s and its ratio of two sides moves by ±10-25 % on this shared 2-core
+//!   machine, so that medians of 20 rounds moved by ±4 % from run to run; a median of 60
+//!   spreads about 1/√3 as far);
 //! - `BENCH_SCENARIOS`: a comma-separated subset of the scenario names above;
-//! - `BENCH_SIDES`: a comma-separated subset of `raw,tokio,smol,ruststream,metrics` (default
-//!   the first four; `metrics` is ruststream-tokio with a Prometheus recorder receiving its
-//!   metrics, in the same process: `BENCH_SIDES=tokio,metrics` is issue 15's cost check);
+//! - `BENCH_SIDES`: a comma-separated subset of
+//!   `raw,tokio,smol,ruststream,metrics,tokio-single,raw-single` (default all but `metrics`;
+//!   `metrics` is ruststream-tokio with a Prometheus recorder receiving its metrics, in the same
+//!   process: `BENCH_SIDES=tokio,metrics` is issue 15's cost check). Each scenario runs the
+//!   chosen sides it has: `tokio-single` and `raw-single` run only js-batch;
 //! - `BENCH_SCALE`: divides every message count, at least 1 (a quick check: `BENCH_SCALE=100`;
 //!   its ratios are dominated by start-up and cannot be compared with `BENCHMARKS.md`);
 //! - `BENCH_VERBOSE=1` prints every round (`0` or empty: off);
@@ -75,9 +90,10 @@
 //!
 //! The last lines check the issue's targets and say which are met, to four decimals: per
 //! scenario, ruststream-tokio / raw (≥ 1.00 on js-ack, ≥ 0.95 on js-nak and core-backlog,
-//! ≥ 0.97 on core-live, ≥ 0.90 of the hand-rolled republish on core-retry), ruststream-smol /
-//! ruststream-tokio ≥ 0.95, and ruststream-tokio / RustStream and ruststream-smol / RustStream
-//! ≥ 1.00. A target whose sides did not both run is not printed.
+//! ≥ 0.97 on core-live, ≥ 0.90 of the hand-rolled republish on core-retry, ≥ 1.00 of raw's
+//! batched fetch loop on js-batch), ruststream-smol / ruststream-tokio ≥ 0.95, and
+//! ruststream-tokio / RustStream and ruststream-smol / RustStream ≥ 1.00. A target whose sides
+//! did not both run is not printed.
 
 #![allow(
     clippy::print_stdout,
@@ -115,6 +131,10 @@ const WINDOW: usize = 8_192;
 const BACKLOG: usize = 50_000;
 /// How long any side may take for one round of one scenario before the bench fails.
 const ROUND_LIMIT: Duration = Duration::from_secs(120);
+/// js-batch: the most members of a batch (ruststream's `Mount::batch`, raw's `max_messages`).
+const BATCH_MAX: usize = 100;
+/// js-batch: how long a ruststream batch waits for more members after its first.
+const BATCH_WAIT: Duration = Duration::from_millis(5);
 
 /// What every handler decodes: an order, as a service would receive one.
 #[derive(Debug, Serialize, Deserialize)]
@@ -226,15 +246,17 @@ enum Scenario {
     CoreLive,
     CoreBacklog,
     CoreRetry,
+    JsBatch,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 5] = [
+    const ALL: [Scenario; 6] = [
         Scenario::JsAck,
         Scenario::JsNak,
         Scenario::CoreLive,
         Scenario::CoreBacklog,
         Scenario::CoreRetry,
+        Scenario::JsBatch,
     ];
 
     fn name(self) -> &'static str {
@@ -244,12 +266,13 @@ impl Scenario {
             Scenario::CoreLive => "core-live",
             Scenario::CoreBacklog => "core-backlog",
             Scenario::CoreRetry => "core-retry",
+            Scenario::JsBatch => "js-batch",
         }
     }
 
     fn messages(self) -> usize {
         let n = match self {
-            Scenario::JsAck => 100_000,
+            Scenario::JsAck | Scenario::JsBatch => 100_000,
             Scenario::JsNak | Scenario::CoreRetry => 20_000,
             Scenario::CoreLive | Scenario::CoreBacklog => 200_000,
         };
@@ -259,15 +282,30 @@ impl Scenario {
     /// The lowest ruststream-tokio / raw ratio the issue accepts.
     fn target(self) -> f64 {
         match self {
-            Scenario::JsAck => 1.00,
+            Scenario::JsAck | Scenario::JsBatch => 1.00,
             Scenario::JsNak | Scenario::CoreBacklog => 0.95,
             Scenario::CoreLive => 0.97,
             Scenario::CoreRetry => 0.90,
         }
     }
 
-    fn is_jetstream(self) -> bool {
-        matches!(self, Scenario::JsAck | Scenario::JsNak)
+    /// The stream of a JetStream scenario.
+    fn stream(self) -> Option<&'static str> {
+        match self {
+            Scenario::JsAck => Some(ACK_STREAM),
+            Scenario::JsNak => Some(NAK_STREAM),
+            Scenario::JsBatch => Some(BATCH_STREAM),
+            Scenario::CoreLive | Scenario::CoreBacklog | Scenario::CoreRetry => None,
+        }
+    }
+
+    /// Whether `side` runs this scenario: the single-message baselines of js-batch run only
+    /// there.
+    fn has(self, side: Side) -> bool {
+        match side {
+            Side::TokioSingle | Side::RawSingle => self == Scenario::JsBatch,
+            Side::Raw | Side::Tokio | Side::Smol | Side::RustStream | Side::Metrics => true,
+        }
     }
 }
 
@@ -275,6 +313,8 @@ const ACK_STREAM: &str = "BENCH_ACK";
 const ACK_SUBJECT: &str = "bench.ack";
 const NAK_STREAM: &str = "BENCH_NAK";
 const NAK_SUBJECT: &str = "bench.nak";
+const BATCH_STREAM: &str = "BENCH_BATCH";
+const BATCH_SUBJECT: &str = "bench.batch";
 /// The Core subjects; each side has its own (`<prefix>.<side>`), fixed, since RustStream names
 /// its subjects in its handlers' attributes.
 const LIVE: &str = "bench.live";
@@ -294,18 +334,32 @@ enum Side {
     /// ruststream-tokio with a Prometheus recorder receiving its metrics (issue 15's cost
     /// check); only when `BENCH_SIDES` names it.
     Metrics,
+    /// js-batch only: ruststream-tokio handling one message at a time (`mount_json`).
+    TokioSingle,
+    /// js-batch only: raw async-nats' single-message loop (`consumer.messages()`, as js-ack).
+    RawSingle,
 }
 
 impl Side {
-    /// The sides a run has unless `BENCH_SIDES` says otherwise.
-    const ALL: [Side; 4] = [Side::Raw, Side::Tokio, Side::Smol, Side::RustStream];
+    /// The sides a run has unless `BENCH_SIDES` says otherwise (each scenario runs those it
+    /// has: [`Scenario::has`]).
+    const ALL: [Side; 6] = [
+        Side::Raw,
+        Side::Tokio,
+        Side::Smol,
+        Side::RustStream,
+        Side::TokioSingle,
+        Side::RawSingle,
+    ];
     /// Every side `BENCH_SIDES` may name.
-    const NAMED: [Side; 5] = [
+    const NAMED: [Side; 7] = [
         Side::Raw,
         Side::Tokio,
         Side::Smol,
         Side::RustStream,
         Side::Metrics,
+        Side::TokioSingle,
+        Side::RawSingle,
     ];
 
     fn name(self) -> &'static str {
@@ -315,6 +369,8 @@ impl Side {
             Side::Smol => "smol",
             Side::RustStream => "ruststream",
             Side::Metrics => "metrics",
+            Side::TokioSingle => "tokio-single",
+            Side::RawSingle => "raw-single",
         }
     }
 
@@ -325,6 +381,8 @@ impl Side {
             Side::Smol => "ruststream-smol",
             Side::RustStream => "RustStream 0.7",
             Side::Metrics => "tokio + recorder",
+            Side::TokioSingle => "tokio, single",
+            Side::RawSingle => "raw, single",
         }
     }
 
@@ -335,7 +393,10 @@ impl Side {
 
     /// Whether it is this project's runtime (not a peer).
     fn is_ours(self) -> bool {
-        matches!(self, Side::Tokio | Side::Smol | Side::Metrics)
+        matches!(
+            self,
+            Side::Tokio | Side::Smol | Side::Metrics | Side::TokioSingle
+        )
     }
 }
 
@@ -378,7 +439,7 @@ macro_rules! apps {
     ($module:ident, $adapter:ident) => {
         mod $module {
             use super::*;
-            use adapter::{Delivery, Mount, Outcome};
+            use adapter::{Batch, Delivery, Mount, Outcome};
             use $adapter as adapter;
 
             /// A JetStream mount, with `BENCH_CONCURRENCY` handler slots when it is set (for
@@ -395,6 +456,15 @@ macro_rules! apps {
             fn acking(order: Order, _d: Delivery) -> std::future::Ready<Outcome> {
                 touch(&order);
                 COUNTS.done.fetch_add(1, Ordering::Relaxed);
+                std::future::ready(Outcome::Ack)
+            }
+
+            /// Acks every order of a batch: one outcome for all its members.
+            fn acking_batch(batch: Batch<Order>) -> std::future::Ready<Outcome> {
+                for member in &batch {
+                    touch(&member.value);
+                }
+                COUNTS.done.fetch_add(batch.len(), Ordering::Relaxed);
                 std::future::ready(Outcome::Ack)
             }
 
@@ -436,6 +506,14 @@ macro_rules! apps {
                             .max_attempts(5),
                         retrying_once,
                     ),
+                    // The single-message baseline of js-batch, on the same stream.
+                    Scenario::JsBatch if side == Side::TokioSingle => {
+                        app.mount_json(jetstream(BATCH_STREAM, durable), acking)
+                    }
+                    Scenario::JsBatch => app.mount_json_batch(
+                        jetstream(BATCH_STREAM, durable).batch(BATCH_MAX, BATCH_WAIT),
+                        acking_batch,
+                    ),
                 }
             }
         }
@@ -471,6 +549,16 @@ mod on_ruststream {
             COUNTS.done.fetch_add(1, Ordering::Relaxed);
             HandlerOutcome::ack()
         }
+    }
+
+    /// js-batch: a slice handler, mounted with `.batch(100)` (RustStream's batch spelling).
+    #[subscriber(JetStreamSubject::new("bench.batch", "BENCH_BATCH").durable("ruststream"))]
+    async fn js_batch(orders: &[Order]) -> HandlerOutcome {
+        for order in orders {
+            touch(order);
+        }
+        COUNTS.done.fetch_add(orders.len(), Ordering::Relaxed);
+        HandlerOutcome::ack()
     }
 
     #[subscriber("bench.live.ruststream")]
@@ -519,30 +607,75 @@ mod on_ruststream {
                 Scenario::CoreRetry => {
                     b.include(core_retry).max_attempts(nonzero!(5u32));
                 }
+                Scenario::JsBatch => {
+                    // BATCH_MAX members a batch.
+                    b.include(js_batch.batch(nonzero!(100)));
+                }
             },
         );
         app.start().await.expect("RustStream app starts")
     }
 }
 
-/// The raw async-nats consumer of one scenario: a loop on a spawned task (a worker thread),
-/// decoding each payload.
-async fn raw_consumer(url: &str, scenario: Scenario) -> Consumer {
+/// The raw async-nats consumer of one scenario (`side` is raw, or raw-single on js-batch): a
+/// loop on a spawned task (a worker thread), decoding each payload.
+async fn raw_consumer(url: &str, scenario: Scenario, side: Side) -> Consumer {
     let client = async_nats::connect(url).await.unwrap();
     let task = match scenario {
-        Scenario::JsAck | Scenario::JsNak => {
+        Scenario::JsBatch if side == Side::Raw => {
+            let consumer = jetstream::new(client.clone())
+                .get_stream(BATCH_STREAM)
+                .await
+                .unwrap()
+                .create_consumer(jetstream::consumer::pull::Config {
+                    durable_name: Some(side.durable().to_owned()),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            let n = scenario.messages();
+            tokio::spawn(async move {
+                // async-nats' batched loop: fetch up to 100, decode and ack each, fetch again,
+                // until every message is acked.
+                let mut acked = 0;
+                while acked < n {
+                    let mut batch = match consumer.fetch().max_messages(BATCH_MAX).messages().await
+                    {
+                        Ok(batch) => batch,
+                        Err(e) => {
+                            eprintln!("raw async-nats fetch: {e}; fetching again");
+                            continue;
+                        }
+                    };
+                    while let Some(m) = batch.next().await {
+                        let m = match m {
+                            Ok(m) => m,
+                            Err(e) => {
+                                eprintln!("raw async-nats fetch: {e}; going on");
+                                continue;
+                            }
+                        };
+                        let order: Order = serde_json::from_slice(&m.payload).unwrap();
+                        touch(&order);
+                        COUNTS.done.fetch_add(1, Ordering::Relaxed);
+                        m.ack().await.unwrap();
+                        acked += 1;
+                    }
+                }
+                // The last acks may still be in the client's buffer: the loop's end drops the
+                // client, so they are flushed first.
+                client.flush().await.unwrap();
+            })
+        }
+        Scenario::JsAck | Scenario::JsNak | Scenario::JsBatch => {
             let js = jetstream::new(client);
-            let stream = if scenario == Scenario::JsAck {
-                ACK_STREAM
-            } else {
-                NAK_STREAM
-            };
+            let stream = scenario.stream().unwrap();
             let consumer = js
                 .get_stream(stream)
                 .await
                 .unwrap()
                 .create_consumer(jetstream::consumer::pull::Config {
-                    durable_name: Some(Side::Raw.durable().to_owned()),
+                    durable_name: Some(side.durable().to_owned()),
                     ..Default::default()
                 })
                 .await
@@ -679,8 +812,10 @@ mod recorder {
 /// Starts `side`'s consumer of `scenario` and returns once it consumes.
 async fn start(side: Side, url: &str, scenario: Scenario) -> Consumer {
     match side {
-        Side::Raw => raw_consumer(url, scenario).await,
-        Side::Tokio => Consumer::Tokio(on_tokio::app(url, scenario, side).start().await.unwrap()),
+        Side::Raw | Side::RawSingle => raw_consumer(url, scenario, side).await,
+        Side::Tokio | Side::TokioSingle => {
+            Consumer::Tokio(on_tokio::app(url, scenario, side).start().await.unwrap())
+        }
         Side::Smol => {
             let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
             let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -843,12 +978,8 @@ async fn round(side: Side, url: &str, scenario: Scenario, payloads: &[Bytes]) ->
     let subject = |prefix: &str| Subject::from(format!("{prefix}.{durable}"));
 
     let (consumer, timed) = match scenario {
-        Scenario::JsAck | Scenario::JsNak => {
-            let stream = if scenario == Scenario::JsAck {
-                ACK_STREAM
-            } else {
-                NAK_STREAM
-            };
+        Scenario::JsAck | Scenario::JsNak | Scenario::JsBatch => {
+            let stream = scenario.stream().unwrap();
             let _ = js
                 .get_stream(stream)
                 .await
@@ -953,12 +1084,7 @@ async fn round(side: Side, url: &str, scenario: Scenario, payloads: &[Bytes]) ->
         scenario.name()
     );
     consumer.stop().await;
-    if scenario.is_jetstream() {
-        let stream = if scenario == Scenario::JsAck {
-            ACK_STREAM
-        } else {
-            NAK_STREAM
-        };
+    if let Some(stream) = scenario.stream() {
         let info = js
             .get_stream(stream)
             .await
@@ -991,7 +1117,7 @@ async fn round(side: Side, url: &str, scenario: Scenario, payloads: &[Bytes]) ->
 /// One scenario's rates, per side, per round.
 struct Results {
     scenario: Scenario,
-    rates: [Vec<f64>; 5],
+    rates: [Vec<f64>; Side::NAMED.len()],
 }
 
 impl Results {
@@ -1030,6 +1156,28 @@ impl Results {
             ("smol / tokio", Side::Smol, Side::Tokio),
             ("tokio / RustStream", Side::Tokio, Side::RustStream),
             ("tokio + recorder / tokio", Side::Metrics, Side::Tokio),
+            // js-batch: what batching buys each, and the baselines against each other.
+            (
+                "tokio (batch) / tokio, single",
+                Side::Tokio,
+                Side::TokioSingle,
+            ),
+            (
+                "smol (batch) / tokio, single",
+                Side::Smol,
+                Side::TokioSingle,
+            ),
+            (
+                "raw (batched fetch) / raw, single",
+                Side::Raw,
+                Side::RawSingle,
+            ),
+            ("tokio (batch) / raw, single", Side::Tokio, Side::RawSingle),
+            (
+                "tokio, single / raw, single",
+                Side::TokioSingle,
+                Side::RawSingle,
+            ),
         ] {
             let ratio = paired(self.of(a), self.of(b));
             if !ratio.is_nan() {
@@ -1193,12 +1341,27 @@ fn main() {
     rt.block_on(async {
         let js = jetstream::new(async_nats::connect(&url).await.unwrap());
         for scenario in scenarios {
+            let sides: Vec<Side> = sides.iter().copied().filter(|s| scenario.has(*s)).collect();
+            if sides.is_empty() {
+                println!("{}: none of the chosen sides runs it", scenario.name());
+                continue;
+            }
             match scenario {
                 Scenario::JsAck => {
                     fill_stream(&js, ACK_STREAM, ACK_SUBJECT, scenario.messages(), &payloads).await
                 }
                 Scenario::JsNak => {
                     fill_stream(&js, NAK_STREAM, NAK_SUBJECT, scenario.messages(), &payloads).await
+                }
+                Scenario::JsBatch => {
+                    fill_stream(
+                        &js,
+                        BATCH_STREAM,
+                        BATCH_SUBJECT,
+                        scenario.messages(),
+                        &payloads,
+                    )
+                    .await
                 }
                 _ => {}
             }
