@@ -20,12 +20,20 @@ fi
 rm -f /tmp/unlinked.$$
 echo "docs: every intra-doc link resolves"
 
-# The README's orders service is adapter-tokio/examples/orders.rs, which the demo runs: the two
-# must not drift apart.
-readme_orders=$(awk '/^<!-- adapter-tokio\/examples\/orders.rs -->$/ {found=1; getline; next}
-  found && /^```$/ {exit} found' README.md)
-if ! diff -u adapter-tokio/examples/orders.rs <(printf '%s\n' "$readme_orders"); then
-  echo "docs: the README's orders service differs from adapter-tokio/examples/orders.rs" >&2
-  exit 1
-fi
-echo "docs: the README's orders service is examples/orders.rs"
+# The README's services are the examples they show, each block marked by a comment naming its
+# file (`<!-- adapter-tokio/examples/orders.rs -->`, the demo runs that one; the other two run
+# in tests/tests/examples.rs): a block must not drift from its file.
+for example in orders payments_batch accounts_ordered; do
+  file="adapter-tokio/examples/$example.rs"
+  block=$(awk -v marker="<!-- $file -->" '$0 == marker {found=1; getline; next}
+    found && /^```$/ {exit} found' README.md)
+  if [ -z "$block" ]; then
+    echo "docs: the README has no block marked <!-- $file -->" >&2
+    exit 1
+  fi
+  if ! diff -u "$file" <(printf '%s\n' "$block"); then
+    echo "docs: the README's $example service differs from $file" >&2
+    exit 1
+  fi
+done
+echo "docs: the README's services are examples/orders.rs, payments_batch.rs, accounts_ordered.rs"

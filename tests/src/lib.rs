@@ -21,11 +21,13 @@
 //! - `signals.rs`: shutdown on SIGTERM and SIGINT on both adapters, one test in its binary
 //!   (a signal goes to the whole process).
 //! - `demo.rs`: the demos run as a new user runs them (`cargo run --example demo`).
+//! - `examples.rs`: the README's batch and order-per-key services (`payments_batch`,
+//!   `accounts_ordered`) run as processes, each checked by what its server shows.
 //!
 //! What this crate gives them:
 //! - here: the log's capture ([`capture_logs`], [`log_lines`], [`logged`]), [`eventually`]
 //!   and [`PATIENCE`], the wire ([`Wire`], [`round_trip`], [`headers_of`]), [`TestClient`],
-//!   [`Endpoint`] (what a test client connects to) and [`example_bin`];
+//!   [`Endpoint`] (what a test client connects to), [`example_bin`] and [`build_examples`];
 //! - `server.rs`, re-exported here: [`NatsServer`], [`ServerOptions`], [`nats_server_bin`],
 //!   [`nats_server_version`];
 //! - [`sim`]: [`SimServer`](sim::SimServer), the simulator where the scenarios have a
@@ -391,6 +393,48 @@ impl TestClient {
         let s = self.js.get_stream(stream).await.expect("stream");
         s.consumer_info(consumer).await.expect("consumer info")
     }
+}
+
+/// Builds the examples `names` of this workspace (`cargo build --workspace --example …`, in
+/// the running test binary's profile) and gives their paths ([`example_bin`]), so that a test
+/// runs the examples of the source it was built from: `cargo test -p ruststream-tests` builds
+/// no example, and an example built before may be stale. It runs the cargo that runs the test
+/// (`CARGO`, else `cargo` on `PATH`) with the whole workspace's features, as
+/// `cargo test --workspace` has them, so that nothing else is rebuilt; once built, a check
+/// takes a second or two.
+///
+/// # Panics
+/// When cargo fails, with what it printed.
+pub fn build_examples<const N: usize>(names: [&str; N]) -> [std::path::PathBuf; N] {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let profile = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .and_then(std::path::Path::file_name)
+        .and_then(std::ffi::OsStr::to_str)
+        .expect("the test binary lives in target/<profile>/deps");
+    let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ is in the workspace");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = std::process::Command::new(cargo);
+    command
+        .current_dir(workspace)
+        .args(["build", "--quiet", "--workspace"]);
+    if profile != "debug" {
+        command.args(["--profile", profile]);
+    }
+    for name in names {
+        command.args(["--example", name]);
+    }
+    let out = command.output().expect("cargo runs");
+    assert!(
+        out.status.success(),
+        "building the examples {names:?} failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    names.map(example_bin)
 }
 
 /// The path of an example binary of this workspace (`cargo test --workspace` builds every

@@ -1,5 +1,5 @@
-//! The `scripted` example run as a process, as a user runs it: its output collected line by
-//! line, signals sent to it, its exit awaited.
+//! The `scripted` example (or another) run as a process, as a user runs it: its output
+//! collected line by line, signals sent to it, its exit awaited.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use crate::example_bin;
 
-/// A running `scripted` and every line it has printed so far. Killed on drop.
+/// A running `scripted` (or other example) and every line it has printed so far. Killed on
+/// drop.
 pub struct Scripted {
     child: Child,
     /// Its standard output, a line an entry.
@@ -35,18 +36,31 @@ impl Scripted {
     /// # Panics
     /// When the example is not built ([`example_bin`]) or does not start.
     pub fn spawn(args: &[&str], env: &[(&str, &str)]) -> Self {
-        let mut command = Command::new(example_bin("scripted"));
+        let mut with_trace = vec![("RUST_LOG", "trace")];
+        with_trace.extend_from_slice(env);
+        Self::spawn_bin(&example_bin("scripted"), args, &with_trace)
+    }
+
+    /// Starts another example, `bin` (from [`build_examples`](crate::build_examples)), with
+    /// `args` and the environment `env` (over `NATS_URL` removed), and collects its output
+    /// the same way.
+    ///
+    /// # Panics
+    /// When it does not start.
+    pub fn spawn_bin(bin: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut command = Command::new(bin);
         command
             .args(args)
             .env_remove("NATS_URL")
-            .env("RUST_LOG", "trace")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         for (k, v) in env {
             command.env(k, v);
         }
-        let mut child = command.spawn().expect("scripted starts");
+        let mut child = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("{} does not start: {e}", bin.display()));
         let stdout = collect(child.stdout.take().unwrap());
         let stderr = collect(child.stderr.take().unwrap());
         Self {
