@@ -634,3 +634,48 @@ fn rule_24_start_up_refuses_waits_that_cannot_work() {
         );
     });
 }
+
+#[test]
+fn rule_24_strict_order_holds_the_key_until_a_dead_letter_is_confirmed() {
+    run(async {
+        let (server, tc, _acks, _, ev) = js_case().await;
+        publish_keyed(&tc, &[("orders.a.1", b"reject"), ("orders.a.2", b"a2")]).await;
+        let order = Arc::new(Mutex::new(Vec::<String>::new()));
+        let (runs, settles) = (order.clone(), order.clone());
+        let app = start(&server, &ev, |a| {
+            a.on_settled(move |s| {
+                settles
+                    .lock()
+                    .unwrap()
+                    .push(format!("settled {}", s.stream_sequence.unwrap_or(0)))
+            })
+            .mount(
+                js_mount("strict-dlq")
+                    .key(Key::subject_token(1))
+                    .strict_order(true)
+                    .max_attempts(3)
+                    .dead_letter("dlq.strict"),
+                move |d: Delivery| {
+                    let runs = runs.clone();
+                    async move {
+                        let payload = String::from_utf8_lossy(&d.payload).into_owned();
+                        runs.lock().unwrap().push(format!("run {payload}"));
+                        if payload == "reject" {
+                            Outcome::Reject
+                        } else {
+                            Outcome::Ack
+                        }
+                    }
+                },
+            )
+        })
+        .await;
+        settled(&ev, 2).await;
+        assert_eq!(
+            *order.lock().unwrap(),
+            ["run reject", "settled 1", "run a2", "settled 2"],
+            "the key's next delivery runs after the dead letter is confirmed and +TERM sent"
+        );
+        app.shutdown().await;
+    });
+}

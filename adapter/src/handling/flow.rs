@@ -47,8 +47,9 @@ pub(crate) enum Stage {
     /// Its event is known (`None`: the handler did not run), and its plan waits for the server
     /// ([`Execution::Waits`]): the plan is made again (the same for the same event) and carried
     /// out in full. The handler's error text, when it returned one, goes into a dead letter's
-    /// provenance headers (rule 19; kept only for a mount that asks for them).
-    Decided(Option<Event>, Option<Box<str>>),
+    /// provenance headers (rule 19; kept only for a mount that asks for them). A delivery of
+    /// a mount with strict order keeps its key's turn until the plan is carried out (rule 24).
+    Decided(Option<Event>, Option<Box<str>>, Option<HeldTurn>),
     /// Its event is known, and its plan was carried out as far as it went, with this result:
     /// the plan is made again for the report, and what is left is the recovery from a publish
     /// that failed, and the report.
@@ -183,6 +184,12 @@ fn decide<'m, R: Runtime>(
                         {
                             return Some(Rest::Waits(Stage::Again(delay, held)));
                         }
+                        if held.as_ref().is_some_and(HeldTurn::holds) {
+                            // Strict order: the key's next delivery waits until this one is
+                            // settled (its dead letter confirmed first), so its whole plan is
+                            // carried out with the turn kept.
+                            return Some(Rest::Waits(Stage::Decided(Some(event), failed, held)));
+                        }
                         error = failed;
                         event
                     }
@@ -215,7 +222,7 @@ fn decide<'m, R: Runtime>(
             plan: decided,
             publish,
         })),
-        Execution::Waits => Some(Rest::Waits(Stage::Decided(event, error))),
+        Execution::Waits => Some(Rest::Waits(Stage::Decided(event, error, None))),
     }
 }
 
@@ -308,7 +315,10 @@ pub(crate) async fn finish<R: Runtime>(
                 None,
             )
         }
-        Stage::Decided(event, error) => (arrived, event, error, None),
+        Stage::Decided(event, error, held) => {
+            _held = held;
+            (arrived, event, error, None)
+        }
         Stage::Sent(event, sent) => (arrived, event, None, Some(sent)),
     };
     let decided = plan_with_clock(
