@@ -87,6 +87,21 @@ fn settlements_by_sequence(wire: &Wire) -> BTreeMap<u64, Vec<String>> {
         .collect()
 }
 
+/// Waits until the last ack payload of each stream sequence from 1 to `n` is `+ACK`.
+async fn last_acked(acks: &Wire, n: u64) {
+    eventually(&format!("{n} +ACKs"), || {
+        let by = acks_by_sequence(acks);
+        (1..=n)
+            .all(|s| {
+                by.get(&s)
+                    .and_then(|p| p.last())
+                    .is_some_and(|p| p == "+ACK")
+            })
+            .then_some(())
+    })
+    .await;
+}
+
 /// Waits until every stream sequence of `expected` has seen exactly its settlements (`+WPI`
 /// aside: see [`settlements_by_sequence`]), then asserts the whole map.
 async fn assert_acks_by_sequence(wire: &Wire, expected: &[(u64, &[&str])]) {
@@ -360,17 +375,7 @@ fn rule_23_a_batch_slower_than_ack_wait_runs_once_with_renewals() {
             )
         })
         .await;
-        eventually("both +ACKs", || {
-            let by = acks_by_sequence(&acks);
-            (1..=2)
-                .all(|s| {
-                    by.get(&s)
-                        .and_then(|p| p.last())
-                        .is_some_and(|p| p == "+ACK")
-                })
-                .then_some(())
-        })
-        .await;
+        last_acked(&acks, 2).await;
         quiet(1_000).await;
         for (sequence, payloads) in acks_by_sequence(&acks) {
             assert!(
@@ -436,17 +441,7 @@ fn rule_23_the_time_limit_applies_to_the_batch() {
         .await;
         logged(&["mount=batch-limit-time", "batch handler time limit reached"]).await;
         // No outcome: the server delivers both again after ack_wait, and the second batch acks.
-        eventually("both +ACKs", || {
-            let by = acks_by_sequence(&acks);
-            (1..=2)
-                .all(|s| {
-                    by.get(&s)
-                        .and_then(|p| p.last())
-                        .is_some_and(|p| p == "+ACK")
-                })
-                .then_some(())
-        })
-        .await;
+        last_acked(&acks, 2).await;
         let all = ran(&b);
         assert_eq!(all.len(), 2, "{all:?}");
         assert!(all[1].iter().all(|(attempt, _)| *attempt == 2), "{all:?}");

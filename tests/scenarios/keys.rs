@@ -87,21 +87,18 @@ fn rule_24_two_keys_interleaved_run_one_at_a_time_in_arrival_order() {
     run(async {
         let (server, tc, acks, _, ev) = js_case().await;
         let s = spans();
-        for (subject, payload) in [
-            ("orders.a.1", &b"a1"[..]),
-            ("orders.b.1", b"b1"),
-            ("orders.a.2", b"a2"),
-            ("orders.b.2", b"b2"),
-            ("orders.a.3", b"a3"),
-            ("orders.b.3", b"b3"),
-        ] {
-            tc.js
-                .publish(subject.to_owned(), bytes::Bytes::from_static(payload))
-                .await
-                .unwrap()
-                .await
-                .unwrap();
-        }
+        publish_keyed(
+            &tc,
+            &[
+                ("orders.a.1", b"a1"),
+                ("orders.b.1", b"b1"),
+                ("orders.a.2", b"a2"),
+                ("orders.b.2", b"b2"),
+                ("orders.a.3", b"a3"),
+                ("orders.b.3", b"b3"),
+            ],
+        )
+        .await;
         let app = start(&server, &ev, |a| {
             a.mount(
                 js_mount("keyed").key(Key::subject_token(1)),
@@ -158,19 +155,16 @@ fn rule_24_a_poison_delivery_of_one_key_is_dead_lettered_while_the_others_go_on(
     run(async {
         let (server, tc, acks, _, ev) = js_case().await;
         let s = spans();
-        for (subject, payload) in [
-            ("orders.a.1", &b"poison"[..]),
-            ("orders.b.1", b"b1"),
-            ("orders.a.2", b"a2"),
-            ("orders.b.2", b"b2"),
-        ] {
-            tc.js
-                .publish(subject.to_owned(), bytes::Bytes::from_static(payload))
-                .await
-                .unwrap()
-                .await
-                .unwrap();
-        }
+        publish_keyed(
+            &tc,
+            &[
+                ("orders.a.1", b"poison"),
+                ("orders.b.1", b"b1"),
+                ("orders.a.2", b"a2"),
+                ("orders.b.2", b"b2"),
+            ],
+        )
+        .await;
         let app = start(&server, &ev, |a| {
             a.mount(
                 js_mount("keyed-poison")
@@ -273,20 +267,17 @@ fn rule_24_core_deliveries_of_one_key_run_one_at_a_time() {
 fn rule_24_a_batch_never_holds_two_deliveries_of_one_key() {
     run(async {
         let (server, tc, acks, _, ev) = js_case().await;
-        for (subject, payload) in [
-            ("orders.a.1", &b"a1"[..]),
-            ("orders.b.1", b"b1"),
-            ("orders.a.2", b"a2"),
-            ("orders.c.1", b"c1"),
-            ("orders.a.3", b"a3"),
-        ] {
-            tc.js
-                .publish(subject.to_owned(), bytes::Bytes::from_static(payload))
-                .await
-                .unwrap()
-                .await
-                .unwrap();
-        }
+        publish_keyed(
+            &tc,
+            &[
+                ("orders.a.1", b"a1"),
+                ("orders.b.1", b"b1"),
+                ("orders.a.2", b"a2"),
+                ("orders.c.1", b"c1"),
+                ("orders.a.3", b"a3"),
+            ],
+        )
+        .await;
         let seen = Arc::new(Mutex::new(Vec::<Vec<String>>::new()));
         let sink = seen.clone();
         let app = start(&server, &ev, |a| {
