@@ -50,8 +50,8 @@ struct Args {
     #[arg(long)]
     trace: bool,
     /// Switch on a deliberate bug (`settle-before-dead-letter`, `drop-lease-renewal`,
-    /// `forget-core-drop`, `retry-past-limit`, `lose-delayed-copy`, `settle-late-result`, or
-    /// `all`, one after another) and run seeds until one finds it, at most --seeds. Needs the
+    /// `forget-core-drop`, `retry-past-limit`, `lose-delayed-copy`, `settle-late-result`,
+    /// `key-turn-skipped`, or `all`, one after another) and run seeds until one finds it, at most --seeds. Needs the
     /// `deliberate-bugs` feature, which scripts/explore.sh turns on for it.
     #[arg(long)]
     bug: Option<String>,

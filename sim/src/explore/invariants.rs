@@ -57,7 +57,273 @@ pub fn check_with_windows(trace: &Trace) -> (Vec<Violation>, Vec<String>) {
     poisons_end_no_app(trace, &mut found);
     only_a_stored_poison_ends_an_app(trace, &mut found);
     core_retries_copied_or_counted(trace, &facts, &mut found, &mut windows);
+    one_run_of_a_key_at_a_time(trace, &mut found);
+    a_keys_first_deliveries_start_in_arrival_order(trace, &facts, &mut found);
+    strict_order_runs_in_place(trace, &facts, &mut found);
+    batches_within_max_and_one_per_key(trace, &mut found);
     (found, windows)
+}
+
+/// The count of the delivery `run` ran (JetStream's `delivered`): its attempt on Core, and on
+/// JetStream its attempt but for the runs in place before it (rule 24's strict order).
+fn delivery_count(run: &HandlerRun) -> u64 {
+    run.delivered.unwrap_or(run.attempt)
+}
+
+/// The count of the delivery of mount `mount`'s stream sequence `sequence` whose attempt
+/// `attempt` a run ran (the attempt itself when none did: one that arrived past the limit).
+fn delivered_of(trace: &Trace, mount: usize, sequence: u64, attempt: u64) -> u64 {
+    trace
+        .runs
+        .iter()
+        .rev()
+        .find(|r| r.mount == mount && r.stream_sequence == Some(sequence) && r.attempt == attempt)
+        .map_or(attempt, delivery_count)
+}
+
+/// Whether `run`'s retry (if it ended in one) runs again in place (rule 24): on a mount with
+/// strict order, a keyed run below `max_attempts` (strict order needs a limit).
+fn in_place(spec: &MountSpec, run: &HandlerRun) -> bool {
+    spec.strict_order
+        && run.key.is_some()
+        && spec
+            .max_attempts
+            .is_some_and(|max| run.attempt < u64::from(max))
+}
+
+/// The runs of each key of each keyed mount, by app (rule 24 orders one process's deliveries:
+/// an app started after a restart orders its own), in the order they started.
+fn runs_by_key(trace: &Trace) -> BTreeMap<(usize, usize, String), Vec<&HandlerRun>> {
+    let mut by_key: BTreeMap<(usize, usize, String), Vec<&HandlerRun>> = BTreeMap::new();
+    for run in &trace.runs {
+        if trace.scenario.mounts[run.mount].key.is_none() {
+            continue;
+        }
+        if let Some(key) = &run.key {
+            by_key
+                .entry((run.app, run.mount, key.clone()))
+                .or_default()
+                .push(run);
+        }
+    }
+    by_key
+}
+
+/// Rule 24: no two deliveries of one key run at once. Checked within one app (its key table);
+/// a run that never ended (cancelled at its time limit) is left out, and two members of one
+/// batch are [`batches_within_max_and_one_per_key`]'s.
+fn one_run_of_a_key_at_a_time(trace: &Trace, found: &mut Vec<Violation>) {
+    for ((app, mount, key), runs) in runs_by_key(trace) {
+        for (i, next) in runs.iter().enumerate() {
+            let overlapped = runs[..i].iter().find(|earlier| {
+                earlier.ended.is_some_and(|ended| next.started < ended)
+                    && !(earlier.batch.is_some() && earlier.batch == next.batch)
+            });
+            if let Some(earlier) = overlapped {
+                found.push(Violation {
+                    invariant: "rule 24: no two deliveries of one key run at once",
+                    detail: format!(
+                        "mount {} key {key} (app {app}): message {} attempt {} started at {:?} while message {} attempt {} (from {:?}) ran until {:?}",
+                        mount_name(mount),
+                        next.id,
+                        next.attempt,
+                        next.started,
+                        earlier.id,
+                        earlier.attempt,
+                        earlier.started,
+                        earlier.ended.unwrap_or_default()
+                    ),
+                });
+                break;
+            }
+        }
+    }
+}
+
+/// Rule 24: the deliveries of one key start in the order they arrived, checked on first
+/// deliveries (attempt 1) within one app: on Core in the order they were published, on
+/// JetStream in the order the server delivered them (its journal).
+fn a_keys_first_deliveries_start_in_arrival_order(
+    trace: &Trace,
+    facts: &Facts,
+    found: &mut Vec<Violation>,
+) {
+    for ((app, mount, key), runs) in runs_by_key(trace) {
+        let arrival = |run: &HandlerRun| -> Option<usize> {
+            match run.stream_sequence {
+                Some(sequence) => facts
+                    .deliveries
+                    .get(&(mount, sequence))?
+                    .iter()
+                    .find(|(_, _, d)| *d == 1)
+                    .map(|(index, _, _)| *index),
+                // The scenario publishes its messages in the order of their identities.
+                None => usize::try_from(run.id).ok(),
+            }
+        };
+        let firsts: Vec<(&HandlerRun, usize)> = runs
+            .iter()
+            .filter(|r| r.attempt == 1 && delivery_count(r) == 1)
+            .filter_map(|r| Some((*r, arrival(r)?)))
+            .collect();
+        for pair in firsts.windows(2) {
+            let ((before, arrived_before), (after, arrived_after)) = (pair[0], pair[1]);
+            if arrived_after < arrived_before {
+                found.push(Violation {
+                    invariant: "rule 24: one key's deliveries start in arrival order",
+                    detail: format!(
+                        "mount {} key {key} (app {app}): message {} started at {:?} before message {} (at {:?}), which arrived first",
+                        mount_name(mount),
+                        before.id,
+                        before.started,
+                        after.id,
+                        after.started
+                    ),
+                });
+                break;
+            }
+        }
+    }
+}
+
+/// Rule 24's strict order: a keyed `retry` (or `retry_after`, or an error the policy retries)
+/// below `max_attempts` runs again in place: no `-NAK` of it reaches the server, and no Core
+/// copy of it is published. (Its attempts stay within `max_attempts`:
+/// `attempts_within_the_limit` checks every run.)
+fn strict_order_runs_in_place(trace: &Trace, facts: &Facts, found: &mut Vec<Violation>) {
+    let retries = |run: &HandlerRun| matches!(run.end, End::Retry | End::RetryAfter(_) | End::Err);
+    for (mount, spec) in trace.scenario.mounts.iter().enumerate() {
+        if !spec.strict_order {
+            continue;
+        }
+        if spec.is_jetstream() {
+            for ((m, sequence), settlements) in &facts.settlements {
+                if *m != mount {
+                    continue;
+                }
+                for s in settlements
+                    .iter()
+                    .filter(|s| matches!(s.kind, AckKind::Nak(_)))
+                {
+                    // The delivery's last run that ended: a retry of it below the limit ran
+                    // again in place, and the last one settles it.
+                    let last = trace.runs.iter().rev().find(|r| {
+                        r.mount == mount
+                            && r.stream_sequence == Some(*sequence)
+                            && delivery_count(r) == s.delivered
+                            && r.ended.is_some()
+                    });
+                    if let Some(run) = last
+                        && retries(run)
+                        && in_place(spec, run)
+                    {
+                        found.push(Violation {
+                            invariant: "rule 24: strict order runs a keyed retry again in place",
+                            detail: format!(
+                                "mount {} message {} (stream sequence {sequence}) delivery {}: attempt {} ended {:?} with key {:?} below max_attempts {:?}, and a -NAK reached the server",
+                                mount_name(mount),
+                                run.id,
+                                s.delivered,
+                                run.attempt,
+                                run.end,
+                                run.key,
+                                spec.max_attempts
+                            ),
+                        });
+                    }
+                }
+            }
+            continue;
+        }
+        let Some(subject) = copy_subject(spec, mount) else {
+            continue;
+        };
+        for copy in facts.publications.iter().filter(|p| p.subject == subject) {
+            let (Some(count), Some(id)) = (retry_count(copy), id_of(&copy.payload)) else {
+                continue;
+            };
+            let asked = trace.runs.iter().find(|r| {
+                r.mount == mount
+                    && r.id == id
+                    && r.attempt == count
+                    && retries(r)
+                    && in_place(spec, r)
+            });
+            if let Some(run) = asked {
+                found.push(Violation {
+                    invariant: "rule 24: strict order runs a keyed retry again in place",
+                    detail: format!(
+                        "mount {} message {id}: attempt {count} ended {:?} with key {:?} below max_attempts {:?}, and a copy of it was published to {subject}",
+                        mount_name(mount),
+                        run.end,
+                        run.key,
+                        spec.max_attempts
+                    ),
+                });
+            }
+        }
+    }
+}
+
+/// Rule 23 (and 24): no batch holds more than its mount's `max` members, nor two deliveries
+/// of one key on a keyed mount (a member joins its batch at its key's turn), nor one
+/// JetStream delivery twice.
+fn batches_within_max_and_one_per_key(trace: &Trace, found: &mut Vec<Violation>) {
+    let mut batches: BTreeMap<u64, Vec<&HandlerRun>> = BTreeMap::new();
+    for run in &trace.runs {
+        if let Some(batch) = run.batch {
+            batches.entry(batch).or_default().push(run);
+        }
+    }
+    for (batch, members) in batches {
+        let mount = members[0].mount;
+        let spec = &trace.scenario.mounts[mount];
+        let max = spec.batch.map_or(1, |(max, _)| usize::from(max));
+        if members.len() > max {
+            found.push(Violation {
+                invariant: "rule 23: a batch holds at most max members",
+                detail: format!(
+                    "mount {} batch {batch} held {} members (max {max}): messages {:?}",
+                    mount_name(mount),
+                    members.len(),
+                    members.iter().map(|m| m.id).collect::<Vec<_>>()
+                ),
+            });
+        }
+        let mut keys = BTreeSet::new();
+        let mut deliveries = BTreeSet::new();
+        for member in &members {
+            if spec.key.is_some()
+                && let Some(key) = &member.key
+                && !keys.insert(key.clone())
+            {
+                found.push(Violation {
+                    invariant: "rule 24: a batch never holds two deliveries of one key",
+                    detail: format!(
+                        "mount {} batch {batch} held two deliveries of key {key}: messages {:?}",
+                        mount_name(mount),
+                        members
+                            .iter()
+                            .filter(|m| m.key.as_ref() == Some(key))
+                            .map(|m| (m.id, m.attempt))
+                            .collect::<Vec<_>>()
+                    ),
+                });
+            }
+            if let Some(sequence) = member.stream_sequence
+                && !deliveries.insert((sequence, delivery_count(member)))
+            {
+                found.push(Violation {
+                    invariant: "rule 23: a batch holds each delivery once",
+                    detail: format!(
+                        "mount {} batch {batch} held stream sequence {sequence} delivery {} twice",
+                        mount_name(mount),
+                        delivery_count(member)
+                    ),
+                });
+            }
+        }
+    }
 }
 
 /// A JetStream settlement in the journal: its place, time and what it said.
@@ -423,10 +689,12 @@ fn settlements_follow_the_handler(trace: &Trace, facts: &Facts, found: &mut Vec<
         let Some(sent) = sent else { continue };
         let undecodable = trace.scenario.messages[sent.id as usize].undecodable;
         for s in settlements {
+            // The delivery's last run that ended (with strict order, a retry runs again in
+            // place: the last run in place settles it, at its own attempt).
             let run = trace.runs.iter().rev().find(|r| {
                 r.mount == *mount
                     && r.stream_sequence == Some(*sequence)
-                    && r.attempt == s.delivered
+                    && delivery_count(r) == s.delivered
                     && r.ended.is_some()
             });
             let past_limit = spec
@@ -434,7 +702,7 @@ fn settlements_follow_the_handler(trace: &Trace, facts: &Facts, found: &mut Vec<
                 .is_some_and(|max| s.delivered > u64::from(max));
             let expected = match (undecodable || past_limit, run) {
                 (true, _) => Some(AckKind::Term),
-                (false, Some(run)) => expected_jetstream(spec, s.delivered, run.end),
+                (false, Some(run)) => expected_jetstream(spec, run.attempt, run.end),
                 // No run ended at that attempt: only the at-limit path or a recovery can settle.
                 (false, None) => None,
             };
@@ -569,7 +837,9 @@ fn dead_letters_before_term(
                 // decided while the connection was down, sent once it was back) may reach the
                 // server first (seed 16544).
                 .find(|s| {
-                    matches!(s.kind, AckKind::Term) && s.delivered == observed.settled.attempt
+                    matches!(s.kind, AckKind::Term)
+                        && s.delivered
+                            == delivered_of(trace, mount, sequence, observed.settled.attempt)
                 });
             if let Some(term) = term
                 && term.index < letter.index
@@ -665,14 +935,15 @@ fn one_run_at_a_time_under_a_lease(trace: &Trace, facts: &Facts, found: &mut Vec
             // another app (a process of the shared durable, a dropped app still settling) ran:
             // that app cannot see the newer delivery, and its settlement takes the message
             // from it (rule 16 says so; seed 165972).
+            let first_delivered = delivery_count(first);
             let elsewhere = |d: u64| {
                 runs.iter()
-                    .any(|r| r.attempt == d && r.app != first.app && d < first.attempt)
+                    .any(|r| delivery_count(r) == d && r.app != first.app && d < first_delivered)
             };
             let renewal_lost = first.stream_sequence.is_some_and(|sequence| {
                 facts.lost.get(&(mount, sequence)).is_some_and(|lost| {
                     lost.iter().any(|(at, d)| {
-                        (*d == first.attempt || elsewhere(*d)) && facts.since(*at) <= next.started
+                        (*d == first_delivered || elsewhere(*d)) && facts.since(*at) <= next.started
                     })
                 })
             });
@@ -688,7 +959,7 @@ fn one_run_at_a_time_under_a_lease(trace: &Trace, facts: &Facts, found: &mut Vec
                     facts.deliveries.get(&key).and_then(|deliveries| {
                         deliveries
                             .iter()
-                            .find(|(_, _, d)| *d == first.attempt)
+                            .find(|(_, _, d)| *d == first_delivered)
                             .map(|(index, at, _)| (*index, *at))
                     })
                 else {
@@ -696,7 +967,7 @@ fn one_run_at_a_time_under_a_lease(trace: &Trace, facts: &Facts, found: &mut Vec
                 };
                 facts.settlements.get(&key).is_some_and(|settlements| {
                     settlements.iter().any(|s| {
-                        s.delivered < first.attempt
+                        s.delivered < first_delivered
                             && matches!(s.kind, AckKind::Nak(_))
                             && s.index > delivered_index
                             && s.at == delivered_at
@@ -1081,6 +1352,11 @@ fn core_retries_copied_or_counted(
             let below = spec
                 .max_attempts
                 .is_none_or(|max| run.attempt < u64::from(max));
+            // With strict order a keyed retry below the limit runs again in place: no copy
+            // (rule 24; `strict_order_runs_in_place` checks that none is made).
+            if in_place(spec, run) {
+                return false;
+            }
             let retries = spec.max_attempts.is_some() || spec.backoff.is_some();
             below
                 && match run.end {

@@ -243,8 +243,19 @@ pub fn canonical(trace: &Trace) -> Vec<String> {
         })
         .collect();
     lines.extend(trace.runs.iter().map(|r| {
+        // A run in place (rule 24), a key, a batch (rule 23): said only where there is one.
+        let mut extra = String::new();
+        if let Some(delivered) = r.delivered.filter(|d| *d != r.attempt) {
+            extra.push_str(&format!(" delivery {delivered}"));
+        }
+        if let Some(key) = &r.key {
+            extra.push_str(&format!(" key {key}"));
+        }
+        if let Some(batch) = r.batch {
+            extra.push_str(&format!(" batch {batch}"));
+        }
         format!(
-            "run app {} mount {} message {} attempt {} from {:?} to {:?} {:?}",
+            "run app {} mount {} message {} attempt {} from {:?} to {:?} {:?}{extra}",
             r.app, r.mount, r.id, r.attempt, r.started, r.ended, r.end
         )
     }));

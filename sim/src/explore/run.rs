@@ -8,10 +8,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{consumer::pull, stream};
-use ruststream_adapter::{Backoff, Delivery, Mount, Outcome, Settled, ShutdownReport};
+use ruststream_adapter::{
+    Backoff, Batch, BatchHandled, Delivery, Handled, Key, Mount, Outcome, Settled, ShutdownReport,
+};
 use serde::{Deserialize, Serialize};
 
-use super::scenario::{Attempt, DeadLetters, End, Fault, MountSpec, Scenario, Source};
+use super::scenario::{
+    Attempt, DeadLetters, End, Fault, KeySpec, MessageSpec, MountSpec, Scenario, Source,
+};
 use crate::endpoint::sim::Sim;
 use crate::model::consumer::ConsumerState;
 use crate::model::journal::Record;
@@ -36,10 +40,18 @@ pub struct HandlerRun {
     pub mount: usize,
     /// The message.
     pub id: u64,
-    /// Its attempt number, from the runtime.
+    /// Its attempt number, from the runtime (on a mount with strict order, the delivery's
+    /// runs in place count: rule 24).
     pub attempt: u64,
     /// Its stream sequence (JetStream).
     pub stream_sequence: Option<u64>,
+    /// Its delivery's count (JetStream): `attempt` but for the runs in place before it.
+    pub delivered: Option<u64>,
+    /// Its key, on a keyed mount, as the handler reads it from the delivery ([`key_of`]);
+    /// `None` when the delivery has none.
+    pub key: Option<String>,
+    /// The batch it ran in, on a batch mount (batches numbered from 0 in the order they ran).
+    pub batch: Option<u64>,
     /// When it started (virtual time since the start).
     pub started: Duration,
     /// When it ended; `None` when it never did (cancelled at its time limit, or still running
@@ -132,6 +144,63 @@ pub fn subject(spec: &MountSpec, index: usize) -> String {
     }
 }
 
+/// The subject message `message` is published to: its mount's ([`subject`]), or, on a mount
+/// keyed by its subject's last token, `wild.<i>.k<n>` or `js<i>.k<n>` for key `k<n>`.
+pub fn message_subject(spec: &MountSpec, index: usize, message: &MessageSpec) -> String {
+    match (spec.key, message.key, &spec.source) {
+        (Some((KeySpec::SubjectToken, _)), Some(key), Source::CoreWildcard) => {
+            format!("wild.{index}.k{key}")
+        }
+        (Some((KeySpec::SubjectToken, _)), Some(key), Source::JetStream { .. }) => {
+            format!("js{index}.k{key}")
+        }
+        _ => subject(spec, index),
+    }
+}
+
+/// The header a header-keyed mount's messages carry their key in.
+pub const KEY_HEADER: &str = "Order-Key";
+
+/// The headers message `message` is published with: its key, on a header-keyed mount.
+pub fn message_headers(spec: &MountSpec, message: &MessageSpec) -> Option<async_nats::HeaderMap> {
+    match (spec.key, message.key) {
+        (Some((KeySpec::Header, _)), Some(key)) => {
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert(KEY_HEADER, format!("k{key}").as_str());
+            Some(headers)
+        }
+        _ => None,
+    }
+}
+
+/// The index of the subject token a mount keyed by its subject orders by.
+fn key_token(source: &Source) -> usize {
+    match source {
+        Source::CoreWildcard => 2,
+        _ => 1,
+    }
+}
+
+/// The key of `delivery` on mount `spec`, read as rule 24 says (the subject's token, or the
+/// header's first value, its name in any letter case); `None` on a mount without a key, or for
+/// a delivery without one (a Core wildcard's copy, whose subject has no third token; a message
+/// without the header).
+pub fn key_of(spec: &MountSpec, delivery: &Delivery) -> Option<String> {
+    match spec.key?.0 {
+        KeySpec::SubjectToken => delivery
+            .subject
+            .as_str()
+            .split('.')
+            .nth(key_token(&spec.source))
+            .map(str::to_owned),
+        KeySpec::Header => delivery.headers.as_deref().and_then(|h| {
+            h.iter()
+                .find(|(n, _)| AsRef::<str>::as_ref(n).eq_ignore_ascii_case(KEY_HEADER))
+                .and_then(|(_, values)| values.first().map(|v| v.as_str().to_owned()))
+        }),
+    }
+}
+
 /// The dead-letter subject of mount `index`, if it has one.
 pub fn dead_letter_subject(spec: &MountSpec, index: usize) -> Option<String> {
     spec.dead_letters.map(|d| match d {
@@ -173,6 +242,8 @@ pub fn id_of(payload: &[u8]) -> Option<u64> {
 struct Record_ {
     runs: Vec<HandlerRun>,
     observed: Vec<Observed>,
+    /// How many batches have run.
+    batches: u64,
 }
 
 type Shared = Arc<Mutex<Record_>>;
@@ -224,38 +295,172 @@ fn mount_of(spec: &MountSpec, index: usize) -> Mount {
     if let Some(ms) = spec.time_limit_ms {
         mount = mount.handler_time_limit(Duration::from_millis(u64::from(ms)));
     }
+    if let Some((max, wait_ms)) = spec.batch {
+        mount = mount.batch(usize::from(max), Duration::from_millis(u64::from(wait_ms)));
+    }
+    if let Some((kind, _)) = spec.key {
+        mount = mount.key(match kind {
+            KeySpec::SubjectToken => Key::subject_token(key_token(&spec.source)),
+            KeySpec::Header => Key::header(KEY_HEADER),
+        });
+        mount = mount.strict_order(spec.strict_order);
+    }
     mount
+}
+
+/// What message `payload`'s handler does at `attempt` (its last step again after them).
+fn step_of(payload: &Payload, attempt: u64) -> Attempt {
+    usize::try_from(attempt.saturating_sub(1))
+        .ok()
+        .and_then(|n| payload.attempts.get(n).or(payload.attempts.last()))
+        .copied()
+        .unwrap_or(Attempt {
+            sleep_ms: 0,
+            end: End::Ack,
+        })
+}
+
+/// What a handler returns for `end` (a panic aside: the handler panics itself).
+fn handled_of(end: End) -> Result<Outcome, String> {
+    match end {
+        End::Ack => Ok(Outcome::Ack),
+        End::Retry => Ok(Outcome::Retry),
+        End::RetryAfter(ms) => Ok(Outcome::RetryAfter(Duration::from_millis(u64::from(ms)))),
+        End::Drop => Ok(Outcome::Drop),
+        End::Reject => Ok(Outcome::Reject),
+        End::NoOutcome | End::Panic => Ok(Outcome::None),
+        End::Err => Err("explorer: the handler failed".to_owned()),
+    }
+}
+
+/// Where a handler runs: its app, its mount's index and spec.
+#[derive(Clone, Copy)]
+struct RunsOn<'a> {
+    app: usize,
+    index: usize,
+    spec: &'a MountSpec,
+}
+
+/// A handler run of `delivery` (message `id`, doing `end`) where `on` says, starting at
+/// `started`, in `batch` if it is a batch member.
+fn run_of(
+    on: RunsOn<'_>,
+    id: u64,
+    delivery: &Delivery,
+    end: End,
+    started: Duration,
+    batch: Option<u64>,
+) -> HandlerRun {
+    HandlerRun {
+        app: on.app,
+        mount: on.index,
+        id,
+        attempt: delivery.attempt.get(),
+        stream_sequence: delivery.jetstream.as_ref().map(|j| j.stream_sequence),
+        delivered: delivery.jetstream.as_ref().map(|j| j.delivered),
+        key: key_of(on.spec, delivery),
+        batch,
+        started,
+        ended: None,
+        end,
+    }
+}
+
+/// The batch handler of mount `index`: each member does what its message's payload says for
+/// its attempt, as a single delivery's handler would, in one run as long as the longest
+/// member's; its outcome is every member's when they all end alike, else one each (an `Err`
+/// for a member that fails). A member that panics panics the batch: every member then ends
+/// with no outcome, and is recorded as having panicked.
+fn batch_handler(
+    app: usize,
+    index: usize,
+    spec: &MountSpec,
+    record: &Shared,
+    clock: &Sim,
+) -> impl Fn(Batch<Payload>) -> std::pin::Pin<Box<dyn std::future::Future<Output = BatchHandled> + Send>>
++ Send
++ Sync
++ 'static {
+    let (record, clock, spec) = (record.clone(), clock.clone(), spec.clone());
+    move |batch: Batch<Payload>| {
+        let (record, clock, spec) = (record.clone(), clock.clone(), spec.clone());
+        Box::pin(async move {
+            let steps: Vec<Attempt> = batch
+                .iter()
+                .map(|m| step_of(&m.value, m.delivery.attempt.get()))
+                .collect();
+            let panics = steps.iter().any(|s| s.end == End::Panic);
+            let sleep_ms = steps.iter().map(|s| s.sleep_ms).max().unwrap_or(0);
+            let runs = {
+                let mut r = lock(&record);
+                let number = r.batches;
+                r.batches += 1;
+                let started = clock.elapsed();
+                let first = r.runs.len();
+                for (m, step) in batch.iter().zip(&steps) {
+                    let end = if panics { End::Panic } else { step.end };
+                    let on = RunsOn {
+                        app,
+                        index,
+                        spec: &spec,
+                    };
+                    let run = run_of(on, m.value.id, &m.delivery, end, started, Some(number));
+                    r.runs.push(run);
+                }
+                first..r.runs.len()
+            };
+            if sleep_ms > 0 {
+                tokio::time::sleep(Duration::from_millis(u64::from(sleep_ms))).await;
+            }
+            // Not reached by a batch cancelled at its time limit: it never ends.
+            {
+                let mut r = lock(&record);
+                let now = clock.elapsed();
+                for run in runs {
+                    r.runs[run].ended = Some(now);
+                }
+            }
+            #[allow(clippy::panic)] // the scenario asks for it (rule 13)
+            if panics {
+                panic!("explorer: the batch handler panics");
+            }
+            let handled = |end: End| match handled_of(end) {
+                Ok(outcome) => Handled::Outcome(outcome),
+                Err(e) => Handled::Error(e),
+            };
+            match steps.split_first() {
+                Some((first, rest)) if rest.iter().all(|s| s.end == first.end) => {
+                    BatchHandled::All(handled(first.end))
+                }
+                _ => BatchHandled::Each(steps.iter().map(|s| handled(s.end)).collect()),
+            }
+        })
+    }
 }
 
 /// The scenario's app, number `app`, its handlers recording into `shared`.
 fn app_of(scenario: &Scenario, sim: &Sim, shared: &Shared, app: usize) -> App {
     let mut built = App::new(&sim.url()).grace_period(Duration::from_secs(5));
     for (index, spec) in scenario.mounts.iter().enumerate() {
-        let (record, clock) = (shared.clone(), sim.clone());
+        if spec.batch.is_some() {
+            let handler = batch_handler(app, index, spec, shared, sim);
+            built = built.mount_json_batch(mount_of(spec, index), handler);
+            continue;
+        }
+        let (record, clock, spec_) = (shared.clone(), sim.clone(), spec.clone());
         built = built.mount_json(mount_of(spec, index), move |p: Payload, d: Delivery| {
-            let (record, clock) = (record.clone(), clock.clone());
+            let (record, clock, spec) = (record.clone(), clock.clone(), spec_.clone());
             async move {
-                let attempt = d.attempt.get();
-                let step = usize::try_from(attempt.saturating_sub(1))
-                    .ok()
-                    .and_then(|n| p.attempts.get(n).or(p.attempts.last()))
-                    .copied()
-                    .unwrap_or(Attempt {
-                        sleep_ms: 0,
-                        end: End::Ack,
-                    });
+                let step = step_of(&p, d.attempt.get());
                 let run = {
                     let mut r = lock(&record);
-                    r.runs.push(HandlerRun {
+                    let on = RunsOn {
                         app,
-                        mount: index,
-                        id: p.id,
-                        attempt,
-                        stream_sequence: d.jetstream.as_ref().map(|j| j.stream_sequence),
-                        started: clock.elapsed(),
-                        ended: None,
-                        end: step.end,
-                    });
+                        index,
+                        spec: &spec,
+                    };
+                    let run = run_of(on, p.id, &d, step.end, clock.elapsed(), None);
+                    r.runs.push(run);
                     r.runs.len() - 1
                 };
                 if step.sleep_ms > 0 {
@@ -263,19 +468,11 @@ fn app_of(scenario: &Scenario, sim: &Sim, shared: &Shared, app: usize) -> App {
                 }
                 // Not reached by a run cancelled at its time limit: it never ends.
                 lock(&record).runs[run].ended = Some(clock.elapsed());
-                match step.end {
-                    End::Ack => Ok(Outcome::Ack),
-                    End::Retry => Ok(Outcome::Retry),
-                    End::RetryAfter(ms) => {
-                        Ok(Outcome::RetryAfter(Duration::from_millis(u64::from(ms))))
-                    }
-                    End::Drop => Ok(Outcome::Drop),
-                    End::Reject => Ok(Outcome::Reject),
-                    End::NoOutcome => Ok(Outcome::None),
-                    End::Err => Err("explorer: the handler failed".to_owned()),
-                    #[allow(clippy::panic)] // the scenario asks for it (rule 13)
-                    End::Panic => panic!("explorer: the handler panics"),
+                #[allow(clippy::panic)] // the scenario asks for it (rule 13)
+                if step.end == End::Panic {
+                    panic!("explorer: the handler panics");
                 }
+                handled_of(step.end)
             }
         });
     }
@@ -390,7 +587,8 @@ async fn run_on(sim: &Sim, scenario: Scenario) -> Trace {
             .map(|(i, m)| {
                 let spec = &scenario.mounts[m.mount];
                 let payload = payload_of(i as u64, &m.attempts, m.undecodable);
-                (m.at_ms, subject(spec, m.mount), payload)
+                let subject = message_subject(spec, m.mount, m);
+                (m.at_ms, subject, payload, message_headers(spec, m))
             })
             .collect(),
         faults: scenario.faults.clone(),
@@ -460,9 +658,9 @@ fn poisons_to_first(scenario: &Scenario, times: &[u32], jetstream: bool) -> Vec<
 
 /// What a run plays, whatever its app: publishes and faults at their times.
 pub(crate) struct World {
-    /// The publishes: when (virtual milliseconds from the start), the subject, the payload;
-    /// by time.
-    pub(crate) publishes: Vec<(u32, String, bytes::Bytes)>,
+    /// The publishes: when (virtual milliseconds from the start), the subject, the payload,
+    /// the headers; by time.
+    pub(crate) publishes: Vec<(u32, String, bytes::Bytes, Option<async_nats::HeaderMap>)>,
     /// The faults, by time.
     pub(crate) faults: Vec<super::scenario::TimedFault>,
     /// What [`Fault::FailCopies`] makes fail: subject patterns.
@@ -554,7 +752,7 @@ pub(crate) async fn play(
     // instant), and what a fault schedules (the server back up, JetStream back on, the new app
     // after a restart).
     let mut timeline: Vec<(u32, u8, usize, Step)> = Vec::new();
-    for (i, (at_ms, _, _)) in world.publishes.iter().enumerate() {
+    for (i, (at_ms, _, _, _)) in world.publishes.iter().enumerate() {
         timeline.push((*at_ms, 0, i, Step::Publish(i)));
     }
     for (i, f) in world.faults.iter().enumerate() {
@@ -608,8 +806,14 @@ pub(crate) async fn play(
         }
         match step {
             Step::Publish(i) => {
-                let (_, subject, payload) = &world.publishes[i];
-                let published = sim.publish(subject, payload.clone());
+                let (_, subject, payload, headers) = &world.publishes[i];
+                let published = match headers {
+                    None => sim.publish(subject, payload.clone()),
+                    Some(headers) => sim.publish_message(
+                        crate::Publish::new(subject.as_str(), payload.clone())
+                            .headers(headers.clone()),
+                    ),
+                };
                 played.sent.push(Went {
                     at: sim.elapsed(),
                     receivers: published.as_ref().map_or(0, |p| p.receivers),

@@ -68,6 +68,18 @@ pub enum DeadLetters {
     Plain,
 }
 
+/// What a keyed mount's deliveries are ordered by (rule 24).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KeySpec {
+    /// The subject's last token: a message of key `k<n>` is published to `wild.<i>.k<n>` (a
+    /// Core wildcard: token 2) or `js<i>.k<n>` (JetStream: token 1). A Core subject mount has
+    /// one subject, so it is keyed by a header instead.
+    SubjectToken,
+    /// The header [`KEY_HEADER`](super::run::KEY_HEADER): `k<n>`. A message may carry none
+    /// (then it is not ordered).
+    Header,
+}
+
 /// One mount of the scenario.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MountSpec {
@@ -89,6 +101,17 @@ pub struct MountSpec {
     pub buffer: Option<u16>,
     /// Its handler time limit, in milliseconds.
     pub time_limit_ms: Option<u32>,
+    /// A batch mount (rule 23): its `max` and `max_wait` (milliseconds). Drawn apart from the
+    /// rest ([`batches_and_keys_of`]).
+    #[serde(default)]
+    pub batch: Option<(u8, u32)>,
+    /// Its key (rule 24), and how many distinct keys its messages carry. Drawn apart from the
+    /// rest ([`batches_and_keys_of`]).
+    #[serde(default)]
+    pub key: Option<(KeySpec, u8)>,
+    /// Strict order per key (rule 24): only with a key and `max_attempts`.
+    #[serde(default)]
+    pub strict_order: bool,
 }
 
 impl MountSpec {
@@ -110,6 +133,11 @@ pub struct MessageSpec {
     pub attempts: Vec<Attempt>,
     /// Whether its payload does not decode (rule 17: it never reaches the handler).
     pub undecodable: bool,
+    /// Its key, on a keyed mount: `k<n>` ([`KeySpec`] says where it goes); `None` for no key
+    /// (a header-keyed mount's message without the header). Drawn apart from the rest
+    /// ([`batches_and_keys_of`]).
+    #[serde(default)]
+    pub key: Option<u8>,
 }
 
 /// Something that goes wrong at a moment of the scenario.
@@ -190,6 +218,7 @@ impl Scenario {
             .prop_map(move |mut s| {
                 s.poisons = poisons_of(seed, &s);
                 s.stored_poisons = stored_poisons_of(seed, &s);
+                batches_and_keys_of(seed, &mut s);
                 s
             })
             .boxed();
@@ -234,7 +263,64 @@ impl Scenario {
             .map(|m| m.max_attempts.unwrap_or(4))
             .max()
             .unwrap_or(1);
-        Duration::from_millis(u64::from((longest_delay + mount_wait) * attempts + 2_000))
+        let settle =
+            Duration::from_millis(u64::from((longest_delay + mount_wait) * attempts + 2_000));
+        settle + self.keyed_wait()
+    }
+
+    /// How much longer a keyed mount's messages may take to settle than alone (rule 24): one
+    /// key's deliveries run one after another, so the longest sum, over one mount's messages,
+    /// of what each may take (its longest run and delay, times its attempts under strict
+    /// order, in place). Zero without keys (the settle time of a scenario drawn before keys
+    /// existed is unchanged).
+    fn keyed_wait(&self) -> Duration {
+        let ms: u64 = (0..self.mounts.len())
+            .filter(|&i| self.mounts[i].key.is_some())
+            .map(|i| {
+                let spec = &self.mounts[i];
+                let runs = match spec.strict_order {
+                    true => u64::from(spec.max_attempts.unwrap_or(1)),
+                    false => 1,
+                };
+                let limit = spec.time_limit_ms.unwrap_or(u32::MAX);
+                self.messages
+                    .iter()
+                    .filter(|m| m.mount == i)
+                    .map(|m| {
+                        let longest = m
+                            .attempts
+                            .iter()
+                            .map(|a| {
+                                let delay = match a.end {
+                                    End::RetryAfter(ms) => ms,
+                                    _ => spec.backoff.map_or(0, |(_, cap, _)| cap),
+                                };
+                                u64::from(a.sleep_ms.min(limit)) + u64::from(delay)
+                            })
+                            .max()
+                            .unwrap_or(0);
+                        longest * runs
+                    })
+                    .sum::<u64>()
+            })
+            .max()
+            .unwrap_or(0);
+        Duration::from_millis(ms)
+    }
+
+    /// The scenario without what [`batches_and_keys_of`] drew: no batch, no key, no strict
+    /// order; what the seed drew before batches and keys existed (with its poisons).
+    pub fn without_batches_and_keys(&self) -> Scenario {
+        let mut plain = self.clone();
+        for mount in &mut plain.mounts {
+            mount.batch = None;
+            mount.key = None;
+            mount.strict_order = false;
+        }
+        for message in &mut plain.messages {
+            message.key = None;
+        }
+        plain
     }
 }
 
@@ -333,6 +419,9 @@ fn mount() -> impl Strategy<Value = MountSpec> {
                     concurrency,
                     buffer: buffer.filter(|_| !jetstream),
                     time_limit_ms,
+                    batch: None,
+                    key: None,
+                    strict_order: false,
                 }
             },
         )
@@ -350,6 +439,7 @@ fn message(mounts: usize) -> impl Strategy<Value = MessageSpec> {
             at_ms,
             attempts,
             undecodable,
+            key: None,
         })
 }
 
@@ -384,16 +474,90 @@ pub fn stored_poisons_of(seed: u64, scenario: &Scenario) -> Vec<u32> {
     one_in_eight(seed, b"stored", jetstream)
 }
 
+/// Batches and keys (rules 23 and 24) for seed `seed`'s `scenario`, drawn from a generator of
+/// their own (seeded by `seed` and a tag, as [`poisons_of`] draws), so that every other draw
+/// of every seed is as it was before they existed. In one seed of two: each mount is a batch
+/// mount with one chance in three (`max` 1 to 5, `max_wait` a few to a few hundred
+/// milliseconds), and keyed with one in two (by its subject's last token where the mount has
+/// one that varies, else by a header; 1 to 4 distinct keys; strict order in one of two when
+/// it has `max_attempts`), as far as start-up allows (on JetStream, only with leases; a Core
+/// wildcard keyed by token, only when it makes no copies); each message of a keyed mount carries one of its keys (one in
+/// eight of a header-keyed mount's, none).
+pub fn batches_and_keys_of(seed: u64, scenario: &mut Scenario) {
+    let mut rng = rng_of(seed, b"orders");
+    if !rng.next_u32().is_multiple_of(2) {
+        return;
+    }
+    for mount in &mut scenario.mounts {
+        // Every value drawn whatever the mount, so that one mount's settings do not move the
+        // next one's draws.
+        let (batch, max, span, wait) = (
+            rng.next_u32(),
+            rng.next_u32(),
+            rng.next_u32(),
+            rng.next_u32(),
+        );
+        let (keyed, by_token, keys, strict) = (
+            rng.next_u32(),
+            rng.next_u32(),
+            rng.next_u32(),
+            rng.next_u32(),
+        );
+        // What start-up refuses is not drawn: on JetStream a batch or a key needs leases
+        // (a delivery waiting for its batch or its turn past ack_wait would be delivered
+        // again); strict order needs `max_attempts`; a Core wildcard keyed by its subject's
+        // token makes no copies (strict order, or no retries: a copy's subject has not its
+        // key).
+        let waits = mount.leases || !mount.is_jetstream();
+        if waits && batch.is_multiple_of(3) {
+            let max = 1 + (max % 5) as u8;
+            let max_wait_ms = match span % 3 {
+                0 => 2 + wait % 18,
+                1 => 20 + wait % 80,
+                _ => 100 + wait % 300,
+            };
+            mount.batch = Some((max, max_wait_ms));
+        }
+        if waits && keyed.is_multiple_of(2) {
+            mount.strict_order = mount.max_attempts.is_some() && strict.is_multiple_of(2);
+            let copies = mount.max_attempts.is_some() || mount.backoff.is_some();
+            let token = match mount.source {
+                Source::CoreSubject => false,
+                Source::CoreWildcard => !copies || mount.strict_order,
+                Source::JetStream { .. } => true,
+            };
+            let kind = match token && by_token.is_multiple_of(2) {
+                true => KeySpec::SubjectToken,
+                false => KeySpec::Header,
+            };
+            mount.key = Some((kind, 1 + (keys % 4) as u8));
+        }
+    }
+    for message in &mut scenario.messages {
+        let Some((kind, keys)) = scenario.mounts[message.mount].key else {
+            continue;
+        };
+        let without = kind == KeySpec::Header && rng.next_u32().is_multiple_of(8);
+        let key = (rng.next_u32() % u32::from(keys)) as u8;
+        message.key = (!without).then_some(key);
+    }
+}
+
+/// A generator seeded by `seed` and `tag`, apart from the scenario's.
+fn rng_of(seed: u64, tag: &[u8; 6]) -> TestRng {
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    bytes[8..14].copy_from_slice(tag);
+    TestRng::from_seed(RngAlgorithm::ChaCha, &bytes)
+}
+
 /// One time before [`BUSY_MS`] in one seed of eight (when `possible`), from a generator seeded
 /// by `seed` and `tag`.
 fn one_in_eight(seed: u64, tag: &[u8; 6], possible: bool) -> Vec<u32> {
     if !possible {
         return Vec::new();
     }
-    let mut bytes = [0u8; 32];
-    bytes[..8].copy_from_slice(&seed.to_le_bytes());
-    bytes[8..14].copy_from_slice(tag);
-    let mut rng = TestRng::from_seed(RngAlgorithm::ChaCha, &bytes);
+    let mut rng = rng_of(seed, tag);
     if !rng.next_u32().is_multiple_of(8) {
         return Vec::new();
     }
@@ -445,13 +609,60 @@ mod tests {
             let mut runner = TestRunner::new_with_rng(Config::default(), rng);
             #[allow(clippy::unwrap_used)]
             let alone = scenario().new_tree(&mut runner).unwrap().current();
-            let mut drawn = Scenario::of_seed(seed);
+            let drawn = Scenario::of_seed(seed);
             assert_eq!(drawn.poisons, poisons_of(seed, &alone), "seed {seed}");
             assert_eq!(drawn.stored_poisons, stored_poisons_of(seed, &alone));
-            drawn.poisons.clear();
-            drawn.stored_poisons.clear();
-            assert_eq!(drawn, alone, "seed {seed}");
+            let mut plain = drawn.without_batches_and_keys();
+            plain.poisons.clear();
+            plain.stored_poisons.clear();
+            assert_eq!(plain, alone, "seed {seed}");
         }
+    }
+
+    /// Batches and keys are drawn apart too: the seed's scenario without them is the one it
+    /// drew before they existed; and they are drawn often enough to be tried (about half the
+    /// seeds), within their bounds.
+    #[test]
+    fn batches_and_keys_leave_every_other_draw_of_a_seed_as_it_was() {
+        let (mut batched, mut keyed, mut strict) = (0, 0, 0);
+        for seed in 0..200u64 {
+            let drawn = Scenario::of_seed(seed);
+            let mut again = drawn.without_batches_and_keys();
+            batches_and_keys_of(seed, &mut again);
+            assert_eq!(again, drawn, "seed {seed}: drawn from the seed alone");
+            batched += usize::from(drawn.mounts.iter().any(|m| m.batch.is_some()));
+            keyed += usize::from(drawn.mounts.iter().any(|m| m.key.is_some()));
+            strict += usize::from(drawn.mounts.iter().any(|m| m.strict_order));
+            for m in &drawn.mounts {
+                if let Some((max, wait)) = m.batch {
+                    assert!((1..=5).contains(&max) && (2..400).contains(&wait));
+                }
+                assert!(!m.strict_order || (m.key.is_some() && m.max_attempts.is_some()));
+                let waits = m.batch.is_some() || m.key.is_some();
+                assert!(!waits || m.leases || !m.is_jetstream());
+                if m.key.is_some_and(|(kind, _)| kind == KeySpec::SubjectToken)
+                    && matches!(m.source, Source::CoreWildcard)
+                {
+                    let copies = m.max_attempts.is_some() || m.backoff.is_some();
+                    assert!(!copies || m.strict_order);
+                }
+                if m.key.is_some_and(|(kind, _)| kind == KeySpec::SubjectToken) {
+                    assert!(!matches!(m.source, Source::CoreSubject));
+                }
+            }
+            for message in &drawn.messages {
+                let mount = &drawn.mounts[message.mount];
+                match (mount.key, message.key) {
+                    (None, key) => assert_eq!(key, None),
+                    (Some((_, keys)), Some(key)) => assert!(key < keys),
+                    (Some((kind, _)), None) => assert_eq!(kind, KeySpec::Header),
+                }
+            }
+        }
+        assert!(
+            batched > 30 && keyed > 40 && strict > 10,
+            "{batched} {keyed} {strict}"
+        );
     }
 
     #[test]

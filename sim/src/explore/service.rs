@@ -436,15 +436,15 @@ impl<S: Service, F: Fn() -> S> Explorer<F> {
             .max(1);
         let mut draw = Draw::of_seed(seed);
         let messages = service.messages(&mut draw);
-        let mut publishes: Vec<(u32, String, bytes::Bytes)> = messages
+        let mut publishes: Vec<Publishes> = messages
             .into_iter()
             .map(|m| {
                 let at = u32::try_from(draw.below(u64::from(busy_ms))).unwrap_or(0);
-                (at, m.subject, m.payload)
+                (at, m.subject, m.payload, None)
             })
             .collect();
         // In time order; messages drawn for one instant keep the order the service gave.
-        publishes.sort_by_key(|(at, _, _)| *at);
+        publishes.sort_by_key(|(at, _, _, _)| *at);
         let faults = faults_of(seed, busy_ms, self.faults);
         let settle = self.settle;
         let run = Sim::run(|sim| async move {
@@ -523,13 +523,16 @@ fn mounts_of(app: &App) -> Vec<MountFacts> {
 
 type Shared = Arc<Mutex<Vec<Observed>>>;
 
+/// A publish of the world: when, the subject, the payload, the headers (none here).
+type Publishes = (u32, String, bytes::Bytes, Option<async_nats::HeaderMap>);
+
 /// Plays the service's world on `sim`: the run, the mounts as the first app declared them, and
 /// the service's own check.
 async fn explore_on<S: Service>(
     sim: &Sim,
     service: &S,
     seed: u64,
-    publishes: Vec<(u32, String, bytes::Bytes)>,
+    publishes: Vec<Publishes>,
     faults: Vec<TimedFault>,
     settle: Duration,
 ) -> (ServiceRun, Vec<MountFacts>, Result<(), String>) {
@@ -584,7 +587,7 @@ async fn explore_on<S: Service>(
     })
     .await;
     run.journal = sim.journal();
-    for ((_, subject, payload), went) in world.publishes.iter().zip(&played.sent) {
+    for ((_, subject, payload, _), went) in world.publishes.iter().zip(&played.sent) {
         run.sent.push(SentMessage {
             message: Message {
                 subject: subject.clone(),
@@ -813,8 +816,8 @@ mod tests {
     /// The run of `Letters` without faults, and its mounts.
     fn letters() -> (ServiceRun, Vec<MountFacts>) {
         let publishes = vec![
-            (10, "orders.a".to_owned(), bytes::Bytes::from("ok")),
-            (20, "orders.b".to_owned(), bytes::Bytes::from("x")),
+            (10, "orders.a".to_owned(), bytes::Bytes::from("ok"), None),
+            (20, "orders.b".to_owned(), bytes::Bytes::from("x"), None),
         ];
         let (run, mounts, checked) = Sim::run(|sim| async move {
             explore_on(
