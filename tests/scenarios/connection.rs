@@ -238,6 +238,11 @@ fn rule_20_a_stored_message_whose_subject_the_client_cannot_read_ends_the_app() 
             b"NATS/1.0\r\n\r\n",
             b"unreadable",
         );
+        // The server answers PING once it read the publish; the stream stores it after that.
+        let deadline = Instant::now() + ruststream_tests::PATIENCE;
+        while tc.stream_len("ORDERS").await == 0 && Instant::now() < deadline {
+            quiet(20).await;
+        }
         assert_eq!(tc.stream_len("ORDERS").await, 1, "the stream stored it");
         let app = start(&server, &ev, |a| {
             a.mount(js_mount("js-ff-20").max_attempts(3), |_d: Delivery| async {
