@@ -635,3 +635,18 @@ fn seed_7523_runs_to_its_end() {
     let checked = within_limit("seed 7523", || as_found(7523));
     assert!(checked.violations.is_empty(), "{:?}", checked.violations);
 }
+
+/// Seed 3782253 (drawn with batches and keys): a strict-order delivery ran in place several
+/// times with short delays between; each run's lease and each delay's lease counted its span
+/// from its own start, so no `+WPI` reached the server for a whole `ack_wait`, the server
+/// delivered the message again while it still ran in place, and the older delivery's `+TERM`
+/// crossed the newer one (rule 16). The server's deadline is now renewed at each hand-over
+/// between a run in place and its wait.
+#[test]
+fn seed_3782253_keeps_the_deadline_through_runs_in_place() {
+    let checked = within_limit("seed 3782253", || {
+        let scenario = ruststream_sim::explore::Scenario::of_seed(3782253);
+        ruststream_sim::explore::check_scenario(3782253, &scenario)
+    });
+    assert!(checked.violations.is_empty(), "{:?}", checked.violations);
+}

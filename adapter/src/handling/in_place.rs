@@ -7,11 +7,12 @@ use std::time::Duration;
 use ruststream_core::{Delivery as CoreDelivery, Event, LeaseEnd, deadline, retry_in_place};
 
 use super::handler_run::{HandlerRun, start_handler};
-use super::lease::{Lease, Leased, WaitEnd, WaitLease, run_leased};
+use super::lease::{Lease, Leased, WaitEnd, WaitLease, renew, run_leased};
 use crate::api::turns::HeldTurn;
 use crate::runtime::Runtime;
 use crate::state::mount_context::MountContext;
 use crate::support::incoming::Incoming;
+use crate::support::metrics::Wire;
 
 /// Where a delivery's handling stands.
 pub(crate) enum Next {
@@ -65,7 +66,12 @@ pub(crate) async fn run_to_end<R: Runtime>(
                     return None;
                 }
                 match again_after(ctx, &current, leased.event, held) {
-                    Some(delay) => Next::Again(delay),
+                    Some(delay) => {
+                        // The wait's lease counts its span from now: renew the server's
+                        // deadline now too, or it would lapse before the wait's first renewal.
+                        renew_now(ctx, msg);
+                        Next::Again(delay)
+                    }
                     None => return Some((runs, leased)),
                 }
             }
@@ -79,6 +85,8 @@ pub(crate) async fn run_to_end<R: Runtime>(
                 {
                     return None;
                 }
+                // The run's lease counts its span from now: renew the server's deadline now.
+                renew_now(ctx, msg);
                 runs += 1;
                 let again = delivery.after_runs_in_place(runs);
                 let mut slot = ctx.handler.clone().slot();
@@ -95,6 +103,19 @@ pub(crate) async fn run_to_end<R: Runtime>(
                 Next::Running(run, Lease::take(ctx, msg, &again, started))
             }
         };
+    }
+}
+
+/// Renews a JetStream delivery's deadline at once (`+WPI`), on a mount whose leases are on:
+/// where a run in place hands over to its wait, or its wait to the next run, each new lease
+/// counts its span from its own start, so the server's deadline is renewed at the hand-over.
+fn renew_now(ctx: &MountContext, msg: &Incoming) {
+    if ctx.jetstream_names.is_some()
+        && ctx.lease_settings().renew
+        && let Some(reply) = msg.reply.clone()
+        && renew(&ctx.clients, reply)
+    {
+        ctx.metrics.wire(Wire::Wpi);
     }
 }
 
