@@ -32,6 +32,7 @@ use super::context::{Context, ContextSource};
 use super::delivery::{DecodeError, Delivery};
 use super::handled::Handled;
 use super::handler::{HandledFuture, Handler};
+use super::timer::Timer;
 
 /// The most deliveries one batch may hold: 100,000. A larger
 /// [`Mount::batch`](crate::Mount::batch) is refused at start-up with
@@ -196,9 +197,6 @@ impl IntoBatchHandled for BatchHandled {
     }
 }
 
-/// A boxed sleep, as the app's runtime makes it.
-pub(crate) type Sleep = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
-
 /// What a batch handler needs of the mount and the runtime, fixed when it is mounted.
 #[derive(Clone, Copy)]
 pub(crate) struct BatchTerms {
@@ -212,10 +210,8 @@ pub(crate) struct BatchTerms {
     pub(crate) concurrency: usize,
     /// The handler time limit, applied to each batch's run.
     pub(crate) limit: Duration,
-    /// The runtime's sleep.
-    pub(crate) sleep_until: fn(Instant) -> Sleep,
-    /// The runtime's clock.
-    pub(crate) now: fn() -> Instant,
+    /// The runtime's clock and sleep.
+    pub(crate) timer: Timer,
 }
 
 /// A member waiting for its batch's outcome.
@@ -436,7 +432,7 @@ where
             match gathering.join(value, delivery) {
                 Role::Follows(answered) => follow(answered, gathering.terms.mount).await,
                 Role::Leads { id, full } => {
-                    let first_at = (gathering.terms.now)();
+                    let first_at = gathering.terms.timer.now();
                     let stopping = context.stopping();
                     lead(gathering, f, id, full, first_at, context, stopping).await
                 }
@@ -483,12 +479,9 @@ where
         closed: false,
     };
     let filled = {
-        let waited = async {
-            match first_at.checked_add(terms.max_wait) {
-                Some(at) => (terms.sleep_until)(at).await,
-                None => std::future::pending().await,
-            }
-        };
+        let waited = terms
+            .timer
+            .sleep_until(first_at.checked_add(terms.max_wait));
         tokio::select! {
             members = &mut full => members.ok(),
             () = waited => None,
@@ -516,13 +509,7 @@ where
         })
         .collect();
     let run = f(Batch { members, context });
-    let result = match (terms.now)().checked_add(terms.limit) {
-        Some(at) => tokio::select! {
-            out = run => Some(out),
-            () = (terms.sleep_until)(at) => None,
-        },
-        None => Some(run.await),
-    };
+    let result = terms.timer.within(terms.limit, run).await;
     let mut each = outcomes(terms, size, result).into_iter();
     let own = each.next().unwrap_or(Handled::Outcome(Outcome::None));
     for (answer, handled) in answers.into_iter().skip(1).zip(each) {
@@ -571,8 +558,10 @@ mod tests {
             max_wait: Duration::from_millis(10),
             concurrency: 1,
             limit: Duration::from_secs(1),
-            sleep_until: |_| Box::pin(std::future::pending()),
-            now: Instant::now,
+            timer: Timer {
+                sleep_until: |_| Box::pin(std::future::pending()),
+                now: Instant::now,
+            },
         }
     }
 

@@ -30,15 +30,15 @@
 
 use std::hash::BuildHasher;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ruststream_core::Outcome;
 
-use super::batch::Sleep;
 use super::context::ContextSource;
 use super::delivery::{DecodeError, Delivery};
 use super::handled::Handled;
 use super::handler::{HandledFuture, Handler};
+use super::timer::Timer;
 use super::turns::{HeldTurn, Keys};
 
 /// What a mount's deliveries are ordered by (rule 24; see [`Mount::key`](crate::Mount::key)).
@@ -116,10 +116,8 @@ pub(crate) struct KeyTerms {
     /// The handler time limit applied to each run from its turn; `None` where the handler
     /// bounds its runs itself (a batch handler bounds each batch).
     pub(crate) limit: Option<Duration>,
-    /// The runtime's sleep.
-    pub(crate) sleep_until: fn(Instant) -> Sleep,
-    /// The runtime's clock.
-    pub(crate) now: fn() -> Instant,
+    /// The runtime's clock and sleep.
+    pub(crate) timer: Timer,
 }
 
 /// A handler whose runs wait for their key's turn (see the module docs). Built by
@@ -195,14 +193,14 @@ impl Handler for Keyed {
 /// `run`, cancelled at the time limit counted from now (logged, and no outcome, as rule 16
 /// says of any handler).
 async fn bounded(run: HandledFuture, terms: KeyTerms) -> Handled {
-    let started = (terms.now)();
-    let Some(at) = terms.limit.and_then(|limit| started.checked_add(limit)) else {
+    let Some(limit) = terms.limit else {
         return run.await;
     };
-    tokio::select! {
-        handled = run => handled,
-        () = (terms.sleep_until)(at) => {
-            tracing::error!(mount = terms.mount, elapsed = ?(terms.now)().saturating_duration_since(started),
+    let started = terms.timer.now();
+    match terms.timer.within(limit, run).await {
+        Some(handled) => handled,
+        None => {
+            tracing::error!(mount = terms.mount, elapsed = ?terms.timer.now().saturating_duration_since(started),
                 limit = ?terms.limit, "handler time limit reached: cancelled, treated as no outcome");
             Handled::Outcome(Outcome::None)
         }

@@ -17,4 +17,5 @@ pub(crate) mod json;
 pub(crate) mod keyed;
 pub(crate) mod mount;
 pub(crate) mod reports;
+pub(crate) mod timer;
 pub(crate) mod turns;

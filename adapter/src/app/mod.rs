@@ -33,6 +33,7 @@ use crate::api::json::IntoJsonHandler;
 use crate::api::keyed::{KeyTerms, Keyed};
 use crate::api::mount::Mount;
 use crate::api::reports::{AppFailed, Observer, Settled, ShutdownReport};
+use crate::api::timer::Timer;
 use crate::loops::delay_loop::delay_loop;
 use crate::loops::launch::Launcher;
 use crate::loops::lease_loop::lease_loop;
@@ -157,8 +158,7 @@ impl<R: Runtime> App<R> {
                 let terms = KeyTerms {
                     mount: crate::support::names::intern(mount.name()),
                     limit,
-                    sleep_until: |at| Box::pin(R::sleep_until(at)),
-                    now: R::now,
+                    timer: Timer::of::<R>(),
                 };
                 Arc::new(Keyed::new(handler, key.clone(), terms))
             }
@@ -230,8 +230,7 @@ impl<R: Runtime> App<R> {
             max_wait,
             concurrency: mount.concurrency.get(),
             limit: mount.handler_time_limit,
-            sleep_until: |at| Box::pin(R::sleep_until(at)),
-            now: R::now,
+            timer: Timer::of::<R>(),
         };
         let handler = BatchHandler::new(handler, decode, terms);
         self.push(mount, Arc::new(handler), None)
