@@ -19,8 +19,8 @@ use tracing::Instrument;
 
 use super::executor::{Execution, carry_out, execute, resend, send};
 use super::handler_run::{HandlerRun, handled, poll_slot, start_handler};
-use super::in_place::{Next, again_after, run_to_end};
-use super::lease::Lease;
+use super::in_place::{Next, again_after, on_time, run_to_end};
+use super::lease::{Lease, run_leased};
 use super::publish::{Publish, PublishFailed};
 use super::read::{Reader, stream_sequence};
 use super::recover::conclude;
@@ -284,7 +284,70 @@ pub(crate) async fn process<R: Runtime>(
 
 /// The rest of a delivery that did not finish in place: its handler's end, its plan (made
 /// again, the same for the same event), what of it is left to carry out, and the conclusion.
+///
+/// The common case, a handler that awaits and then settles a JetStream delivery (or logs a
+/// Core one) on a mount without strict order, runs without building the larger futures of the
+/// rest ([`finish_rest`], boxed only when needed): every delivery that waits is boxed, so
+/// the size of this future is paid on each (it was 3.4 KiB, moved and allocated for every
+/// member of a batch, issue 38).
 pub(crate) async fn finish<R: Runtime>(
+    ctx: Arc<MountContext>,
+    read: impl Reader,
+    msg: Incoming,
+    stage: Stage,
+) {
+    let (run, lease) = match stage {
+        Stage::Handling(run, lease, None) => (run, lease),
+        stage => return Box::pin(finish_rest::<R>(ctx, read, msg, stage)).await,
+    };
+    // Read before, so it reads again.
+    let Some(delivery) = read(&ctx, &msg) else {
+        return;
+    };
+    let leased = run_leased::<R>(&ctx, &msg, &delivery, run, lease).await;
+    if !on_time(&ctx, &msg, &delivery, &leased) {
+        return;
+    }
+    let event = leased.event;
+    let decided = plan_with_clock(&delivery, event, &ctx.policy, R::now);
+    let executed = match execute(&ctx, &msg, &delivery, &decided) {
+        Execution::Done(Ok(())) => Ok(()),
+        Execution::Publish(publish) => match publish.send_now(&ctx.client) {
+            Some(Ok(())) => Ok(()),
+            Some(Err(failed)) => Box::pin(resend(&ctx, &msg, failed)).await,
+            None => Box::pin(send(&ctx, &msg, publish)).await,
+        },
+        Execution::Done(Err(failed)) => Err(failed),
+        Execution::Waits => {
+            Box::pin(carry_out(
+                &ctx,
+                &msg,
+                &delivery,
+                &decided,
+                leased.error.as_deref(),
+            ))
+            .await
+        }
+    };
+    match executed {
+        Ok(()) => report(&ctx, &msg, &delivery, Some(event), &decided),
+        executed => {
+            Box::pin(conclude::<R>(
+                &ctx,
+                &msg,
+                &delivery,
+                Some(event),
+                decided,
+                executed,
+            ))
+            .await;
+        }
+    }
+}
+
+/// [`finish`] for every stage: a handler's run to its end with strict order (runs in place,
+/// the key's turn kept), a plan that waits for the server, a publish's recovery.
+async fn finish_rest<R: Runtime>(
     ctx: Arc<MountContext>,
     read: impl Reader,
     msg: Incoming,
@@ -335,19 +398,90 @@ pub(crate) async fn finish<R: Runtime>(
     conclude::<R>(&ctx, &msg, &delivery, event, decided, executed).await;
 }
 
+/// Where a mount loop starts its deliveries: the handler slot each runs its first poll in, and
+/// the deliveries that wait, gathered to run on one task ([`Starts::flush`]).
+///
+/// A delivery that waits runs on a task of its own, so slow handlers run concurrently and in
+/// parallel. On a batch mount (rule 23) every member but the last of a batch waits, for its
+/// batch to close and run: one task for each would cost a spawn, a wake-up on another thread
+/// and a hand-over per member, which made a batch mount slower than single deliveries (issue
+/// 38's js-batch bench). So a batch mount's loop gathers up to `max` such deliveries, as many
+/// as one batch holds, and runs them on one task, each still its own future (they run
+/// concurrently within it), each holding its handler slot until it is settled. Gathering
+/// never holds a delivery back: a member joins its batch at its first poll, on the loop; the
+/// loop flushes what it gathered once `max` have gathered and before it waits for anything
+/// ([`Starts::flush`]), so that the batch's wait and run, and every other delivery's, go on.
+pub(crate) struct Starts {
+    /// The handler slot of each delivery's first poll (see [`HandlerSlot`]).
+    pub(crate) slot: HandlerSlot,
+    gathered: Vec<(Waiting, OwnedSemaphorePermit)>,
+    /// How many deliveries that wait share a task: the mount's batch `max`, or 1.
+    gather: usize,
+}
+
+impl Starts {
+    /// The starts of the mount `ctx`, in a new handler slot.
+    pub(crate) fn new(ctx: &MountContext) -> Self {
+        Self {
+            slot: ctx.handler.clone().slot(),
+            gathered: Vec::new(),
+            gather: ctx.batch_max.max(1),
+        }
+    }
+
+    /// Runs `rest` on a task, holding its handler slot (`permit`) until it is settled: at once
+    /// on a mount without batches, or once [`flush`](Self::flush) runs what was gathered.
+    pub(crate) fn hold<R: Runtime>(&mut self, rest: Waiting, permit: OwnedSemaphorePermit) {
+        if self.gather <= 1 {
+            spawn_holding::<R>(rest, permit);
+            return;
+        }
+        self.gathered.push((rest, permit));
+        if self.gathered.len() >= self.gather {
+            self.flush::<R>();
+        }
+    }
+
+    /// Runs what was gathered on one task. Called by the loop before it waits for anything (a
+    /// message, a slot, a request's publish, the end of its deliveries at a stop).
+    pub(crate) fn flush<R: Runtime>(&mut self) {
+        match self.gathered.len() {
+            0 => {}
+            1 => {
+                if let Some((rest, permit)) = self.gathered.pop() {
+                    spawn_holding::<R>(rest, permit);
+                }
+            }
+            _ => {
+                let gathered = std::mem::take(&mut self.gathered);
+                R::spawn(async move {
+                    let mut all: futures_util::stream::FuturesUnordered<_> = gathered
+                        .into_iter()
+                        .map(|(rest, permit)| async move {
+                            rest.await;
+                            drop(permit);
+                        })
+                        .collect();
+                    while futures_util::StreamExt::next(&mut all).await.is_some() {}
+                });
+            }
+        }
+    }
+}
+
 /// Starts handling one JetStream delivery in its handler slot (`permit`): on the mount's own
-/// task first, the handler in the loop's `slot`, and if it has to wait ([`process`]), the rest
-/// on a task of its own, so slow handlers run concurrently and in parallel. The handler slot
-/// is freed when the delivery is settled.
+/// task first, the handler in the loop's slot, and if it has to wait ([`process`]), the rest
+/// on a task ([`Starts::hold`]), so slow handlers run concurrently and in parallel. The handler
+/// slot is freed when the delivery is settled.
 pub(crate) async fn start_delivery<R: Runtime>(
     ctx: Arc<MountContext>,
     read: impl Reader,
     msg: Incoming,
     permit: OwnedSemaphorePermit,
-    slot: &mut HandlerSlot,
+    starts: &mut Starts,
 ) {
-    if let Some(rest) = process::<R>(&ctx, read, msg, slot).await {
-        spawn_holding::<R>(rest, permit);
+    if let Some(rest) = process::<R>(&ctx, read, msg, &mut starts.slot).await {
+        starts.hold::<R>(rest, permit);
     }
 }
 

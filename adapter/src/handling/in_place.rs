@@ -57,12 +57,7 @@ pub(crate) async fn run_to_end<R: Runtime>(
         next = match next {
             Next::Running(run, lease) => {
                 let leased = run_leased::<R>(ctx, msg, &current, run, lease).await;
-                if leased.end != LeaseEnd::OnTime
-                    && !crate::support::deliberate::active(
-                        crate::support::deliberate::Bug::SettleLateResult,
-                    )
-                {
-                    discard_late(ctx, msg, &current, &leased);
+                if !on_time(ctx, msg, &current, &leased) {
                     return None;
                 }
                 match again_after(ctx, &current, leased.event, held) {
@@ -104,6 +99,23 @@ pub(crate) async fn run_to_end<R: Runtime>(
             }
         };
     }
+}
+
+/// Whether a run's result came in time to be settled; a late one is discarded, logged and
+/// counted ([`discard_late`], rule 16).
+pub(crate) fn on_time(
+    ctx: &MountContext,
+    msg: &Incoming,
+    delivery: &CoreDelivery<'_>,
+    leased: &Leased,
+) -> bool {
+    if leased.end == LeaseEnd::OnTime
+        || crate::support::deliberate::active(crate::support::deliberate::Bug::SettleLateResult)
+    {
+        return true;
+    }
+    discard_late(ctx, msg, delivery, leased);
+    false
 }
 
 /// Renews a JetStream delivery's deadline at once (`+WPI`), on a mount whose leases are on:

@@ -201,6 +201,23 @@ impl Publish {
         })
     }
 
+    /// Hands a JetStream settlement to `client` if the client takes it at once (its command
+    /// queue has room), without building [`send`](Self::send)'s future, which is about 1 KiB:
+    /// what [`send`](Self::send) would have given; `None` when it has to wait, or is a Core
+    /// copy (always sent by [`send`](Self::send)).
+    pub(crate) fn send_now(&self, client: &Client) -> Option<Result<(), PublishFailed>> {
+        let Self::Settlement { reply, payload } = self else {
+            return None;
+        };
+        // Not taken: the command that was not queued is dropped with the future.
+        let sent =
+            futures_util::FutureExt::now_or_never(client.publish(reply.clone(), payload.clone()))?;
+        Some(sent.map_err(|e| PublishFailed {
+            settlement: Some((reply.clone(), payload.clone())),
+            ..PublishFailed::new(Unpublished::Settlement, e)
+        }))
+    }
+
     /// Hands it to `client`, without waiting for the server.
     ///
     /// # Errors

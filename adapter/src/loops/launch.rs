@@ -98,6 +98,7 @@ impl<R: Runtime> Launcher<R> {
             metrics: record.metrics.clone(),
             on_error: mount.on_error.clone(),
             strict_order: mount.strict_order,
+            batch_max: mount.batch.map_or(0, |(max, _)| max),
         });
         let shutdown = self.shutdown.clone();
         let ended = self.ended.clone();

@@ -8,8 +8,7 @@ use std::time::Duration;
 use ruststream_core::PullAccounting;
 use tokio::sync::OwnedSemaphorePermit;
 
-use crate::api::handler::HandlerSlot;
-use crate::handling::flow::start_delivery;
+use crate::handling::flow::{Starts, start_delivery};
 use crate::handling::lease::{WaitEnd, WaitLease};
 use crate::handling::read::{arrived, read_jetstream};
 use crate::runtime::Runtime;
@@ -84,7 +83,7 @@ pub(super) async fn start_waiting<R: Runtime>(
     busy: &impl Fn(usize) -> usize,
     waiting: Prefetched,
     permit: OwnedSemaphorePermit,
-    slot: &mut HandlerSlot,
+    starts: &mut Starts,
 ) {
     let Prefetched { msg, lease, .. } = waiting;
     if let Some(lease) = lease
@@ -93,7 +92,7 @@ pub(super) async fn start_waiting<R: Runtime>(
         return;
     }
     pulls.handle_started(R::now(), busy(pulls.held()));
-    start_delivery::<R>(ctx.clone(), read_jetstream, msg, permit, slot).await;
+    start_delivery::<R>(ctx.clone(), read_jetstream, msg, permit, starts).await;
 }
 
 /// A prefetched message that found no free slot: it waits under its lease (renewed with

@@ -10,7 +10,7 @@ use ruststream_core::{PENDING_MESSAGES_HEADER, PullAccounting, Receipt};
 use tokio::sync::{Semaphore, watch};
 
 use super::prefetch::{Held, Prefetched, prefetch_deadline, start_waiting, wait};
-use crate::handling::flow::start_delivery;
+use crate::handling::flow::{Starts, start_delivery};
 use crate::handling::read::read_jetstream;
 use crate::runtime::Runtime;
 use crate::state::mount_context::MountContext;
@@ -69,8 +69,9 @@ pub(crate) async fn pull_loop<R: Runtime>(
     };
     let mut held = Held::default();
     let mut waiting: VecDeque<Prefetched> = VecDeque::new();
-    // Where each delivery's handler runs (see `Handler::slot`).
-    let mut run_slot = ctx.handler.clone().slot();
+    // Where each delivery's handler runs first (see `Handler::slot`), and where those that
+    // wait are gathered (a batch mount's, rule 23): flushed before every wait below.
+    let mut starts = Starts::new(&ctx);
     let mut backoff = Duration::from_millis(50);
     // A request answered `503 No Responders` (JetStream off, or no server of the stream's
     // answers): the pause before the next one, growing like `backoff`; zero while JetStream
@@ -96,7 +97,7 @@ pub(crate) async fn pull_loop<R: Runtime>(
             && let Ok(permit) = slots.clone().try_acquire_owned()
             && let Some(next) = waiting.pop_front()
         {
-            start_waiting::<R>(&ctx, &mut pulls, &busy, next, permit, &mut run_slot).await;
+            start_waiting::<R>(&ctx, &mut pulls, &busy, next, permit, &mut starts).await;
         }
         // While the supervisor suspects a message of bringing the client down, one at a time,
         // and nothing prefetched.
@@ -125,6 +126,7 @@ pub(crate) async fn pull_loop<R: Runtime>(
                 expires: Some(request.expires),
                 ..Default::default()
             };
+            starts.flush::<R>();
             match consumer.request_batch(batch, inbox.clone()).await {
                 Ok(()) => {
                     pulls.handle_requested(request, R::now());
@@ -167,6 +169,7 @@ pub(crate) async fn pull_loop<R: Runtime>(
         // a message, and a redelivery may come; each must wait renewed like any prefetched
         // one, not unread until its `ack_wait` passes and the server delivers it again (found
         // by the explorer: seed 166, and seed 4843 while a prefetched message waited).
+        starts.flush::<R>();
         let next = tokio::select! {
             next = replies.next() => next,
             // A free slot, for the first message that waits, or (nothing outstanding, no
@@ -174,7 +177,7 @@ pub(crate) async fn pull_loop<R: Runtime>(
             permit = slots.clone().acquire_owned(), if !waiting.is_empty() || (lost_at.is_none() && paused_until.is_none()) => {
                 match (permit, waiting.pop_front()) {
                     (Ok(permit), Some(next)) => {
-                        start_waiting::<R>(&ctx, &mut pulls, &busy, next, permit, &mut run_slot).await;
+                        start_waiting::<R>(&ctx, &mut pulls, &busy, next, permit, &mut starts).await;
                     }
                     (Err(_), _) => break,
                     (Ok(_), None) => {}
@@ -245,7 +248,7 @@ pub(crate) async fn pull_loop<R: Runtime>(
                                     &busy,
                                     first,
                                     permit,
-                                    &mut run_slot,
+                                    &mut starts,
                                 )
                                 .await;
                             }
@@ -257,7 +260,7 @@ pub(crate) async fn pull_loop<R: Runtime>(
                                 read_jetstream,
                                 msg,
                                 permit,
-                                &mut run_slot,
+                                &mut starts,
                             )
                             .await;
                         }
@@ -305,11 +308,13 @@ pub(crate) async fn pull_loop<R: Runtime>(
     // handled, in order, as slots free up; their settlements go through the app's current
     // client (rule 20).
     while let Some(next) = waiting.pop_front() {
+        starts.flush::<R>();
         let Ok(permit) = slots.clone().acquire_owned().await else {
             break;
         };
-        start_waiting::<R>(&ctx, &mut pulls, &busy, next, permit, &mut run_slot).await;
+        start_waiting::<R>(&ctx, &mut pulls, &busy, next, permit, &mut starts).await;
     }
+    starts.flush::<R>();
     // Stopped for a shutdown (not an inbox that closed while the app runs, which the
     // supervisor subscribes again at once, rule 20): what runs is settled first.
     if asked_to_stop(&shutdown) {

@@ -69,6 +69,9 @@ pub(crate) struct MountContext {
     /// Whether a keyed delivery's retry runs again in place, its key's turn kept (rule 24's
     /// strict order).
     pub(crate) strict_order: bool,
+    /// Its batch `max` (rule 23), 0 without batches: how many of its deliveries that wait
+    /// share a task (`Starts` in `handling::flow`).
+    pub(crate) batch_max: usize,
     /// Its metrics.
     pub(crate) metrics: Arc<MountMetrics>,
 }
