@@ -262,6 +262,20 @@ impl<T> Leases<T> {
         superseded
     }
 
+    /// Whether `delivery` still stands at `now`: no later delivery of its message superseded
+    /// its lease, and its lease's deadline (if it has one) has not passed. A delivery that
+    /// waited to start (for its key's turn, or for its batch, rule 24 and rule 23) and no
+    /// longer stands is not run: the server has delivered its message again, or will, and a
+    /// run now would overlap the newer one's (rule 16). One without a lease here stands.
+    pub fn is_current(&self, delivery: LeasedDelivery, now: Instant) -> bool {
+        self.held(delivery)
+            .filter(|(_, held)| held.delivered == delivery.delivered)
+            .filter_map(|(key, _)| self.lease(key))
+            .all(|lease| {
+                lease.superseded.is_none() && lease.deadline.is_none_or(|deadline| now <= deadline)
+            })
+    }
+
     /// The leases held for `delivery`'s message, with the deliveries they keep.
     fn held(&self, delivery: LeasedDelivery) -> impl Iterator<Item = (LeaseKey, LeasedDelivery)> {
         self.messages
@@ -431,6 +445,32 @@ mod tests {
             delivery: Some(self::delivered(stream_sequence, delivered)),
             ..terms(Some(10), true, 300)
         }
+    }
+
+    #[test]
+    fn a_delivery_stands_until_superseded_or_past_its_deadline() {
+        let t0 = Instant::now();
+        let mut leases = Leases::new();
+        assert!(
+            leases.is_current(delivered(7, 1), t0),
+            "no lease: it stands"
+        );
+        let _first = leases.handle_start(delivery_terms(7, 1), "first", t0);
+        let _other = leases.handle_start(delivery_terms(8, 1), "other", t0);
+        assert!(leases.is_current(delivered(7, 1), t0 + SECOND));
+        assert!(
+            !leases.is_current(delivered(8, 1), t0 + 11 * SECOND),
+            "its 10 s deadline passed without a renewal"
+        );
+        leases.handle_delivered(delivered(7, 2));
+        assert!(
+            !leases.is_current(delivered(7, 1), t0 + SECOND),
+            "superseded"
+        );
+        assert!(
+            leases.is_current(delivered(7, 2), t0 + SECOND),
+            "the newer delivery, no lease yet, stands"
+        );
     }
 
     #[test]

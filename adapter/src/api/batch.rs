@@ -28,7 +28,7 @@ use ruststream_core::Outcome;
 use serde::de::DeserializeOwned;
 use tokio::sync::{Semaphore, oneshot, watch};
 
-use super::context::{Context, ContextSource};
+use super::context::{Context, ContextSource, Standing};
 use super::delivery::{DecodeError, Delivery};
 use super::handled::Handled;
 use super::handler::{HandledFuture, Handler};
@@ -218,6 +218,8 @@ pub(crate) struct BatchTerms {
 struct Joined<T> {
     value: T,
     delivery: Delivery,
+    /// Whether it still stands when its batch closes (JetStream).
+    standing: Option<Standing>,
     /// Where its outcome goes; `None` for the leader, which returns its own.
     answer: Option<oneshot::Sender<Handled>>,
 }
@@ -269,13 +271,14 @@ impl<T: Send + 'static> Gathering<T> {
     }
 
     /// Adds a member to the open batch, opening one if there is none; closes it when full.
-    fn join(&self, value: T, delivery: Delivery) -> Role<T> {
+    fn join(&self, value: T, delivery: Delivery, standing: Option<Standing>) -> Role<T> {
         let mut open = self.lock();
         if let Some(batch) = open.1.as_mut() {
             let (answer, answered) = oneshot::channel();
             batch.members.push(Joined {
                 value,
                 delivery,
+                standing,
                 answer: Some(answer),
             });
             if batch.members.len() >= self.terms.max
@@ -293,6 +296,7 @@ impl<T: Send + 'static> Gathering<T> {
         let members = vec![Joined {
             value,
             delivery,
+            standing,
             answer: None,
         }];
         if self.terms.max <= 1 {
@@ -423,13 +427,14 @@ where
         let value = (self.decode)(&delivery)?;
         let gathering = self.gathering.clone();
         let f = self.f.clone();
+        let standing = context.standing();
         let context = context.batch_context();
         // The member joins its batch when its run is first polled, not here: a mount with a
         // key (rule 24) starts a delivery's run only when its key's turn comes, so that a
         // batch never holds two deliveries of one key. Unkeyed, the mount loop polls it at
         // once, in the order the deliveries arrived.
         Ok(Box::pin(async move {
-            match gathering.join(value, delivery) {
+            match gathering.join(value, delivery, standing) {
                 Role::Follows(answered) => follow(answered, gathering.terms.mount).await,
                 Role::Leads { id, full } => {
                     let first_at = gathering.terms.timer.now();
@@ -495,7 +500,12 @@ where
         None => gathering.close(id, &mut full),
     };
     leading.closed = true;
+    let joined = standing_only(terms, joined);
     let size = joined.len();
+    if size == 0 {
+        // Not one member stands: the leader did not either.
+        return Handled::Outcome(Outcome::None);
+    }
     gathering.sizes().record(size as f64);
     let mut answers = Vec::with_capacity(size);
     let members = joined
@@ -510,15 +520,52 @@ where
         .collect();
     let run = f(Batch { members, context });
     let result = terms.timer.within(terms.limit, run).await;
-    let mut each = outcomes(terms, size, result).into_iter();
-    let own = each.next().unwrap_or(Handled::Outcome(Outcome::None));
-    for (answer, handled) in answers.into_iter().skip(1).zip(each) {
-        if let Some(answer) = answer {
+    // The leader's own outcome: no answer (`None`) stands for it; `Outcome::None` if it did
+    // not stand itself.
+    let mut own = Handled::Outcome(Outcome::None);
+    for (answer, handled) in answers.into_iter().zip(outcomes(terms, size, result)) {
+        match answer {
             // A member whose run is gone (its task cancelled) needs no answer.
-            let _ = answer.send(handled);
+            Some(answer) => {
+                let _ = answer.send(handled);
+            }
+            None => own = handled,
         }
     }
     own
+}
+
+/// The members of a closed batch that still stand (rule 16): a JetStream member delivered
+/// again while it waited, or past its deadline (its renewals could not be sent), is left out,
+/// its run ended with no outcome (its result would be discarded, and running it would overlap
+/// the newer delivery's run), logged at warn level.
+fn standing_only<T>(terms: BatchTerms, joined: Vec<Joined<T>>) -> Vec<Joined<T>> {
+    if joined.iter().all(|j| j.standing.is_none()) {
+        return joined;
+    }
+    let now = terms.timer.now();
+    let mut left_out = 0;
+    let kept: Vec<Joined<T>> = joined
+        .into_iter()
+        .filter_map(|j| {
+            if j.standing.as_ref().is_none_or(|s| s.holds(now)) {
+                return Some(j);
+            }
+            left_out += 1;
+            if let Some(answer) = j.answer {
+                let _ = answer.send(Handled::Outcome(Outcome::None));
+            }
+            None
+        })
+        .collect();
+    if left_out > 0 {
+        tracing::warn!(
+            mount = terms.mount,
+            left_out,
+            "members that waited for their batch were delivered again meanwhile, or passed their deadline (their renewals could not be sent): left out of the batch, not run here"
+        );
+    }
+    kept
 }
 
 /// Each member's [`Handled`], in order, from the batch's result (`None`: the time limit).
@@ -629,18 +676,18 @@ mod tests {
     #[test]
     fn a_batch_closes_when_full_and_the_next_member_opens_another() {
         let g = Gathering::<u8>::new(terms());
-        let Role::Leads { id, mut full } = g.join(1, delivery(1)) else {
+        let Role::Leads { id, mut full } = g.join(1, delivery(1), None) else {
             panic!("the first member leads")
         };
-        assert!(matches!(g.join(2, delivery(2)), Role::Follows(_)));
+        assert!(matches!(g.join(2, delivery(2), None), Role::Follows(_)));
         assert!(full.try_recv().is_err(), "not full yet");
-        assert!(matches!(g.join(3, delivery(3)), Role::Follows(_)));
+        assert!(matches!(g.join(3, delivery(3), None), Role::Follows(_)));
         let members = full.try_recv().expect("full at max");
         assert_eq!(
             members.iter().map(|m| m.value).collect::<Vec<_>>(),
             [1, 2, 3]
         );
-        let Role::Leads { id: next, .. } = g.join(4, delivery(4)) else {
+        let Role::Leads { id: next, .. } = g.join(4, delivery(4), None) else {
             panic!("a full batch is closed: the next member leads a new one")
         };
         assert_ne!(id, next);
@@ -649,22 +696,22 @@ mod tests {
     #[test]
     fn a_batch_closed_by_its_wait_takes_who_joined() {
         let g = Gathering::<u8>::new(terms());
-        let Role::Leads { id, mut full } = g.join(1, delivery(1)) else {
+        let Role::Leads { id, mut full } = g.join(1, delivery(1), None) else {
             panic!("the first member leads")
         };
-        let _follower = g.join(2, delivery(2));
+        let _follower = g.join(2, delivery(2), None);
         let members = g.close(id, &mut full);
         assert_eq!(members.len(), 2);
-        assert!(matches!(g.join(3, delivery(3)), Role::Leads { .. }));
+        assert!(matches!(g.join(3, delivery(3), None), Role::Leads { .. }));
     }
 
     #[test]
     fn an_abandoned_batch_ends_its_members_without_an_outcome() {
         let g = Gathering::<u8>::new(terms());
-        let Role::Leads { id, .. } = g.join(1, delivery(1)) else {
+        let Role::Leads { id, .. } = g.join(1, delivery(1), None) else {
             panic!("the first member leads")
         };
-        let Role::Follows(mut answered) = g.join(2, delivery(2)) else {
+        let Role::Follows(mut answered) = g.join(2, delivery(2), None) else {
             panic!("the second follows")
         };
         g.abandon(id);

@@ -11,6 +11,7 @@ use ruststream_core::MountPolicy;
 
 use super::delivery::Delivery;
 use super::turns::HeldTurn;
+use ruststream_core::LeasedDelivery;
 
 /// What a mount's handlers publish with, built once per mount and client (at start-up, and
 /// again when a lost client is replaced, rule 20).
@@ -48,13 +49,66 @@ pub struct ContextSource<'a> {
     shared: &'a Arc<ContextShared>,
     /// Where a delivery of a mount with strict order keeps its key's turn (rule 24).
     held: Option<&'a HeldTurn>,
+    /// A JetStream delivery's lease, where a run that waits to start asks whether the delivery
+    /// still stands ([`Standing`]).
+    standing: Option<(&'a dyn SharesStanding, LeasedDelivery)>,
+}
+
+/// What says whether a JetStream delivery still stands: the app's leases (rule 16).
+pub(crate) trait Stands: Send + Sync {
+    /// Whether `delivery` still stands at `now`: not superseded by a later delivery of its
+    /// message, its deadline not passed.
+    fn is_current(&self, delivery: LeasedDelivery, now: std::time::Instant) -> bool;
+}
+
+/// A shared [`Stands`], handed out only to a run that waits to start.
+pub(crate) trait SharesStanding: Sync {
+    /// The shared [`Stands`].
+    fn share(&self) -> Arc<dyn Stands>;
+}
+
+/// Whether a JetStream delivery that waits to start (for its key's turn, or its batch) still
+/// stands: not superseded by a later delivery of its message, its deadline not passed (rule
+/// 16, [`Stands`]).
+#[derive(Clone)]
+pub(crate) struct Standing {
+    room: Arc<dyn Stands>,
+    delivery: LeasedDelivery,
+}
+
+impl Standing {
+    /// Whether the delivery still stands at `now`.
+    pub(crate) fn holds(&self, now: std::time::Instant) -> bool {
+        self.room.is_current(self.delivery, now)
+    }
 }
 
 impl<'a> ContextSource<'a> {
     /// The source of a delivery of a mount with strict order, whose key's turn is kept in
     /// `held` for as long as the delivery lasts (rule 24).
     pub(crate) fn holding(shared: &'a Arc<ContextShared>, held: Option<&'a HeldTurn>) -> Self {
-        Self { shared, held }
+        Self {
+            shared,
+            held,
+            standing: None,
+        }
+    }
+
+    /// The same source, for a JetStream delivery under a lease in `room` (see [`Standing`]).
+    pub(crate) fn leased(self, room: &'a dyn SharesStanding, delivery: LeasedDelivery) -> Self {
+        Self {
+            standing: Some((room, delivery)),
+            ..self
+        }
+    }
+
+    /// Whether the delivery still stands, for a run that waits to start; `None` for a Core
+    /// delivery (nothing redelivers it).
+    pub(crate) fn standing(self) -> Option<Standing> {
+        self.standing.map(|(room, delivery)| Standing {
+            room: room.share(),
+            delivery,
+        })
     }
 
     /// Where the delivery keeps its key's turn, on a mount with strict order.

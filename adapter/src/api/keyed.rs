@@ -154,6 +154,7 @@ impl Handler for Keyed {
             return Ok(Box::pin(bounded(run, terms)));
         }
         let key = self.key.of(&delivery, self.keys.hasher());
+        let standing = context.standing();
         // Called now, in arrival order: a payload that does not decode is refused here. The
         // run itself is a future, and starts only when polled, after the turn.
         let run = self.inner.call(delivery, context)?;
@@ -166,11 +167,25 @@ impl Handler for Keyed {
         Ok(Box::pin(async move {
             let turn = match turn {
                 Ok(turn) => turn,
-                Err(waiting) => match waiting.await {
-                    Ok(turn) => turn,
-                    // The table is dropped only with the handler, which outlives its runs.
-                    Err(_) => return Handled::Outcome(Outcome::None),
-                },
+                Err(waiting) => {
+                    let Ok(turn) = waiting.await else {
+                        // The table is dropped only with the handler, which outlives its runs.
+                        return Handled::Outcome(Outcome::None);
+                    };
+                    // It waited: a JetStream delivery superseded meanwhile, or past its
+                    // deadline, does not run (its result would be discarded, and its run would
+                    // overlap the newer delivery's, rule 16); its turn passes on at once.
+                    if let Some(standing) = &standing
+                        && !standing.holds(terms.timer.now())
+                    {
+                        tracing::warn!(
+                            mount = terms.mount,
+                            "a delivery that waited for its key's turn was delivered again meanwhile, or passed its deadline (its renewals could not be sent): not run here"
+                        );
+                        return Handled::Outcome(Outcome::None);
+                    }
+                    turn
+                }
             };
             // With strict order the delivery keeps the turn until it ends; otherwise the turn
             // ends with this run.

@@ -121,10 +121,19 @@ pub(crate) fn start_handler(
     // The delivery is built where the call takes it (it is over 200 bytes: built outside the
     // closure it was moved twice more, measured as 1 % of a Core mount's thread, issue 13).
     match std::panic::catch_unwind(AssertUnwindSafe(|| {
-        slot.start(
-            handler_delivery(ctx, msg, delivery),
-            ContextSource::holding(&ctx.handler_context, held),
-        )
+        let source = ContextSource::holding(&ctx.handler_context, held);
+        let source = match delivery.model {
+            ruststream_core::Model::JetStream(r) => source.leased(
+                &ctx.leases,
+                ruststream_core::LeasedDelivery {
+                    mount: ctx.index,
+                    stream_sequence: r.stream_sequence,
+                    delivered: r.delivered,
+                },
+            ),
+            ruststream_core::Model::Core(_) => source,
+        };
+        slot.start(handler_delivery(ctx, msg, delivery), source)
     })) {
         Ok(Ok(())) => Ok(()),
         Ok(Err(decode)) => Err(undecodable(ctx, msg, delivery, &decode)),

@@ -12,6 +12,7 @@ use ruststream_core::{
 };
 use tokio::sync::{Notify, oneshot};
 
+use crate::api::context::{SharesStanding, Stands};
 use crate::support::metrics::MountMetrics;
 
 /// What the lease loop needs of a lease: where to renew it, and how to cancel its handler.
@@ -76,6 +77,22 @@ impl LeaseRoom {
     /// Resolves when a lease starts: the lease loop looks at its next instant again.
     pub(crate) async fn started(&self) {
         self.started.notified().await;
+    }
+}
+
+impl Stands for LeaseRoom {
+    /// [`Leases::is_current`]: one atomic load while no JetStream delivery is under a lease.
+    fn is_current(&self, delivery: LeasedDelivery, now: Instant) -> bool {
+        if self.messages.load(Ordering::Acquire) == 0 {
+            return true;
+        }
+        self.lock().is_current(delivery, now)
+    }
+}
+
+impl SharesStanding for Arc<LeaseRoom> {
+    fn share(&self) -> Arc<dyn Stands> {
+        self.clone()
     }
 }
 
