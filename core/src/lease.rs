@@ -66,6 +66,17 @@ pub struct LeasedDelivery {
     pub delivered: u64,
 }
 
+impl LeasedDelivery {
+    /// The delivery whose ack reply subject is `reply`, received by mount `mount`.
+    pub fn of(mount: usize, reply: &crate::AckReply<'_>) -> Self {
+        Self {
+            mount,
+            stream_sequence: reply.stream_sequence,
+            delivered: reply.delivered,
+        }
+    }
+}
+
 /// How a lease is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaseTerms {

@@ -20,6 +20,8 @@ pub(crate) struct ContextShared {
     pub(crate) policy: MountPolicy,
     pub(crate) client: Client,
     pub(crate) jetstream: async_nats::jetstream::Context,
+    /// The app's leases, which say whether a JetStream delivery still stands ([`Standing`]).
+    pub(crate) stands: Arc<dyn Stands>,
     /// Whether the app's shutdown has begun: what a failure then is said to be.
     pub(crate) stopping: tokio::sync::watch::Receiver<bool>,
 }
@@ -30,6 +32,7 @@ impl ContextShared {
         policy: MountPolicy,
         client: &Client,
         stopping: tokio::sync::watch::Receiver<bool>,
+        stands: Arc<dyn Stands>,
     ) -> Arc<Self> {
         Arc::new(Self {
             mount,
@@ -37,6 +40,7 @@ impl ContextShared {
             client: client.clone(),
             jetstream: async_nats::jetstream::new(client.clone()),
             stopping,
+            stands,
         })
     }
 }
@@ -49,9 +53,9 @@ pub struct ContextSource<'a> {
     shared: &'a Arc<ContextShared>,
     /// Where a delivery of a mount with strict order keeps its key's turn (rule 24).
     held: Option<&'a HeldTurn>,
-    /// A JetStream delivery's lease, where a run that waits to start asks whether the delivery
-    /// still stands ([`Standing`]).
-    standing: Option<(&'a dyn SharesStanding, LeasedDelivery)>,
+    /// A JetStream delivery, which a run that waits to start asks about: does it still
+    /// stand ([`Standing`])?
+    leased: Option<LeasedDelivery>,
 }
 
 /// What says whether a JetStream delivery still stands: the app's leases (rule 16).
@@ -59,12 +63,6 @@ pub(crate) trait Stands: Send + Sync {
     /// Whether `delivery` still stands at `now`: not superseded by a later delivery of its
     /// message, its deadline not passed.
     fn is_current(&self, delivery: LeasedDelivery, now: std::time::Instant) -> bool;
-}
-
-/// A shared [`Stands`], handed out only to a run that waits to start.
-pub(crate) trait SharesStanding: Sync {
-    /// The shared [`Stands`].
-    fn share(&self) -> Arc<dyn Stands>;
 }
 
 /// Whether a JetStream delivery that waits to start (for its key's turn, or its batch) still
@@ -90,14 +88,15 @@ impl<'a> ContextSource<'a> {
         Self {
             shared,
             held,
-            standing: None,
+            leased: None,
         }
     }
 
-    /// The same source, for a JetStream delivery under a lease in `room` (see [`Standing`]).
-    pub(crate) fn leased(self, room: &'a dyn SharesStanding, delivery: LeasedDelivery) -> Self {
+    /// The same source, for a JetStream delivery, which the app's leases keep (see
+    /// [`Standing`]).
+    pub(crate) fn leased(self, delivery: LeasedDelivery) -> Self {
         Self {
-            standing: Some((room, delivery)),
+            leased: Some(delivery),
             ..self
         }
     }
@@ -105,8 +104,8 @@ impl<'a> ContextSource<'a> {
     /// Whether the delivery still stands, for a run that waits to start; `None` for a Core
     /// delivery (nothing redelivers it).
     pub(crate) fn standing(self) -> Option<Standing> {
-        self.standing.map(|(room, delivery)| Standing {
-            room: room.share(),
+        self.leased.map(|delivery| Standing {
+            room: self.shared.stands.clone(),
             delivery,
         })
     }

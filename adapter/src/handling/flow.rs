@@ -310,25 +310,7 @@ pub(crate) async fn finish<R: Runtime>(
     }
     let event = leased.event;
     let decided = plan_with_clock(&delivery, event, &ctx.policy, R::now);
-    let executed = match execute(&ctx, &msg, &delivery, &decided) {
-        Execution::Done(Ok(())) => Ok(()),
-        Execution::Publish(publish) => match publish.send_now(&ctx.client) {
-            Some(Ok(())) => Ok(()),
-            Some(Err(failed)) => Box::pin(resend(&ctx, &msg, failed)).await,
-            None => Box::pin(send(&ctx, &msg, publish)).await,
-        },
-        Execution::Done(Err(failed)) => Err(failed),
-        Execution::Waits => {
-            Box::pin(carry_out(
-                &ctx,
-                &msg,
-                &delivery,
-                &decided,
-                leased.error.as_deref(),
-            ))
-            .await
-        }
-    };
+    let executed = carry_out(&ctx, &msg, &delivery, &decided, leased.error.as_deref()).await;
     match executed {
         Ok(()) => report(&ctx, &msg, &delivery, Some(event), &decided),
         executed => {

@@ -123,14 +123,9 @@ pub(crate) fn start_handler(
     match std::panic::catch_unwind(AssertUnwindSafe(|| {
         let source = ContextSource::holding(&ctx.handler_context, held);
         let source = match delivery.model {
-            ruststream_core::Model::JetStream(r) => source.leased(
-                &ctx.leases,
-                ruststream_core::LeasedDelivery {
-                    mount: ctx.index,
-                    stream_sequence: r.stream_sequence,
-                    delivered: r.delivered,
-                },
-            ),
+            ruststream_core::Model::JetStream(r) => {
+                source.leased(ruststream_core::LeasedDelivery::of(ctx.index, &r))
+            }
             ruststream_core::Model::Core(_) => source,
         };
         slot.start(handler_delivery(ctx, msg, delivery), source)

@@ -193,11 +193,7 @@ impl WaitLease {
             span: Some(span),
             renew,
             limit: WAIT_RENEWAL_LIMIT,
-            delivery: Some(LeasedDelivery {
-                mount: ctx.index,
-                stream_sequence: parsed.stream_sequence,
-                delivered,
-            }),
+            delivery: Some(LeasedDelivery::of(ctx.index, &parsed)),
         };
         let io = LeaseIo {
             reply: Some(reply),

@@ -68,11 +68,8 @@ pub(crate) fn read_jetstream<'m>(
 /// again when the same delivery is read again: that changes nothing.
 pub(crate) fn arrived(ctx: &MountContext, reply: &AckReply<'_>) {
     ctx.received.note(reply.stream_sequence);
-    ctx.leases.delivered(ruststream_core::LeasedDelivery {
-        mount: ctx.index,
-        stream_sequence: reply.stream_sequence,
-        delivered: reply.delivered,
-    });
+    ctx.leases
+        .delivered(ruststream_core::LeasedDelivery::of(ctx.index, reply));
 }
 
 /// The delivery's stream sequence, on JetStream.

@@ -79,6 +79,7 @@ impl<R: Runtime> Launcher<R> {
                 policy.clone(),
                 client,
                 self.shutdown.clone(),
+                self.leases.clone(),
             ),
             policy,
             handler,

@@ -12,7 +12,7 @@ use ruststream_core::{
 };
 use tokio::sync::{Notify, oneshot};
 
-use crate::api::context::{SharesStanding, Stands};
+use crate::api::context::Stands;
 use crate::support::metrics::MountMetrics;
 
 /// What the lease loop needs of a lease: where to renew it, and how to cancel its handler.
@@ -90,12 +90,6 @@ impl Stands for LeaseRoom {
     }
 }
 
-impl SharesStanding for Arc<LeaseRoom> {
-    fn share(&self) -> Arc<dyn Stands> {
-        self.clone()
-    }
-}
-
 /// A mount's lease settings, from its declaration and (JetStream) its consumer's info.
 #[derive(Debug, Clone)]
 pub(crate) struct LeaseSettings {
@@ -118,11 +112,7 @@ impl LeaseSettings {
             Model::JetStream(reply) => (
                 self.ack_wait
                     .map(|ack_wait| lease_span(ack_wait, &self.backoff, reply.delivered)),
-                Some(LeasedDelivery {
-                    mount,
-                    stream_sequence: reply.stream_sequence,
-                    delivered: reply.delivered,
-                }),
+                Some(LeasedDelivery::of(mount, &reply)),
             ),
             Model::Core(_) => (None, None),
         };
