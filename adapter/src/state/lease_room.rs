@@ -32,7 +32,7 @@ pub(crate) struct LeaseRoom {
     /// How many JetStream messages have a delivery under a lease, as of the last change: zero
     /// spares every arrival the lock ([`delivered`](Self::delivered)).
     messages: AtomicUsize,
-    /// Wakes the lease loop when a lease starts (its first instant may be the earliest).
+    /// Wakes the lease loop when a lease starts whose first instant is the earliest.
     started: Notify,
 }
 
@@ -42,16 +42,25 @@ impl LeaseRoom {
         self.leases.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Starts a lease on `terms` at `now`, and wakes the lease loop (its first instant may be
-    /// the earliest).
+    /// Starts a lease on `terms` at `now`, and wakes the lease loop when the lease's first
+    /// instant is the earliest (a lease that runs at once in a stream of them, falling due
+    /// after those before it, wakes nothing: the loop looks at the schedule again at its
+    /// next instant anyway).
     pub(crate) fn start(&self, terms: LeaseTerms, io: LeaseIo, now: Instant) -> LeaseKey {
-        let key = {
+        let (key, earliest) = {
             let mut leases = self.lock();
+            let before = leases.poll_timeout();
             let key = leases.handle_start(terms, io, now);
             self.messages.store(leases.messages(), Ordering::Release);
-            key
+            let earliest = match (before, leases.poll_timeout()) {
+                (Some(before), Some(after)) => after < before,
+                _ => true,
+            };
+            (key, earliest)
         };
-        self.started.notify_one();
+        if earliest {
+            self.started.notify_one();
+        }
         key
     }
 
@@ -74,7 +83,8 @@ impl LeaseRoom {
         self.lock().handle_delivered(delivery);
     }
 
-    /// Resolves when a lease starts: the lease loop looks at its next instant again.
+    /// Resolves when a lease starts whose first instant is the earliest: the lease loop looks
+    /// at its next instant again.
     pub(crate) async fn started(&self) {
         self.started.notified().await;
     }
