@@ -1,7 +1,7 @@
-//! The runtime's clock and sleep, as the handlers this crate builds keep them ([`Timer`]): a
+//! The runtime's clock, sleep and spawn, as the handlers this crate builds keep them ([`Timer`]): a
 //! batch handler waits `max_wait` and bounds each batch by the time limit, a keyed handler
-//! bounds each run from its key's turn. Handlers are built before the app knows anything but
-//! its runtime's type, so they keep these two functions of it.
+//! bounds each run from its key's turn, and a batch's run has a task of its own. Handlers are built before the app knows anything but
+//! its runtime's type, so they keep these functions of it.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -9,14 +9,17 @@ use std::time::{Duration, Instant};
 
 use crate::runtime::Runtime;
 
-/// A boxed sleep, as the app's runtime makes it.
+/// A boxed sleep, as the app's runtime makes it; or a boxed task, to spawn.
 type Sleep = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// The clock and sleep of the app's runtime.
+/// The clock and sleep of the app's runtime, and its spawn.
 #[derive(Clone, Copy)]
 pub(crate) struct Timer {
     pub(crate) sleep_until: fn(Instant) -> Sleep,
     pub(crate) now: fn() -> Instant,
+    /// Runs a future on a task of its own, detached: [`Runtime::spawn`] (a batch's run, on
+    /// the application's runtime).
+    pub(crate) spawn: fn(Sleep),
 }
 
 impl Timer {
@@ -25,6 +28,7 @@ impl Timer {
         Self {
             sleep_until: |at| Box::pin(R::sleep_until(at)),
             now: R::now,
+            spawn: |task| drop(R::spawn(task)),
         }
     }
 

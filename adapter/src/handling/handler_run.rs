@@ -14,6 +14,7 @@ use crate::api::handler::{HandlerSlot, PendingRun};
 use crate::api::turns::HeldTurn;
 use crate::state::mount_context::MountContext;
 use crate::support::incoming::Incoming;
+use crate::support::panics::panic_message;
 
 /// The delivery as its handler is given it: its parts shared with the message (no copy), its
 /// mount's names, and its JetStream metadata.
@@ -44,15 +45,6 @@ pub(crate) fn handler_delivery(
         attempt: core.attempt(),
         jetstream,
     }
-}
-
-/// The text of a caught panic, for the log.
-pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
-    panic
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(non-string panic payload)")
 }
 
 /// A handler run that did not finish at its first poll, taken out of the mount loop's slot

@@ -6,11 +6,11 @@ use std::sync::atomic::Ordering;
 
 use ruststream_core::{Delivery as CoreDelivery, Disposition, Event, Outcome, Plan};
 
-use super::handler_run::panic_message;
 use super::read::stream_sequence;
 use crate::api::reports::{Observer, Settled};
 use crate::state::mount_context::MountContext;
 use crate::support::incoming::Incoming;
+use crate::support::panics::panic_message;
 
 /// Reports a settled delivery: the `ruststream::settlement` event and the observer.
 #[inline]

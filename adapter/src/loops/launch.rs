@@ -100,6 +100,14 @@ impl<R: Runtime> Launcher<R> {
             on_error: mount.on_error.clone(),
             strict_order: mount.strict_order,
             batch_max: mount.batch.map_or(0, |(max, _)| max),
+            beside_loop: {
+                let reactor = self.reactor.clone();
+                let thread = match source {
+                    Source::JetStream(_) => LoopThread::Connection,
+                    Source::Core(_) => LoopThread::Core,
+                };
+                Arc::new(move |task| drop(R::spawn_next_to(&reactor, thread, task)))
+            },
         });
         let shutdown = self.shutdown.clone();
         let ended = self.ended.clone();

@@ -126,7 +126,7 @@ pub(crate) async fn pull_loop<R: Runtime>(
                 expires: Some(request.expires),
                 ..Default::default()
             };
-            starts.flush::<R>();
+            starts.flush();
             match consumer.request_batch(batch, inbox.clone()).await {
                 Ok(()) => {
                     pulls.handle_requested(request, R::now());
@@ -169,7 +169,7 @@ pub(crate) async fn pull_loop<R: Runtime>(
         // a message, and a redelivery may come; each must wait renewed like any prefetched
         // one, not unread until its `ack_wait` passes and the server delivers it again (found
         // by the explorer: seed 166, and seed 4843 while a prefetched message waited).
-        starts.flush::<R>();
+        starts.flush();
         let next = tokio::select! {
             next = replies.next() => next,
             // A free slot, for the first message that waits, or (nothing outstanding, no
@@ -308,13 +308,13 @@ pub(crate) async fn pull_loop<R: Runtime>(
     // handled, in order, as slots free up; their settlements go through the app's current
     // client (rule 20).
     while let Some(next) = waiting.pop_front() {
-        starts.flush::<R>();
+        starts.flush();
         let Ok(permit) = slots.clone().acquire_owned().await else {
             break;
         };
         start_waiting::<R>(&ctx, &mut pulls, &busy, next, permit, &mut starts).await;
     }
-    starts.flush::<R>();
+    starts.flush();
     // Stopped for a shutdown (not an inbox that closed while the app runs, which the
     // supervisor subscribes again at once, rule 20): what runs is settled first.
     if asked_to_stop(&shutdown) {

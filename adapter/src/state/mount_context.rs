@@ -32,6 +32,11 @@ pub(crate) enum DeadLetterSink {
     Plain,
 }
 
+/// Spawns a task beside a mount's loop (see [`MountContext::beside_loop`]).
+pub(crate) type BesideLoop = std::sync::Arc<
+    dyn Fn(std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>) + Send + Sync,
+>;
+
 /// Everything a mount's deliveries are executed with.
 pub(crate) struct MountContext {
     pub(crate) index: usize,
@@ -72,6 +77,9 @@ pub(crate) struct MountContext {
     /// Its batch `max` (rule 23), 0 without batches: how many of its deliveries that wait
     /// share a task (`Starts` in `handling::flow`).
     pub(crate) batch_max: usize,
+    /// Spawns a task beside the mount's loop, on its thread: where a batch mount's members
+    /// wait for their batch and are settled (`Starts` in `handling::flow`).
+    pub(crate) beside_loop: BesideLoop,
     /// Its metrics.
     pub(crate) metrics: Arc<MountMetrics>,
 }

@@ -1,13 +1,14 @@
 //! The second floor: leaf support that the floors above share, each file about one thing and
 //! importing nothing above [`crate::runtime`]: the delivered message as the adapter keeps it,
 //! metrics, trace context, server URLs, the stop signal a loop reads, telling a dead client
-//! from a live one, and names kept once per process.
+//! from a live one, names kept once per process, and the text of a caught panic.
 
 pub mod deliberate;
 pub(crate) mod incoming;
 pub(crate) mod liveness;
 pub mod metrics;
 pub(crate) mod names;
+pub(crate) mod panics;
 pub(crate) mod servers;
 pub(crate) mod stop;
 #[cfg(feature = "otel")]
