@@ -3,6 +3,7 @@
 //! limit, `max_wait` and shutdown apply to batches.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use adapter::Batch;
 
@@ -637,5 +638,60 @@ fn rule_23_start_up_warns_of_a_batch_max_above_max_ack_pending() {
         ])
         .await;
         app.shutdown().await;
+    });
+}
+
+/// A batch that awaits past the grace period is given up on by the shutdown, as a single
+/// handler is, and runs on to its end after the app has stopped (its members' results are not
+/// sent). Its time limit was once timed on the app's NATS thread, where its first poll ran:
+/// that thread's runtime ended with the app, and the limit's timer panicked the run at its
+/// next poll ("A Tokio 1.x context was found, but it is being shutdown"), cutting the
+/// application's function off mid-way.
+#[test]
+fn rule_23_a_batch_the_shutdown_gives_up_on_runs_on_to_its_end() {
+    run(async {
+        let (server, tc, _acks, _, ev) = js_case().await;
+        publish_all(&tc, &[b"1", b"2"]).await;
+        let (started, finished) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let (began, done) = (started.clone(), finished.clone());
+        let wake_it: Arc<Mutex<Option<tokio::sync::oneshot::Sender<()>>>> = Arc::default();
+        let waker = wake_it.clone();
+        let app = start(&server, &ev, |a| {
+            a.grace_period(Duration::from_millis(200)).mount_batch(
+                js_mount("batch-given-up").batch(2, Duration::from_secs(2)),
+                move |batch: Batch| {
+                    let (began, done) = (began.clone(), done.clone());
+                    // Woken by the test once the app has stopped, not by a timer of either
+                    // runtime: the batch awaits past its first poll, and only the runtime's
+                    // own timers (its time limit's) are under test.
+                    let (wake, woken) = tokio::sync::oneshot::channel::<()>();
+                    *waker.lock().unwrap() = Some(wake);
+                    async move {
+                        began.store(true, Ordering::SeqCst);
+                        let _ = woken.await;
+                        done.store(true, Ordering::SeqCst);
+                        vec![Outcome::Ack; batch.len()]
+                    }
+                },
+            )
+        })
+        .await;
+        eventually("the batch runs", || {
+            started.load(Ordering::SeqCst).then_some(())
+        })
+        .await;
+        let report = app.shutdown().await;
+        assert_eq!(report.abandoned.len(), 1, "{report:?}");
+        // The app's threads end just after `shutdown` returns.
+        quiet(500).await;
+        let wake = wake_it.lock().unwrap().take().expect("the batch ran");
+        wake.send(()).expect("the batch still waits");
+        eventually("the batch ran on to its end", || {
+            finished.load(Ordering::SeqCst).then_some(())
+        })
+        .await;
     });
 }

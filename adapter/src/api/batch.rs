@@ -556,23 +556,30 @@ where
     use futures_util::FutureExt;
 
     let size = batch.len();
-    let mut run = Box::pin(
-        std::panic::AssertUnwindSafe(async move {
-            let run = f(batch);
-            terms.timer.within(terms.limit, run).await
-        })
-        .catch_unwind(),
-    );
+    let started = terms.timer.now();
+    let mut run =
+        Box::pin(std::panic::AssertUnwindSafe(async move { f(batch).await }).catch_unwind());
     // Its first poll in place, as a single delivery's handler has (and most batches end
     // there: a batch is one call, its awaits one transaction); a run that awaits goes on on a
-    // task of its own, on the application's runtime.
+    // task of its own, on the application's runtime, where the time limit's timer is made
+    // (one made here would belong to the loop's thread, whose runtime may be gone before a
+    // run the shutdown gave up on ends).
     let first = std::future::poll_fn(|cx| Poll::Ready(run.as_mut().poll(cx))).await;
     let result = match first {
-        Poll::Ready(ran) => Ok(ran),
+        Poll::Ready(ran) => Ok(ran.map(Some)),
         Poll::Pending => {
             let (ran, result) = oneshot::channel();
             (terms.timer.spawn)(Box::pin(async move {
-                let _ = ran.send(run.await);
+                let spent = terms.timer.now().saturating_duration_since(started);
+                let ended = match terms
+                    .timer
+                    .within(terms.limit.saturating_sub(spent), run)
+                    .await
+                {
+                    Some(ran) => ran.map(Some),
+                    None => Ok(None),
+                };
+                let _ = ran.send(ended);
             }));
             result.await
         }
