@@ -508,9 +508,7 @@ impl<T> Leases<T> {
     }
 
     fn lease(&self, key: LeaseKey) -> Option<&Lease<T>> {
-        self.leases
-            .get(key.slot)
-            .filter(|l| l.generation == key.generation)
+        lease_at(&self.leases, key)
     }
 
     fn lease_mut(&mut self, key: LeaseKey) -> Option<&mut Lease<T>> {
@@ -520,10 +518,17 @@ impl<T> Leases<T> {
     }
 }
 
+/// The lease `key` names, if it is still held (its slot not reused by a later lease).
+fn lease_at<T>(leases: &Slab<Lease<T>>, key: LeaseKey) -> Option<&Lease<T>> {
+    leases
+        .get(key.slot)
+        .filter(|l| l.generation == key.generation)
+}
+
 /// Whether a schedule entry is still needed: its lease is held (the same generation), and it
 /// is that lease's next renewal, or its time limit not yet given.
 fn is_live<T>(leases: &Slab<Lease<T>>, (at, kind, slot, generation): Due) -> bool {
-    let Some(lease) = leases.get(slot).filter(|l| l.generation == generation) else {
+    let Some(lease) = lease_at(leases, LeaseKey { slot, generation }) else {
         return false;
     };
     match kind {

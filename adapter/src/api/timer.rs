@@ -1,7 +1,8 @@
-//! The runtime's clock, sleep and spawn, as the handlers this crate builds keep them ([`Timer`]): a
-//! batch handler waits `max_wait` and bounds each batch by the time limit, a keyed handler
-//! bounds each run from its key's turn, and a batch's run has a task of its own. Handlers are built before the app knows anything but
-//! its runtime's type, so they keep these functions of it.
+//! The runtime's clock, sleep and spawn, as the handlers this crate builds keep them
+//! ([`Timer`]): a batch handler waits `max_wait` and bounds each batch by the time limit, a
+//! keyed handler bounds each run from its key's turn, and a batch's run that awaits goes on on
+//! a task of its own. Handlers are built before the app knows anything but its runtime's
+//! type, so they keep these functions of it.
 
 use std::future::Future;
 use std::pin::Pin;
