@@ -31,11 +31,15 @@ mod scenarios;
 /// tokio only: a handler is first polled on its mount loop's thread (a Core mount's on the
 /// app's Core thread, a JetStream mount's on the app's NATS thread, beside the connection),
 /// with the application's runtime entered, so that what it spawns runs on the application's
-/// runtime; once it has to wait, the rest of it moves to a task there too. A handler whose
-/// first poll did not run on its loop's thread, or whose spawned task or later polls did,
-/// fails it.
+/// runtime. Once it has to wait, a Core handler's rest moves to a task on the application's
+/// runtime; a JetStream handler's goes on beside the connection while its polls are short,
+/// and moves to the application's runtime after a poll longer than 1 ms; after three such
+/// deliveries in a row, so do the mount's next deliveries that wait (issue 39). A step that
+/// ran anywhere else fails it. (The heaviness is timed on the wall clock: a loaded machine
+/// that stops the NATS thread for over 1 ms in a light poll moves that delivery too, so the
+/// light mount's three deliveries must go on beside the connection twice or more.)
 #[test]
-fn tokio_handlers_start_on_the_app_s_threads_and_the_rest_runs_on_the_application_s_runtime() {
+fn tokio_handlers_start_on_the_app_s_threads_and_the_rest_runs_where_the_mount_places_it() {
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
@@ -47,9 +51,11 @@ fn tokio_handlers_start_on_the_app_s_threads_and_the_rest_runs_on_the_applicatio
         std::thread::current().name().unwrap_or("").to_owned()
     }
 
-    /// A handler that writes down where each of its steps ran.
+    /// A handler that writes down where each of its steps ran; a heavy one blocks for 5 ms
+    /// in a poll after its first wait, and writes down where it went on after that poll.
     fn recording(
         sink: Seen,
+        heavy: bool,
     ) -> impl Fn(Delivery) -> std::pin::Pin<Box<dyn Future<Output = Outcome> + Send>>
     + Send
     + Sync
@@ -62,53 +68,107 @@ fn tokio_handlers_start_on_the_app_s_threads_and_the_rest_runs_on_the_applicatio
                 sink.lock().unwrap().push(("spawned", spawned));
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 sink.lock().unwrap().push(("after waiting", thread_name()));
+                if heavy {
+                    std::thread::sleep(Duration::from_millis(5));
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    sink.lock()
+                        .unwrap()
+                        .push(("after a heavy poll", thread_name()));
+                }
                 Outcome::Ack
             })
         }
     }
 
+    let app_s = |thread: &str| !thread.is_empty() && !thread.starts_with("ruststream-");
     run(async {
         let server = NatsServer::start();
         let client = async_nats::connect(server.url()).await.unwrap();
         async_nats::jetstream::new(client.clone())
             .create_stream(async_nats::jetstream::stream::Config {
                 name: "THREADS".to_owned(),
-                subjects: vec!["threads.js".to_owned()],
+                subjects: vec!["threads.js".to_owned(), "threads.heavy".to_owned()],
                 ..Default::default()
             })
             .await
             .unwrap();
-        let (core, jetstream): (Seen, Seen) = (Arc::default(), Arc::default());
+        let (core, jetstream, heavy): (Seen, Seen, Seen) = Default::default();
         let running = App::new(&server.url())
             .mount(
                 Mount::core_subject("threads-core", "threads.in"),
-                recording(core.clone()),
+                recording(core.clone(), false),
             )
             .mount(
-                Mount::jetstream("threads-js", "THREADS", "threads"),
-                recording(jetstream.clone()),
+                Mount::jetstream("threads-js", "THREADS", "threads").filter_subject("threads.js"),
+                recording(jetstream.clone(), false),
+            )
+            .mount(
+                Mount::jetstream("threads-heavy", "THREADS", "threads-heavy")
+                    .filter_subject("threads.heavy"),
+                recording(heavy.clone(), true),
             )
             .start()
             .await
             .expect("the app starts");
         client.publish("threads.in", "x".into()).await.unwrap();
-        client.publish("threads.js", "x".into()).await.unwrap();
-        client.flush().await.unwrap();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while (core.lock().unwrap().len() < 3 || jetstream.lock().unwrap().len() < 3)
-            && tokio::time::Instant::now() < deadline
-        {
+        let wait = |seen: &Seen, n: usize| seen.lock().unwrap().len() >= n;
+        for n in [3, 6, 9] {
+            client.publish("threads.js", "x".into()).await.unwrap();
+            client.flush().await.unwrap();
+            while !wait(&jetstream, n) && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        // The heavy mount's deliveries one after the other: each comes after the heavy poll
+        // of the one before.
+        for n in [4, 8, 12, 16] {
+            client.publish("threads.heavy", "x".into()).await.unwrap();
+            client.flush().await.unwrap();
+            while !wait(&heavy, n) && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        while !wait(&core, 3) && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         running.shutdown().await;
-        for (seen, loop_thread) in [(core, "ruststream-core"), (jetstream, "ruststream-nats")] {
-            let seen = seen.lock().unwrap().clone();
-            assert_eq!(seen.len(), 3, "the handler ran to its end: {seen:?}");
-            assert_eq!(seen[0], ("first poll", loop_thread.to_owned()), "{seen:?}");
-            for (when, thread) in &seen[1..] {
+        let (core, jetstream, heavy) = (
+            core.lock().unwrap().clone(),
+            jetstream.lock().unwrap().clone(),
+            heavy.lock().unwrap().clone(),
+        );
+        assert_eq!(core.len(), 3, "the handler ran to its end: {core:?}");
+        assert_eq!(
+            core[0],
+            ("first poll", "ruststream-core".to_owned()),
+            "{core:?}"
+        );
+        assert!(core[1..].iter().all(|(_, t)| app_s(t)), "{core:?}");
+        let nats = "ruststream-nats".to_owned();
+        assert_eq!(
+            jetstream.len(),
+            9,
+            "the handlers ran to their end: {jetstream:?}"
+        );
+        for run in jetstream.chunks(3) {
+            assert_eq!(run[0], ("first poll", nats.clone()), "{jetstream:?}");
+            assert!(app_s(&run[1].1), "spawned: {jetstream:?}");
+            assert_eq!(run[2].0, "after waiting", "{jetstream:?}");
+        }
+        let beside = jetstream.chunks(3).filter(|run| run[2].1 == nats).count();
+        assert!(beside >= 2, "went on beside the connection: {jetstream:?}");
+        assert_eq!(heavy.len(), 16, "the handlers ran to their end: {heavy:?}");
+        for (k, run) in heavy.chunks(4).enumerate() {
+            assert_eq!(run[0], ("first poll", nats.clone()), "{heavy:?}");
+            assert_eq!(run[2].0, "after waiting", "{heavy:?}");
+            if k < 3 {
+                // Beside the connection (unless the machine stalled it), until its heavy poll.
+                assert!(app_s(&run[3].1), "moved after its heavy poll: {heavy:?}");
+            } else {
                 assert!(
-                    !thread.is_empty() && !thread.starts_with("ruststream-"),
-                    "{when}: on the application's runtime, not one of the app's threads: {seen:?}"
+                    app_s(&run[2].1) && app_s(&run[3].1),
+                    "after three heavy ones in a row, the next delivery that waits goes on on the application's runtime: {heavy:?}"
                 );
             }
         }

@@ -8,6 +8,7 @@
 //! which hands it to the client in place.
 
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -29,6 +30,7 @@ use crate::api::handler::HandlerSlot;
 use crate::api::turns::HeldTurn;
 use crate::runtime::Runtime;
 use crate::state::mount_context::{BesideLoop, MountContext};
+use crate::state::placement::{HEAVY_POLL, Placement};
 use crate::support::incoming::Incoming;
 
 /// The rest of a delivery that has to wait for its handler or for a dead letter's
@@ -383,8 +385,11 @@ async fn finish_rest<R: Runtime>(
 /// Where a mount loop starts its deliveries: the handler slot each runs its first poll in, and
 /// the deliveries that wait, gathered to run on one task ([`Starts::flush`]).
 ///
-/// A delivery that waits runs on a task of its own, so slow handlers run concurrently and in
-/// parallel. On a batch mount (rule 23) every member but the last of a batch waits, for its
+/// A delivery that waits runs on a task of its own, so slow handlers run concurrently: on a
+/// JetStream mount without batches, beside the loop while its handler's polls are light, on
+/// the application's runtime once they are heavy or the mount stops ([`Placement`]; a
+/// handler awaiting the server is woken where the connection is, issue 39), and through
+/// [`spawn_holding`] on the application's runtime on a Core mount. On a batch mount (rule 23) every member but the last of a batch waits, for its
 /// batch to close and run: one task for each would cost a spawn, a wake-up on another thread
 /// and a hand-over per member, which made a batch mount slower than single deliveries (issue
 /// 38's js-batch bench). So a batch mount's loop gathers up to `max` such deliveries, as many
@@ -404,8 +409,10 @@ pub(crate) struct Starts {
     gathered: Vec<(Waiting, OwnedSemaphorePermit)>,
     /// How many deliveries that wait share a task: the mount's batch `max`, or 1.
     gather: usize,
-    /// Where the gathered ones run: beside the loop.
+    /// Where the gathered ones run, and a single one while it is light: beside the loop.
     beside_loop: BesideLoop,
+    /// Where a single one goes on.
+    placement: Arc<Placement>,
 }
 
 impl Starts {
@@ -416,6 +423,7 @@ impl Starts {
             gathered: Vec::new(),
             gather: ctx.batch_max.max(1),
             beside_loop: ctx.beside_loop.clone(),
+            placement: ctx.placement.clone(),
         }
     }
 
@@ -423,7 +431,17 @@ impl Starts {
     /// on a mount without batches, or once [`flush`](Self::flush) runs what was gathered.
     pub(crate) fn hold<R: Runtime>(&mut self, rest: Waiting, permit: OwnedSemaphorePermit) {
         if self.gather <= 1 {
-            spawn_holding::<R>(rest, permit);
+            if self.placement.leaving() || self.placement.apart() {
+                spawn_holding::<R>(rest, permit);
+            } else {
+                (self.beside_loop)(Box::pin(Beside::<R> {
+                    rest: Some(rest),
+                    permit: Some(permit),
+                    registered: None,
+                    placement: self.placement.clone(),
+                    runtime: PhantomData,
+                }));
+            }
             return;
         }
         self.gathered.push((rest, permit));
@@ -476,6 +494,70 @@ pub(crate) async fn start_delivery<R: Runtime>(
 ) {
     if let Some(rest) = process::<R>(&ctx, read, msg, &mut starts.slot).await {
         starts.hold::<R>(rest, permit);
+    }
+}
+
+/// A single delivery that waits, going on beside its mount's loop (see [`Placement`]) and
+/// holding its handler slot until it is settled; moved, unfinished, to a task on the
+/// application's runtime when one of its polls takes longer than [`HEAVY_POLL`] (a heavy
+/// handler, [`Placement::heavy`]) or when the mount stops ([`Placement::leave`]).
+struct Beside<R> {
+    rest: Option<Waiting>,
+    permit: Option<OwnedSemaphorePermit>,
+    /// Its waker's key in the placement's registry, once it waited.
+    registered: Option<usize>,
+    placement: Arc<Placement>,
+    runtime: PhantomData<fn() -> R>,
+}
+
+impl<R: Runtime> Beside<R> {
+    /// Moves the rest, unfinished, to the application's runtime.
+    fn apart(&mut self) -> Poll<()> {
+        if let (Some(rest), Some(permit)) = (self.rest.take(), self.permit.take()) {
+            spawn_holding::<R>(rest, permit);
+        }
+        Poll::Ready(())
+    }
+}
+
+impl<R: Runtime> Future for Beside<R> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        if this.placement.leaving() {
+            return this.apart();
+        }
+        let Some(rest) = this.rest.as_mut() else {
+            return Poll::Ready(());
+        };
+        let started = R::now();
+        if rest.as_mut().poll(cx).is_ready() {
+            this.rest = None;
+            this.permit = None;
+            this.placement.light();
+            return Poll::Ready(());
+        }
+        if R::now().saturating_duration_since(started) > HEAVY_POLL {
+            this.placement.heavy();
+            return this.apart();
+        }
+        // The task's waker is the same at every poll: registered once.
+        if this.registered.is_none() {
+            match this.placement.register(cx.waker()) {
+                Some(key) => this.registered = Some(key),
+                None => return this.apart(),
+            }
+        }
+        Poll::Pending
+    }
+}
+
+impl<R> Drop for Beside<R> {
+    fn drop(&mut self) {
+        if let Some(key) = self.registered {
+            self.placement.forget(key);
+        }
     }
 }
 

@@ -85,12 +85,14 @@ pub(crate) async fn pull_loop<R: Runtime>(
     'pull: loop {
         if *shutdown.borrow() {
             pulls.handle_shutdown();
+            ctx.placement.leave();
         } else if shutdown.has_changed().is_err() && !pulls.is_stopping() {
             // Every handle to the app is gone: it can never be shut down, so the mount stops
             // as at a shutdown (no new request; what is outstanding is handled) instead of
             // waking on the closed channel forever.
             ctx.handles_gone();
             pulls.handle_shutdown();
+            ctx.placement.leave();
         }
         // Messages that wait go first, on the slots that are free.
         while !waiting.is_empty()

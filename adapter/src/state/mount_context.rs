@@ -13,6 +13,7 @@ use super::careful::Careful;
 use super::in_flight::InFlight;
 use super::lease_room::{LeaseRoom, LeaseSettings};
 use super::losses::Losses;
+use super::placement::Placement;
 use super::received::Received;
 use crate::api::context::ContextShared;
 use crate::api::error_policy::ErrorPolicy;
@@ -80,6 +81,9 @@ pub(crate) struct MountContext {
     /// Spawns a task beside the mount's loop, on its thread: where a batch mount's members
     /// wait for their batch and are settled (`Starts` in `handling::flow`).
     pub(crate) beside_loop: BesideLoop,
+    /// Where its single deliveries that wait go on: beside the loop, or on the application's
+    /// runtime (JetStream mounts without batches; see [`Placement`]).
+    pub(crate) placement: Arc<Placement>,
     /// Its metrics.
     pub(crate) metrics: Arc<MountMetrics>,
 }
