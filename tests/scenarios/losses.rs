@@ -124,6 +124,59 @@ fn rule_21_slow_core_consumer_drops_are_counted_per_mount() {
     });
 }
 
+/// Issue 39: a service that raises the subscription capacity for bursts raises its Core
+/// mounts' buffers with it. A burst of 66,000 messages (above the default 65,536) behind a
+/// handler that waits: with the app's capacity at 70,000, every one is handled, none dropped.
+/// (A mount that kept the default buffer under the raised capacity dropped 463 of them.)
+#[test]
+fn rule_21_core_mounts_hold_as_many_as_the_app_s_subscription_capacity() {
+    run(async {
+        let (server, tc, _r, ev) = core_case().await;
+        const SENT: u64 = 66_000;
+        let handled = Arc::new(AtomicU64::new(0));
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let (count, opened) = (handled.clone(), gate.clone());
+        let app = start(&server, &ev, |a| {
+            a.subscription_capacity(NonZeroUsize::new(70_000).unwrap())
+                .mount(
+                    Mount::core_subject("core-burst-21", "c21b.in").concurrency(NonZeroUsize::MIN),
+                    move |_d: Delivery| {
+                        let (count, opened) = (count.clone(), opened.clone());
+                        async move {
+                            // Closed until the whole burst is published.
+                            drop(opened.acquire().await);
+                            count.fetch_add(1, Ordering::SeqCst);
+                            Outcome::Ack
+                        }
+                    },
+                )
+        })
+        .await;
+        let payload = bytes::Bytes::from_static(b"burst");
+        for _ in 0..SENT {
+            tc.client
+                .publish("c21b.in", payload.clone())
+                .await
+                .expect("publish");
+        }
+        tc.client.flush().await.expect("flush");
+        // Let the burst reach the mount's buffer, then open the gate.
+        quiet(500).await;
+        gate.add_permits(tokio::sync::Semaphore::MAX_PERMITS);
+        eventually("the whole burst handled", || {
+            (handled.load(Ordering::SeqCst) == SENT).then_some(())
+        })
+        .await;
+        let report = app.shutdown().await;
+        let losses = losses_of(&report, "core-burst-21");
+        assert_eq!(
+            (losses.slow_consumer, losses.unhandled_at_shutdown),
+            (0, 0),
+            "{report:?}"
+        );
+    });
+}
+
 #[test]
 fn rule_21_core_copy_over_max_payload_takes_the_at_limit_path() {
     run(async {

@@ -30,8 +30,16 @@ pub const MAX_CONCURRENCY: usize = tokio::sync::Semaphore::MAX_PERMITS;
 pub const DEFAULT_HANDLER_TIME_LIMIT: Duration = Duration::from_secs(5 * 60);
 
 /// How many Core messages a mount holds while every handler slot is busy, by default: 65,536,
-/// as many as async-nats buffers per subscription by default (rule 21).
+/// as many as async-nats buffers per subscription by default (rule 21). An app's
+/// [`subscription_capacity`](crate::App::subscription_capacity) replaces it for its mounts.
 pub const DEFAULT_SUBSCRIPTION_BUFFER: usize = 65_536;
+
+/// [`DEFAULT_SUBSCRIPTION_BUFFER`], as the non-zero count it is.
+pub(crate) const DEFAULT_SUBSCRIPTION_BUFFER_NONZERO: NonZeroUsize =
+    match NonZeroUsize::new(DEFAULT_SUBSCRIPTION_BUFFER) {
+        Some(n) => n,
+        None => NonZeroUsize::MIN,
+    };
 
 /// A mount point as the application declares it: where a handler listens, `max_attempts`,
 /// the dead-letter subject, and how the runtime consumes it.
@@ -383,7 +391,9 @@ impl Mount {
     }
 
     /// How many Core messages the mount holds, received and not yet handled, while every
-    /// handler slot is busy (default [`DEFAULT_SUBSCRIPTION_BUFFER`]). Messages that arrive
+    /// handler slot is busy (default: the app's
+    /// [`subscription_capacity`](crate::App::subscription_capacity), itself
+    /// [`DEFAULT_SUBSCRIPTION_BUFFER`] by default). Messages that arrive
     /// while it is full are dropped: Core NATS cannot hold them back. Each is counted for the
     /// mount, logged (a warning at most every 5 seconds, with the count), and in
     /// [`ShutdownReport::core_losses`](crate::ShutdownReport::core_losses) (rule 21).
@@ -395,7 +405,9 @@ impl Mount {
     ///
     /// The mount's loop moves messages from async-nats' own subscription channel into this
     /// buffer whenever it waits for a handler slot, so async-nats' channel (its
-    /// `ConnectOptions::subscription_capacity`, 65,536 by default) fills only if the mount's
+    /// `ConnectOptions::subscription_capacity`, set with
+    /// [`App::subscription_capacity`](crate::App::subscription_capacity), 65,536 by default)
+    /// fills only if the mount's
     /// task gets no CPU time while that many messages arrive. async-nats drops those itself,
     /// and reports them only with its `Event::SlowConsumer` event, which names no mount.
     #[must_use]
@@ -404,10 +416,9 @@ impl Mount {
         self
     }
 
-    /// The subscription buffer of a Core mount: the one set, or the default.
-    pub(crate) fn subscription_buffer_or_default(&self) -> NonZeroUsize {
-        self.subscription_buffer
-            .unwrap_or(NonZeroUsize::new(DEFAULT_SUBSCRIPTION_BUFFER).unwrap_or(NonZeroUsize::MIN))
+    /// The subscription buffer of a Core mount: the one set, or the app's `default`.
+    pub(crate) fn subscription_buffer_or(&self, default: NonZeroUsize) -> NonZeroUsize {
+        self.subscription_buffer.unwrap_or(default)
     }
 
     /// The mount's name.

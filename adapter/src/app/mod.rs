@@ -13,6 +13,7 @@ pub(crate) mod supervisor;
 
 use std::future::Future;
 use std::marker::PhantomData;
+use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -52,6 +53,7 @@ pub struct App<R> {
     observer: Option<Observer>,
     consumer_reread: Duration,
     disconnected_limit: Duration,
+    subscription_capacity: Option<NonZeroUsize>,
     health: HealthBoard,
     runtime: PhantomData<fn() -> R>,
 }
@@ -83,6 +85,7 @@ impl<R: Runtime> App<R> {
             observer: None,
             consumer_reread: CONSUMER_REREAD,
             disconnected_limit: DEFAULT_DISCONNECTED_LIMIT,
+            subscription_capacity: None,
             health: HealthBoard::new(R::now),
             runtime: PhantomData,
         }
@@ -107,6 +110,11 @@ impl<R: Runtime> App<R> {
     /// credentials files, tokens, TLS and the rest pass through to async-nats untouched, and
     /// never appear in a log line. Credentials in `url` replace those of the same kind in
     /// `options` (a user and password, or a token).
+    ///
+    /// One option is better set on the app: async-nats keeps the
+    /// `ConnectOptions::subscription_capacity` it is given to itself, so the Core mounts'
+    /// buffers cannot follow it. Set it with [`subscription_capacity`](Self::subscription_capacity)
+    /// instead, which sets both.
     pub fn with_options(url: &str, options: ConnectOptions) -> Self {
         Self::with_connect(Connect::Url {
             url: url.to_owned(),
@@ -115,7 +123,10 @@ impl<R: Runtime> App<R> {
     }
 
     /// An app on an existing client. Shutdown flushes it but does not drain it: the
-    /// application owns it.
+    /// application owns it. If that client was built with a raised
+    /// `ConnectOptions::subscription_capacity`, say so with
+    /// [`subscription_capacity`](Self::subscription_capacity), so that the Core mounts'
+    /// buffers follow it (async-nats does not tell).
     pub fn with_client(client: Client) -> Self {
         Self::with_connect(Connect::Client(client))
     }
@@ -256,6 +267,25 @@ impl<R: Runtime> App<R> {
         self
     }
 
+    /// How many messages each subscription holds, received and not yet handled: async-nats'
+    /// own channel per subscription (its `ConnectOptions::subscription_capacity`, set on the
+    /// app's connection) and, unless a Core mount sets its own
+    /// [`subscription_buffer`](Mount::subscription_buffer), each Core mount's buffer (rule
+    /// 21). Default [`DEFAULT_SUBSCRIPTION_BUFFER`](crate::DEFAULT_SUBSCRIPTION_BUFFER),
+    /// 65,536, async-nats' own default, for both.
+    ///
+    /// Raise it for bursts a Core mount must absorb: a mount's buffer that stayed at the
+    /// default below a raised client capacity would drop (counted, logged) what the client
+    /// held. On an app made [`with_client`](Self::with_client), the client's capacity is
+    /// whatever it was built with: this sets the mounts' buffers only, so give it the value
+    /// the client was built with. JetStream mounts have no use for it: they fetch what their
+    /// handler slots and prefetch take.
+    #[must_use]
+    pub fn subscription_capacity(mut self, messages: NonZeroUsize) -> Self {
+        self.subscription_capacity = Some(messages);
+        self
+    }
+
     /// How long the connection to NATS may stay down before the app ends with an error
     /// (default [`DEFAULT_DISCONNECTED_LIMIT`], 2 minutes; rule 20). While it is down no
     /// mount consumes: a warning names the mounts every 10 s, and past the limit
@@ -343,8 +373,13 @@ impl<R: Runtime> App<R> {
         self.health.watch()
     }
 
-    async fn start_here(self, reactor: R::Reactor) -> Result<Running<R>, StartError> {
+    async fn start_here(mut self, reactor: R::Reactor) -> Result<Running<R>, StartError> {
         let declared = validate(self.mounts)?;
+        if let (Some(capacity), Connect::Url { options, .. }) =
+            (self.subscription_capacity, &mut self.connect)
+        {
+            **options = std::mem::take(&mut **options).subscription_capacity(capacity.get());
+        }
         // How to connect again when the client dies (rule 20): the application's own client
         // cannot be made again.
         let reconnect = match &self.connect {
@@ -377,6 +412,9 @@ impl<R: Runtime> App<R> {
             generation: Arc::default(),
             reconnected: reconnected_rx,
             clients: clients.subscribe(),
+            subscription_buffer: self
+                .subscription_capacity
+                .unwrap_or(crate::api::mount::DEFAULT_SUBSCRIPTION_BUFFER_NONZERO),
         };
         let records: Arc<[MountRecord]> = checked.iter().map(MountRecord::new).collect();
         let tasks: Vec<Option<R::Task>> = checked

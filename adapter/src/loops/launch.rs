@@ -2,6 +2,7 @@
 //! client, and its loop spawned. At start-up for every mount, and again by the supervisor for
 //! a mount whose subscription or pull inbox ended (rule 20).
 
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -49,6 +50,9 @@ pub(crate) struct Launcher<R: Runtime> {
     pub(crate) reconnected: watch::Receiver<u64>,
     /// The app's current client.
     pub(crate) clients: watch::Receiver<Client>,
+    /// A Core mount's subscription buffer unless it sets its own: the app's subscription
+    /// capacity.
+    pub(crate) subscription_buffer: NonZeroUsize,
 }
 
 impl<R: Runtime> Launcher<R> {
@@ -141,7 +145,7 @@ impl<R: Runtime> Launcher<R> {
                     ctx,
                     subscribers,
                     slots,
-                    mount.subscription_buffer_or_default(),
+                    mount.subscription_buffer_or(self.subscription_buffer),
                     self.shutdown.clone(),
                 );
                 R::spawn_next_to(&self.reactor, LoopThread::Core, async move {
