@@ -113,7 +113,6 @@ mod paired;
 use paired::{median, paired};
 
 use std::hint::black_box;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -123,10 +122,19 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 
-/// The payload's size: every message is one [`Order`] of exactly this many bytes of JSON.
+/// The payload's size: every message is one [`Order`] of exactly this many bytes of JSON (but
+/// on the `-64k` scenarios, [`LARGE_PAYLOAD`]).
 const PAYLOAD: usize = 512;
-/// How many Core messages the live publisher keeps in flight.
-const WINDOW: usize = 8_192;
+/// The payload's size on js-ack-64k and core-live-64k.
+const LARGE_PAYLOAD: usize = 64 * 1024;
+/// How many bytes of Core messages the live publisher keeps in flight (8,192 orders of 512
+/// bytes; 64 of 64 KiB).
+const WINDOW_BYTES: usize = 8_192 * PAYLOAD;
+/// js-io: how long each handler awaits its simulated I/O.
+const IO_TIME: Duration = Duration::from_millis(1);
+/// js-io and pipeline: how many messages raw async-nats handles at once
+/// (`for_each_concurrent`), as many as ruststream's default handler slots.
+const RAW_CONCURRENCY: usize = 64;
 /// How many Core messages one backlog holds (below async-nats' 65,536 per subscription).
 const BACKLOG: usize = 50_000;
 /// How long any side may take for one round of one scenario before the bench fails.
@@ -148,8 +156,8 @@ struct Order {
     note: String,
 }
 
-/// The JSON of order `id`, padded (its `note`) to exactly [`PAYLOAD`] bytes.
-fn order_payload(id: u64) -> Bytes {
+/// The JSON of order `id`, padded (its `note`) to exactly `size` bytes.
+fn order_payload(id: u64, size: usize) -> Bytes {
     let mut order = Order {
         id,
         customer: format!("customer-{:06}", id % 1_000_000),
@@ -160,16 +168,37 @@ fn order_payload(id: u64) -> Bytes {
         note: String::new(),
     };
     let bare = serde_json::to_vec(&order).unwrap().len();
-    order.note = "n".repeat(PAYLOAD - bare);
+    order.note = "n".repeat(size - bare);
     let json = serde_json::to_vec(&order).unwrap();
-    assert_eq!(json.len(), PAYLOAD);
+    assert_eq!(json.len(), size);
     Bytes::from(json)
 }
 
-/// The payloads of one run: a few distinct orders, cycled (building 200,000 would measure the
-/// generator).
-fn payloads() -> Arc<Vec<Bytes>> {
-    Arc::new((0..64).map(order_payload).collect())
+/// The payloads of one scenario: a few distinct orders of its size, cycled (building 200,000
+/// would measure the generator).
+fn payloads(size: usize) -> Vec<Bytes> {
+    (0..64).map(|id| order_payload(id, size)).collect()
+}
+
+/// What the pipeline's handlers publish to [`EVENTS_STREAM`] for each order.
+#[derive(Debug, Serialize, Deserialize)]
+struct OrderPlaced {
+    order: u64,
+    customer_cents: u64,
+    status: String,
+}
+
+impl OrderPlaced {
+    fn of(order: &Order) -> Bytes {
+        Bytes::from(
+            serde_json::to_vec(&OrderPlaced {
+                order: order.id,
+                customer_cents: order.price_cents * u64::from(order.quantity),
+                status: "placed".to_owned(),
+            })
+            .unwrap(),
+        )
+    }
 }
 
 /// What a handler does with an order: reads it, so that decoding cannot be optimised away.
@@ -247,16 +276,24 @@ enum Scenario {
     CoreBacklog,
     CoreRetry,
     JsBatch,
+    JsIo,
+    Pipeline,
+    JsAckLarge,
+    CoreLiveLarge,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 6] = [
+    const ALL: [Scenario; 10] = [
         Scenario::JsAck,
         Scenario::JsNak,
         Scenario::CoreLive,
         Scenario::CoreBacklog,
         Scenario::CoreRetry,
         Scenario::JsBatch,
+        Scenario::JsIo,
+        Scenario::Pipeline,
+        Scenario::JsAckLarge,
+        Scenario::CoreLiveLarge,
     ];
 
     fn name(self) -> &'static str {
@@ -267,25 +304,47 @@ impl Scenario {
             Scenario::CoreBacklog => "core-backlog",
             Scenario::CoreRetry => "core-retry",
             Scenario::JsBatch => "js-batch",
+            Scenario::JsIo => "js-io",
+            Scenario::Pipeline => "pipeline",
+            Scenario::JsAckLarge => "js-ack-64k",
+            Scenario::CoreLiveLarge => "core-live-64k",
         }
     }
 
     fn messages(self) -> usize {
         let n = match self {
             Scenario::JsAck | Scenario::JsBatch => 100_000,
-            Scenario::JsNak | Scenario::CoreRetry => 20_000,
+            Scenario::JsNak
+            | Scenario::CoreRetry
+            | Scenario::JsIo
+            | Scenario::Pipeline
+            | Scenario::CoreLiveLarge => 20_000,
+            Scenario::JsAckLarge => 10_000,
             Scenario::CoreLive | Scenario::CoreBacklog => 200_000,
         };
         (n / scale()).max(1)
     }
 
-    /// The lowest ruststream-tokio / raw ratio the issue accepts.
+    /// The size of each message's payload, in bytes.
+    fn payload(self) -> usize {
+        match self {
+            Scenario::JsAckLarge | Scenario::CoreLiveLarge => LARGE_PAYLOAD,
+            _ => PAYLOAD,
+        }
+    }
+
+    /// The lowest ruststream-tokio / raw ratio the issue accepts (issue 39's targets).
     fn target(self) -> f64 {
         match self {
-            Scenario::JsAck | Scenario::JsBatch => 1.00,
-            Scenario::JsNak | Scenario::CoreBacklog => 0.95,
-            Scenario::CoreLive => 0.97,
-            Scenario::CoreRetry => 0.90,
+            Scenario::JsAck
+            | Scenario::JsNak
+            | Scenario::CoreBacklog
+            | Scenario::JsBatch
+            | Scenario::JsIo
+            | Scenario::Pipeline => 1.00,
+            Scenario::CoreLive => 0.99,
+            Scenario::JsAckLarge | Scenario::CoreLiveLarge => 0.98,
+            Scenario::CoreRetry => 0.95,
         }
     }
 
@@ -295,16 +354,37 @@ impl Scenario {
             Scenario::JsAck => Some(ACK_STREAM),
             Scenario::JsNak => Some(NAK_STREAM),
             Scenario::JsBatch => Some(BATCH_STREAM),
-            Scenario::CoreLive | Scenario::CoreBacklog | Scenario::CoreRetry => None,
+            Scenario::JsIo => Some(IO_STREAM),
+            Scenario::Pipeline => Some(PIPE_STREAM),
+            Scenario::JsAckLarge => Some(LARGE_STREAM),
+            Scenario::CoreLive
+            | Scenario::CoreBacklog
+            | Scenario::CoreRetry
+            | Scenario::CoreLiveLarge => None,
+        }
+    }
+
+    /// The subject a JetStream scenario's stream stores.
+    fn stream_subject(self) -> Option<&'static str> {
+        match self {
+            Scenario::JsAck => Some(ACK_SUBJECT),
+            Scenario::JsNak => Some(NAK_SUBJECT),
+            Scenario::JsBatch => Some(BATCH_SUBJECT),
+            Scenario::JsIo => Some(IO_SUBJECT),
+            Scenario::Pipeline => Some(PIPE_SUBJECT),
+            Scenario::JsAckLarge => Some(LARGE_SUBJECT),
+            _ => None,
         }
     }
 
     /// Whether `side` runs this scenario: the single-message baselines of js-batch run only
-    /// there.
+    /// there; RustStream 0.7 runs a handler at a time, so that js-io and pipeline would take
+    /// it 40 s a round (469 msg/s measured when the issue was filed): it runs neither.
     fn has(self, side: Side) -> bool {
         match side {
             Side::TokioSingle | Side::RawSingle => self == Scenario::JsBatch,
-            Side::Raw | Side::Tokio | Side::Smol | Side::RustStream | Side::Metrics => true,
+            Side::RustStream => !matches!(self, Scenario::JsIo | Scenario::Pipeline),
+            Side::Raw | Side::Tokio | Side::Smol | Side::Metrics => true,
         }
     }
 }
@@ -315,11 +395,21 @@ const NAK_STREAM: &str = "BENCH_NAK";
 const NAK_SUBJECT: &str = "bench.nak";
 const BATCH_STREAM: &str = "BENCH_BATCH";
 const BATCH_SUBJECT: &str = "bench.batch";
+const IO_STREAM: &str = "BENCH_IO";
+const IO_SUBJECT: &str = "bench.io";
+const PIPE_STREAM: &str = "BENCH_PIPE";
+const PIPE_SUBJECT: &str = "bench.pipe";
+/// The pipeline's second stream: each side publishes to `bench.events.<side>`.
+const EVENTS_STREAM: &str = "BENCH_EVENTS";
+const EVENTS: &str = "bench.events";
+const LARGE_STREAM: &str = "BENCH_LARGE";
+const LARGE_SUBJECT: &str = "bench.large";
 /// The Core subjects; each side has its own (`<prefix>.<side>`), fixed, since RustStream names
 /// its subjects in its handlers' attributes.
 const LIVE: &str = "bench.live";
 const BACKLOG_SUBJECT: &str = "bench.backlog";
 const RETRY: &str = "bench.retry";
+const LIVE_LARGE: &str = "bench.livelarge";
 
 // ---------------------------------------------------------------------------------------------
 // The sides.
@@ -436,11 +526,17 @@ impl Consumer {
 /// handlers, each with the defaults but what the scenario needs (`max_attempts` on
 /// core-retry).
 macro_rules! apps {
-    ($module:ident, $adapter:ident) => {
+    ($module:ident, $adapter:ident, $io:expr) => {
         mod $module {
             use super::*;
-            use adapter::{Batch, Delivery, Mount, Outcome};
+            use adapter::{Batch, Context, Delivery, Mount, Outcome};
             use $adapter as adapter;
+
+            /// js-io's simulated I/O on this adapter's runtime ([`IO_TIME`]).
+            async fn io() {
+                let sleep = $io;
+                let _ = sleep(IO_TIME).await;
+            }
 
             /// A JetStream mount, with `BENCH_CONCURRENCY` handler slots when it is set (for
             /// experiments; the headline runs with the defaults).
@@ -514,14 +610,55 @@ macro_rules! apps {
                         jetstream(BATCH_STREAM, durable).batch(BATCH_MAX, BATCH_WAIT),
                         acking_batch,
                     ),
+                    Scenario::JsIo => app.mount_json(
+                        jetstream(IO_STREAM, durable),
+                        |order: Order, _d: Delivery| async move {
+                            touch(&order);
+                            io().await;
+                            COUNTS.done.fetch_add(1, Ordering::Relaxed);
+                            Outcome::Ack
+                        },
+                    ),
+                    Scenario::Pipeline => {
+                        let events = Subject::from(format!("{EVENTS}.{durable}"));
+                        app.mount_json(
+                            jetstream(PIPE_STREAM, durable),
+                            move |order: Order, _d: Delivery, cx: Context| {
+                                let events = events.clone();
+                                async move {
+                                    touch(&order);
+                                    match cx
+                                        .jetstream_publish(events, OrderPlaced::of(&order))
+                                        .await
+                                    {
+                                        Ok(_) => {
+                                            COUNTS.done.fetch_add(1, Ordering::Relaxed);
+                                            Outcome::Ack
+                                        }
+                                        Err(e) => {
+                                            eprintln!("pipeline: {e}; retrying");
+                                            Outcome::Retry
+                                        }
+                                    }
+                                }
+                            },
+                        )
+                    }
+                    Scenario::JsAckLarge => {
+                        app.mount_json(jetstream(LARGE_STREAM, durable), acking)
+                    }
+                    Scenario::CoreLiveLarge => app.mount_json(
+                        Mount::core_subject("orders", &format!("{LIVE_LARGE}.{durable}")),
+                        acking,
+                    ),
                 }
             }
         }
     };
 }
 
-apps!(on_tokio, ruststream_tokio);
-apps!(on_smol, ruststream_smol);
+apps!(on_tokio, ruststream_tokio, tokio::time::sleep);
+apps!(on_smol, ruststream_smol, smol::Timer::after);
 
 /// RustStream 0.7's handlers, as its docs write them: `#[subscriber]` functions over the
 /// decoded payload, mounted with `b.include`.
@@ -558,6 +695,20 @@ mod on_ruststream {
             touch(order);
         }
         COUNTS.done.fetch_add(orders.len(), Ordering::Relaxed);
+        HandlerOutcome::ack()
+    }
+
+    #[subscriber(JetStreamSubject::new("bench.large", "BENCH_LARGE").durable("ruststream"))]
+    async fn js_ack_large(order: &Order) -> HandlerOutcome {
+        touch(order);
+        COUNTS.done.fetch_add(1, Ordering::Relaxed);
+        HandlerOutcome::ack()
+    }
+
+    #[subscriber("bench.livelarge.ruststream")]
+    async fn core_live_large(order: &Order) -> HandlerOutcome {
+        touch(order);
+        COUNTS.done.fetch_add(1, Ordering::Relaxed);
         HandlerOutcome::ack()
     }
 
@@ -610,6 +761,15 @@ mod on_ruststream {
                 Scenario::JsBatch => {
                     // BATCH_MAX members a batch.
                     b.include(js_batch.batch(nonzero!(100)));
+                }
+                Scenario::JsAckLarge => {
+                    b.include(js_ack_large);
+                }
+                Scenario::CoreLiveLarge => {
+                    b.include(core_live_large);
+                }
+                Scenario::JsIo | Scenario::Pipeline => {
+                    unreachable!("RustStream runs neither js-io nor pipeline (Scenario::has)")
                 }
             },
         );
@@ -667,7 +827,59 @@ async fn raw_consumer(url: &str, scenario: Scenario, side: Side) -> Consumer {
                 client.flush().await.unwrap();
             })
         }
-        Scenario::JsAck | Scenario::JsNak | Scenario::JsBatch => {
+        Scenario::JsIo | Scenario::Pipeline => {
+            let js = jetstream::new(client);
+            let consumer = js
+                .get_stream(scenario.stream().unwrap())
+                .await
+                .unwrap()
+                .create_consumer(jetstream::consumer::pull::Config {
+                    durable_name: Some(side.durable().to_owned()),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            let events = Subject::from(format!("{EVENTS}.{}", side.durable()));
+            tokio::spawn(async move {
+                let messages = consumer.messages().await.unwrap();
+                // As a service awaiting I/O writes it with async-nats: RAW_CONCURRENCY
+                // messages at once.
+                messages
+                    .for_each_concurrent(RAW_CONCURRENCY, |m| {
+                        let (js, events) = (&js, &events);
+                        async move {
+                            let m = match m {
+                                Ok(m) => m,
+                                Err(e) => {
+                                    eprintln!("raw async-nats pull stream: {e}; going on");
+                                    return;
+                                }
+                            };
+                            let order: Order = serde_json::from_slice(&m.payload).unwrap();
+                            touch(&order);
+                            if scenario == Scenario::JsIo {
+                                tokio::time::sleep(IO_TIME).await;
+                            } else {
+                                let stored =
+                                    match js.publish(events.clone(), OrderPlaced::of(&order)).await
+                                    {
+                                        Ok(ack) => ack.await,
+                                        Err(e) => Err(e),
+                                    };
+                                if let Err(e) = stored {
+                                    eprintln!("raw pipeline: {e}; -NAK");
+                                    m.ack_with(AckKind::Nak(None)).await.unwrap();
+                                    return;
+                                }
+                            }
+                            COUNTS.done.fetch_add(1, Ordering::Relaxed);
+                            m.ack().await.unwrap();
+                        }
+                    })
+                    .await;
+            })
+        }
+        Scenario::JsAck | Scenario::JsNak | Scenario::JsBatch | Scenario::JsAckLarge => {
             let js = jetstream::new(client);
             let stream = scenario.stream().unwrap();
             let consumer = js
@@ -704,10 +916,14 @@ async fn raw_consumer(url: &str, scenario: Scenario, side: Side) -> Consumer {
                 }
             })
         }
-        Scenario::CoreLive | Scenario::CoreBacklog | Scenario::CoreRetry => {
+        Scenario::CoreLive
+        | Scenario::CoreBacklog
+        | Scenario::CoreRetry
+        | Scenario::CoreLiveLarge => {
             let prefix = match scenario {
                 Scenario::CoreLive => LIVE,
                 Scenario::CoreBacklog => BACKLOG_SUBJECT,
+                Scenario::CoreLiveLarge => LIVE_LARGE,
                 _ => RETRY,
             };
             let subject = Subject::from(format!("{prefix}.{}", Side::Raw.durable()));
@@ -876,21 +1092,22 @@ async fn wait_done(n: usize) -> Result<(), Stalled> {
     Ok(())
 }
 
-/// Publishes `n` Core messages to `subject`, keeping at most [`WINDOW`] ahead of what the
-/// handlers finished, and returns when all are finished.
+/// Publishes `n` Core messages to `subject`, keeping at most [`WINDOW_BYTES`] of payloads ahead
+/// of what the handlers finished, and returns when all are finished.
 async fn publish_live(
     client: &async_nats::Client,
     subject: &Subject,
     n: usize,
     payloads: &[Bytes],
 ) -> Result<(), Stalled> {
+    let window = (WINDOW_BYTES / payloads[0].len()).max(1);
     for i in 0..n {
-        if i >= COUNTS.done() + WINDOW {
+        if i >= COUNTS.done() + window {
             // The window is full: let the consumer drain it. A short sleep, not a spin, so the
             // publisher does not take CPU from the side being measured.
             client.flush().await.unwrap();
             let (mut seen, mut progress) = (COUNTS.done(), Instant::now());
-            while i >= COUNTS.done() + WINDOW {
+            while i >= COUNTS.done() + window {
                 if COUNTS.done() != seen {
                     (seen, progress) = (COUNTS.done(), Instant::now());
                 } else if progress.elapsed() > STALL {
@@ -977,8 +1194,22 @@ async fn round(side: Side, url: &str, scenario: Scenario, payloads: &[Bytes]) ->
     let durable = side.durable();
     let subject = |prefix: &str| Subject::from(format!("{prefix}.{durable}"));
 
+    if scenario == Scenario::Pipeline {
+        // Each round starts with an empty events stream.
+        js.get_stream(EVENTS_STREAM)
+            .await
+            .unwrap()
+            .purge()
+            .await
+            .unwrap();
+    }
     let (consumer, timed) = match scenario {
-        Scenario::JsAck | Scenario::JsNak | Scenario::JsBatch => {
+        Scenario::JsAck
+        | Scenario::JsNak
+        | Scenario::JsBatch
+        | Scenario::JsIo
+        | Scenario::Pipeline
+        | Scenario::JsAckLarge => {
             let stream = scenario.stream().unwrap();
             let _ = js
                 .get_stream(stream)
@@ -1016,11 +1247,11 @@ async fn round(side: Side, url: &str, scenario: Scenario, payloads: &[Bytes]) ->
                 }
             }
         }
-        Scenario::CoreLive | Scenario::CoreRetry => {
-            let prefix = if scenario == Scenario::CoreLive {
-                LIVE
-            } else {
-                RETRY
+        Scenario::CoreLive | Scenario::CoreRetry | Scenario::CoreLiveLarge => {
+            let prefix = match scenario {
+                Scenario::CoreLive => LIVE,
+                Scenario::CoreLiveLarge => LIVE_LARGE,
+                _ => RETRY,
             };
             let consumer = start(side, url, scenario).await;
             let since = Instant::now();
@@ -1084,6 +1315,16 @@ async fn round(side: Side, url: &str, scenario: Scenario, payloads: &[Bytes]) ->
         scenario.name()
     );
     consumer.stop().await;
+    if scenario == Scenario::Pipeline {
+        let mut events = js.get_stream(EVENTS_STREAM).await.unwrap();
+        let stored = events.info().await.unwrap().state.messages;
+        assert_eq!(
+            stored as usize,
+            n,
+            "{} on pipeline: events stored",
+            side.label()
+        );
+    }
     if let Some(stream) = scenario.stream() {
         let info = js
             .get_stream(stream)
@@ -1327,7 +1568,7 @@ fn main() {
         .unwrap();
     let (major, minor, patch) = server.version();
     println!(
-        "peers: nats-server {major}.{minor}.{patch}, {PAYLOAD}-byte JSON orders, {rounds} rounds, scale 1/{}, sides {:?}",
+        "peers: nats-server {major}.{minor}.{patch}, {PAYLOAD}-byte JSON orders ({LARGE_PAYLOAD} on the -64k scenarios), {rounds} rounds, scale 1/{}, sides {:?}",
         scale(),
         sides.iter().map(|s| s.name()).collect::<Vec<_>>()
     );
@@ -1336,7 +1577,6 @@ fn main() {
             "peers: a quick check (BENCH_SCALE > 1 or fewer than {DEFAULT_ROUNDS} rounds): its ratios cannot be compared with BENCHMARKS.md"
         );
     }
-    let payloads = payloads();
     let mut all = Vec::new();
     rt.block_on(async {
         let js = jetstream::new(async_nats::connect(&url).await.unwrap());
@@ -1346,24 +1586,20 @@ fn main() {
                 println!("{}: none of the chosen sides runs it", scenario.name());
                 continue;
             }
-            match scenario {
-                Scenario::JsAck => {
-                    fill_stream(&js, ACK_STREAM, ACK_SUBJECT, scenario.messages(), &payloads).await
-                }
-                Scenario::JsNak => {
-                    fill_stream(&js, NAK_STREAM, NAK_SUBJECT, scenario.messages(), &payloads).await
-                }
-                Scenario::JsBatch => {
-                    fill_stream(
-                        &js,
-                        BATCH_STREAM,
-                        BATCH_SUBJECT,
-                        scenario.messages(),
-                        &payloads,
-                    )
-                    .await
-                }
-                _ => {}
+            let payloads = payloads(scenario.payload());
+            if let (Some(stream), Some(subject)) = (scenario.stream(), scenario.stream_subject()) {
+                fill_stream(&js, stream, subject, scenario.messages(), &payloads).await;
+            }
+            if scenario == Scenario::Pipeline {
+                let _ = js.delete_stream(EVENTS_STREAM).await;
+                js.create_stream(jetstream::stream::Config {
+                    name: EVENTS_STREAM.to_owned(),
+                    subjects: vec![format!("{EVENTS}.>")],
+                    storage: jetstream::stream::StorageType::Memory,
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
             }
             let mut results = Results {
                 scenario,
