@@ -113,7 +113,7 @@ mod paired;
 use paired::{median, paired};
 
 use std::hint::black_box;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, AckKind};
@@ -201,10 +201,82 @@ impl OrderPlaced {
     }
 }
 
-/// What a handler does with an order: reads it, so that decoding cannot be optimised away.
+/// What a handler does with an order: reads it, so that decoding cannot be optimised away;
+/// in a latency round, the order's id is its publish time ([`stamp`]), and the time since is
+/// written down.
 fn touch(order: &Order) {
     black_box(order.id);
     black_box(order.note.len());
+    if latency::ON.load(Ordering::Relaxed) {
+        latency::handled(order.id);
+    }
+}
+
+/// The latency scenarios' measures: publish-to-handler and publish-to-ack-on-the-wire.
+mod latency {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::{Mutex, OnceLock};
+    use std::time::Instant;
+
+    /// Whether a latency round runs: handlers write down what they see.
+    pub(crate) static ON: AtomicBool = AtomicBool::new(false);
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    /// Publish-to-handler times of the round, in nanoseconds.
+    pub(crate) static HANDLED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+    /// Publish-to-ack-on-the-wire times of the round, in nanoseconds.
+    pub(crate) static ACKED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+    /// The publish time of each message of a JetStream round, by its index (its stream
+    /// sequence less the round's first).
+    pub(crate) static SENT: OnceLock<Vec<AtomicU64>> = OnceLock::new();
+
+    /// Nanoseconds since the process's first call: a publish time, carried in the order's id.
+    pub(crate) fn stamp() -> u64 {
+        u64::try_from(EPOCH.get_or_init(Instant::now).elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// A handler saw the order published at `sent`.
+    pub(crate) fn handled(sent: u64) {
+        let took = stamp().saturating_sub(sent);
+        HANDLED.lock().unwrap().push(took);
+    }
+
+    /// Message `index` of the round's stream was acknowledged on the wire now.
+    pub(crate) fn acked(index: usize) {
+        let Some(sent) = SENT.get().and_then(|s| s.get(index)) else {
+            return;
+        };
+        let sent = sent.load(Ordering::Relaxed);
+        if sent != 0 {
+            let took = stamp().saturating_sub(sent);
+            ACKED.lock().unwrap().push(took);
+        }
+    }
+
+    /// The `q` quantile of `v` (sorted here), in microseconds; NaN when empty.
+    pub(crate) fn quantile(v: &mut [u64], q: f64) -> f64 {
+        if v.is_empty() {
+            return f64::NAN;
+        }
+        v.sort_unstable();
+        let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+        v[rank - 1] as f64 / 1_000.0
+    }
+
+    /// The quantiles reported: p50, p99, p99.9.
+    pub(crate) const QUANTILES: [f64; 3] = [0.50, 0.99, 0.999];
+
+    /// The round's p50, p99 and p99.9 of publish-to-handler, then of publish-to-ack (NaN on
+    /// Core), in microseconds; the round's records cleared.
+    pub(crate) fn take() -> [f64; 6] {
+        let mut handled = std::mem::take(&mut *HANDLED.lock().unwrap());
+        let mut acked = std::mem::take(&mut *ACKED.lock().unwrap());
+        let mut out = [f64::NAN; 6];
+        for (k, q) in QUANTILES.iter().enumerate() {
+            out[k] = quantile(&mut handled, *q);
+            out[3 + k] = quantile(&mut acked, *q);
+        }
+        out
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -280,10 +352,12 @@ enum Scenario {
     Pipeline,
     JsAckLarge,
     CoreLiveLarge,
+    LatencyCore,
+    LatencyJs,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 10] = [
+    const ALL: [Scenario; 12] = [
         Scenario::JsAck,
         Scenario::JsNak,
         Scenario::CoreLive,
@@ -294,6 +368,8 @@ impl Scenario {
         Scenario::Pipeline,
         Scenario::JsAckLarge,
         Scenario::CoreLiveLarge,
+        Scenario::LatencyCore,
+        Scenario::LatencyJs,
     ];
 
     fn name(self) -> &'static str {
@@ -308,6 +384,8 @@ impl Scenario {
             Scenario::Pipeline => "pipeline",
             Scenario::JsAckLarge => "js-ack-64k",
             Scenario::CoreLiveLarge => "core-live-64k",
+            Scenario::LatencyCore => "latency-core",
+            Scenario::LatencyJs => "latency-js",
         }
     }
 
@@ -320,9 +398,15 @@ impl Scenario {
             | Scenario::Pipeline
             | Scenario::CoreLiveLarge => 20_000,
             Scenario::JsAckLarge => 10_000,
+            Scenario::LatencyCore | Scenario::LatencyJs => LATENCY_RATE * LATENCY_SECS,
             Scenario::CoreLive | Scenario::CoreBacklog => 200_000,
         };
         (n / scale()).max(1)
+    }
+
+    /// Whether it measures latency at a fixed rate (not throughput).
+    fn is_latency(self) -> bool {
+        matches!(self, Scenario::LatencyCore | Scenario::LatencyJs)
     }
 
     /// The size of each message's payload, in bytes.
@@ -344,6 +428,8 @@ impl Scenario {
             | Scenario::Pipeline => 1.00,
             Scenario::CoreLive => 0.99,
             Scenario::JsAckLarge | Scenario::CoreLiveLarge => 0.98,
+            // Rates at a fixed publish rate: the targets are on latency (`latency_targets`).
+            Scenario::LatencyCore | Scenario::LatencyJs => 0.0,
             Scenario::CoreRetry => 0.95,
         }
     }
@@ -357,10 +443,12 @@ impl Scenario {
             Scenario::JsIo => Some(IO_STREAM),
             Scenario::Pipeline => Some(PIPE_STREAM),
             Scenario::JsAckLarge => Some(LARGE_STREAM),
+            Scenario::LatencyJs => Some(LATENCY_STREAM),
             Scenario::CoreLive
             | Scenario::CoreBacklog
             | Scenario::CoreRetry
-            | Scenario::CoreLiveLarge => None,
+            | Scenario::CoreLiveLarge
+            | Scenario::LatencyCore => None,
         }
     }
 
@@ -373,17 +461,22 @@ impl Scenario {
             Scenario::JsIo => Some(IO_SUBJECT),
             Scenario::Pipeline => Some(PIPE_SUBJECT),
             Scenario::JsAckLarge => Some(LARGE_SUBJECT),
+            Scenario::LatencyJs => Some(LATENCY_SUBJECT),
             _ => None,
         }
     }
 
     /// Whether `side` runs this scenario: the single-message baselines of js-batch run only
     /// there; RustStream 0.7 runs a handler at a time, so that js-io and pipeline would take
-    /// it 40 s a round (469 msg/s measured when the issue was filed): it runs neither.
+    /// it 40 s a round (469 msg/s measured when the issue was filed): it runs neither, nor
+    /// the latency scenarios (issue 39 compares those with raw async-nats).
     fn has(self, side: Side) -> bool {
         match side {
             Side::TokioSingle | Side::RawSingle => self == Scenario::JsBatch,
-            Side::RustStream => !matches!(self, Scenario::JsIo | Scenario::Pipeline),
+            Side::RustStream => !matches!(
+                self,
+                Scenario::JsIo | Scenario::Pipeline | Scenario::LatencyCore | Scenario::LatencyJs
+            ),
             Side::Raw | Side::Tokio | Side::Smol | Side::Metrics => true,
         }
     }
@@ -402,6 +495,13 @@ const PIPE_SUBJECT: &str = "bench.pipe";
 /// The pipeline's second stream: each side publishes to `bench.events.<side>`.
 const EVENTS_STREAM: &str = "BENCH_EVENTS";
 const EVENTS: &str = "bench.events";
+const LATENCY_STREAM: &str = "BENCH_LATENCY";
+const LATENCY_SUBJECT: &str = "bench.latency";
+const LATENCY_CORE: &str = "bench.latcore";
+/// The latency scenarios' publish rate, messages a second (in bursts of a tenth of it every
+/// 100 ms... see [`publish_paced`]), and how long each round publishes.
+const LATENCY_RATE: usize = 10_000;
+const LATENCY_SECS: usize = 10;
 const LARGE_STREAM: &str = "BENCH_LARGE";
 const LARGE_SUBJECT: &str = "bench.large";
 /// The Core subjects; each side has its own (`<prefix>.<side>`), fixed, since RustStream names
@@ -651,6 +751,13 @@ macro_rules! apps {
                         Mount::core_subject("orders", &format!("{LIVE_LARGE}.{durable}")),
                         acking,
                     ),
+                    Scenario::LatencyCore => app.mount_json(
+                        Mount::core_subject("orders", &format!("{LATENCY_CORE}.{durable}")),
+                        acking,
+                    ),
+                    Scenario::LatencyJs => {
+                        app.mount_json(jetstream(LATENCY_STREAM, durable), acking)
+                    }
                 }
             }
         }
@@ -768,8 +875,11 @@ mod on_ruststream {
                 Scenario::CoreLiveLarge => {
                     b.include(core_live_large);
                 }
-                Scenario::JsIo | Scenario::Pipeline => {
-                    unreachable!("RustStream runs neither js-io nor pipeline (Scenario::has)")
+                Scenario::JsIo
+                | Scenario::Pipeline
+                | Scenario::LatencyCore
+                | Scenario::LatencyJs => {
+                    unreachable!("RustStream runs neither js-io, pipeline nor the latency scenarios (Scenario::has)")
                 }
             },
         );
@@ -879,7 +989,11 @@ async fn raw_consumer(url: &str, scenario: Scenario, side: Side) -> Consumer {
                     .await;
             })
         }
-        Scenario::JsAck | Scenario::JsNak | Scenario::JsBatch | Scenario::JsAckLarge => {
+        Scenario::JsAck
+        | Scenario::JsNak
+        | Scenario::JsBatch
+        | Scenario::JsAckLarge
+        | Scenario::LatencyJs => {
             let js = jetstream::new(client);
             let stream = scenario.stream().unwrap();
             let consumer = js
@@ -919,11 +1033,13 @@ async fn raw_consumer(url: &str, scenario: Scenario, side: Side) -> Consumer {
         Scenario::CoreLive
         | Scenario::CoreBacklog
         | Scenario::CoreRetry
-        | Scenario::CoreLiveLarge => {
+        | Scenario::CoreLiveLarge
+        | Scenario::LatencyCore => {
             let prefix = match scenario {
                 Scenario::CoreLive => LIVE,
                 Scenario::CoreBacklog => BACKLOG_SUBJECT,
                 Scenario::CoreLiveLarge => LIVE_LARGE,
+                Scenario::LatencyCore => LATENCY_CORE,
                 _ => RETRY,
             };
             let subject = Subject::from(format!("{prefix}.{}", Side::Raw.durable()));
@@ -1128,6 +1244,103 @@ async fn publish_live(
     wait_done(n).await
 }
 
+/// A latency round on a consumer that runs: `n` orders published at [`LATENCY_RATE`] a
+/// second, each stamped with its publish time (its id), to the side's Core subject or to the
+/// latency stream; on JetStream, a watcher reads the side's acks on the wire
+/// (`$JS.ACK.<stream>.<durable>.>`). Returns the seconds to the last handled, with the
+/// round's latencies in [`latency`].
+async fn latency_round(
+    publisher: &async_nats::Client,
+    js: &jetstream::Context,
+    side: Side,
+    scenario: Scenario,
+    n: usize,
+) -> Result<f64, Stalled> {
+    let durable = side.durable();
+    latency::take();
+    let sent = latency::SENT.get_or_init(|| (0..n).map(|_| AtomicU64::new(0)).collect());
+    for s in sent {
+        s.store(0, Ordering::Relaxed);
+    }
+    // On JetStream: the stream sequence of the round's first message, and the ack watcher.
+    let mut watcher = None;
+    if scenario == Scenario::LatencyJs {
+        let mut stream = js.get_stream(LATENCY_STREAM).await.unwrap();
+        let first_sequence = stream.info().await.unwrap().state.last_sequence + 1;
+        let mut acks = publisher
+            .subscribe(format!("$JS.ACK.{LATENCY_STREAM}.{durable}.>"))
+            .await
+            .unwrap();
+        publisher.flush().await.unwrap();
+        watcher = Some(tokio::spawn(async move {
+            while let Some(m) = acks.next().await {
+                // An ack is `+ACK` or, as async-nats' `ack()` sends it, empty.
+                if !(m.payload.is_empty() || m.payload.starts_with(b"+ACK")) {
+                    continue;
+                }
+                // $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<ts>.<pending>
+                let sequence = m
+                    .subject
+                    .split('.')
+                    .nth(5)
+                    .and_then(|t| t.parse::<u64>().ok());
+                if let Some(index) = sequence
+                    .and_then(|s| s.checked_sub(first_sequence))
+                    .and_then(|i| usize::try_from(i).ok())
+                {
+                    latency::acked(index);
+                }
+            }
+        }));
+    }
+    latency::ON.store(true, Ordering::SeqCst);
+    let since = Instant::now();
+    let core = Subject::from(format!("{LATENCY_CORE}.{durable}"));
+    let stream_subject = Subject::from(LATENCY_SUBJECT);
+    let mut stored = Vec::new();
+    let mut published = 0;
+    // Every millisecond, what is due by then: bursts of about LATENCY_RATE / 1,000.
+    while published < n {
+        let due = ((since.elapsed().as_secs_f64() * LATENCY_RATE as f64) as usize).min(n);
+        while published < due {
+            let stamp = latency::stamp();
+            let payload = stamped_payload(stamp);
+            if scenario == Scenario::LatencyJs {
+                sent[published].store(stamp, Ordering::Relaxed);
+                stored.push(js.publish(stream_subject.clone(), payload).await.unwrap());
+            } else {
+                publisher.publish(core.clone(), payload).await.unwrap();
+            }
+            published += 1;
+        }
+        publisher.flush().await.unwrap();
+        for ack in stored.drain(..) {
+            ack.await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let done = wait_done(n).await;
+    let secs = since.elapsed().as_secs_f64();
+    if let Some(watcher) = watcher {
+        // The last acks on the wire.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        watcher.abort();
+    }
+    latency::ON.store(false, Ordering::SeqCst);
+    done.map(|()| secs)
+}
+
+/// An order whose id is `stamp`, its publish time.
+fn stamped_payload(stamp: u64) -> Bytes {
+    static TEMPLATE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let template = TEMPLATE.get_or_init(|| {
+        String::from_utf8(order_payload(0, PAYLOAD).to_vec())
+            .unwrap()
+            .replacen("{\"id\":0,", "{\"id\":{},", 1)
+    });
+    Bytes::from(template.replacen("{}", &stamp.to_string(), 1))
+}
+
 /// Fills `stream` (a memory stream on `subject`) with `n` orders.
 async fn fill_stream(
     js: &jetstream::Context,
@@ -1204,6 +1417,17 @@ async fn round(side: Side, url: &str, scenario: Scenario, payloads: &[Bytes]) ->
             .unwrap();
     }
     let (consumer, timed) = match scenario {
+        Scenario::LatencyCore | Scenario::LatencyJs => {
+            if scenario == Scenario::LatencyJs {
+                // A new consumer on an empty stream: it is delivered this round's messages only.
+                let stream = js.get_stream(LATENCY_STREAM).await.unwrap();
+                let _ = stream.delete_consumer(durable).await;
+                stream.purge().await.unwrap();
+            }
+            let consumer = start(side, url, scenario).await;
+            let timed = latency_round(&publisher, &js, side, scenario, n).await;
+            (consumer, timed)
+        }
         Scenario::JsAck
         | Scenario::JsNak
         | Scenario::JsBatch
@@ -1359,6 +1583,9 @@ async fn round(side: Side, url: &str, scenario: Scenario, payloads: &[Bytes]) ->
 struct Results {
     scenario: Scenario,
     rates: [Vec<f64>; Side::NAMED.len()],
+    /// The latency scenarios: each round's p50, p99, p99.9 of publish-to-handler, then of
+    /// publish-to-ack, in microseconds ([`latency::take`]).
+    latencies: [Vec<[f64; 6]>; Side::NAMED.len()],
 }
 
 impl Results {
@@ -1366,7 +1593,54 @@ impl Results {
         &self.rates[side as usize]
     }
 
+    /// Side `side`'s median over rounds of measure `k` of [`latency::take`], in µs.
+    fn latency(&self, side: Side, k: usize) -> f64 {
+        let values: Vec<f64> = self.latencies[side as usize]
+            .iter()
+            .map(|l| l[k])
+            .filter(|v| !v.is_nan())
+            .collect();
+        if values.is_empty() {
+            f64::NAN
+        } else {
+            median(values)
+        }
+    }
+
+    fn print_latency(&self) {
+        let name = self.scenario.name();
+        println!(
+            "{name} ({} msg/s for {LATENCY_SECS} s): median over rounds of each round's quantile, µs",
+            LATENCY_RATE
+        );
+        for side in Side::NAMED {
+            if self.latencies[side as usize].is_empty() {
+                continue;
+            }
+            let of = |k| self.latency(side, k);
+            let mut line = format!(
+                "  {:<17} publish to handler p50 {:>8.1}  p99 {:>8.1}  p99.9 {:>8.1}",
+                side.label(),
+                of(0),
+                of(1),
+                of(2)
+            );
+            if !of(4).is_nan() {
+                line.push_str(&format!(
+                    "  | to ack on the wire p50 {:>8.1}  p99 {:>8.1}  p99.9 {:>8.1}",
+                    of(3),
+                    of(4),
+                    of(5)
+                ));
+            }
+            println!("{line}");
+        }
+    }
+
     fn print(&self) {
+        if self.scenario.is_latency() {
+            return self.print_latency();
+        }
         let name = self.scenario.name();
         let n = self.scenario.messages();
         println!(
@@ -1427,9 +1701,30 @@ impl Results {
         }
     }
 
-    /// The targets of this scenario, as (what, ratio, target) lines.
+    /// The targets of this scenario, as (what, value, bound) lines: a ratio at least its
+    /// bound, or (latency, named "… above raw") a difference in µs at most its bound, given
+    /// as its negation (so that every target reads `value >= bound`).
     fn targets(&self) -> Vec<(String, f64, f64)> {
         let name = self.scenario.name();
+        if self.scenario.is_latency() {
+            let mut lines = Vec::new();
+            for side in [Side::Tokio, Side::Smol] {
+                for (k, what, bound) in [
+                    (1, "publish-to-handler p99", 100.0),
+                    (2, "publish-to-handler p99.9", 1_000.0),
+                    (4, "publish-to-ack p99", 100.0),
+                    (5, "publish-to-ack p99.9", 1_000.0),
+                ] {
+                    let above = self.latency(side, k) - self.latency(Side::Raw, k);
+                    lines.push((
+                        format!("{name}: {} {what}, µs above raw (negated)", side.label()),
+                        -above,
+                        -bound,
+                    ));
+                }
+            }
+            return lines;
+        }
         vec![
             (
                 format!("{name}: ruststream-tokio / raw"),
@@ -1588,7 +1883,12 @@ fn main() {
             }
             let payloads = payloads(scenario.payload());
             if let (Some(stream), Some(subject)) = (scenario.stream(), scenario.stream_subject()) {
-                fill_stream(&js, stream, subject, scenario.messages(), &payloads).await;
+                // The latency stream starts empty: its messages are published live.
+                let stored = match scenario {
+                    Scenario::LatencyJs => 0,
+                    _ => scenario.messages(),
+                };
+                fill_stream(&js, stream, subject, stored, &payloads).await;
             }
             if scenario == Scenario::Pipeline {
                 let _ = js.delete_stream(EVENTS_STREAM).await;
@@ -1604,6 +1904,7 @@ fn main() {
             let mut results = Results {
                 scenario,
                 rates: Default::default(),
+                latencies: Default::default(),
             };
             for r in 0..rounds {
                 let mut line = format!("  {} round {r}:", scenario.name());
@@ -1611,6 +1912,9 @@ fn main() {
                     let side = sides[k];
                     let rate = round(side, &url, scenario, &payloads).await;
                     results.rates[side as usize].push(rate);
+                    if scenario.is_latency() {
+                        results.latencies[side as usize].push(latency::take());
+                    }
                     line.push_str(&format!(" {} {rate:.0}", side.name()));
                 }
                 if verbose {
@@ -1630,10 +1934,14 @@ fn main() {
             }
             let met = ratio >= target;
             missed += usize::from(!met);
-            println!(
-                "  {:<6} {what} {ratio:.4} (target ≥ {target:.2})",
-                if met { "met" } else { "MISSED" }
-            );
+            let verdict = if met { "met" } else { "MISSED" };
+            match what.strip_suffix(", µs above raw (negated)") {
+                Some(what) => println!(
+                    "  {verdict:<6} {what}: {:.1} µs above raw (target ≤ {:.0})",
+                    -ratio, -target
+                ),
+                None => println!("  {verdict:<6} {what} {ratio:.4} (target ≥ {target:.2})"),
+            }
         }
     }
     println!("targets missed: {missed}");
