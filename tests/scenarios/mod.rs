@@ -99,6 +99,7 @@ pub(crate) mod keys;
 mod leases;
 mod losses;
 mod metrics;
+mod placement;
 mod provenance;
 mod rules;
 mod servers;

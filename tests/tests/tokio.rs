@@ -34,7 +34,7 @@ mod scenarios;
 /// runtime. Once it has to wait, a Core handler's rest moves to a task on the application's
 /// runtime; a JetStream handler's goes on beside the connection while its polls are short,
 /// and moves to the application's runtime after a poll longer than 1 ms; after three such
-/// deliveries in a row, so do the mount's next deliveries that wait (issue 39). A step that
+/// deliveries close together, so do the mount's next deliveries that wait (issue 39). A step that
 /// ran anywhere else fails it. (The heaviness is timed on the wall clock: a loaded machine
 /// that stops the NATS thread for over 1 ms in a light poll moves that delivery too, so the
 /// light mount's three deliveries must go on beside the connection twice or more.)
@@ -168,7 +168,7 @@ fn tokio_handlers_start_on_the_app_s_threads_and_the_rest_runs_where_the_mount_p
             } else {
                 assert!(
                     app_s(&run[2].1) && app_s(&run[3].1),
-                    "after three heavy ones in a row, the next delivery that waits goes on on the application's runtime: {heavy:?}"
+                    "after three heavy ones close together, the next delivery that waits goes on on the application's runtime: {heavy:?}"
                 );
             }
         }

@@ -248,6 +248,13 @@ impl<R: Runtime> Running<R> {
             cut: std::pin::pin!(cut.fuse()),
         };
         self.shutdown.send_replace(true);
+        // Every JetStream handler going on beside its mount's loop, of this run of the loop or
+        // of an earlier one (a mount launched again after its client died, rule 20), moves to
+        // the application's runtime, where the grace period lets it finish and a handler it
+        // gives up on runs to its end (not cut off at an await when the NATS thread stops).
+        for mount in self.mounts.iter() {
+            mount.placement.leave();
+        }
         let health = self.health.clone();
         health.mounts(None, MountState::Stopping);
         // Once shutdown has begun the supervisor starts nothing new; what it was starting is

@@ -438,6 +438,7 @@ impl Starts {
                     rest: Some(rest),
                     permit: Some(permit),
                     registered: None,
+                    heavy: false,
                     placement: self.placement.clone(),
                     runtime: PhantomData,
                 }));
@@ -499,13 +500,15 @@ pub(crate) async fn start_delivery<R: Runtime>(
 
 /// A single delivery that waits, going on beside its mount's loop (see [`Placement`]) and
 /// holding its handler slot until it is settled; moved, unfinished, to a task on the
-/// application's runtime when one of its polls takes longer than [`HEAVY_POLL`] (a heavy
-/// handler, [`Placement::heavy`]) or when the mount stops ([`Placement::leave`]).
+/// application's runtime when one of its polls takes longer than [`HEAVY_POLL`] (scored,
+/// [`Placement::heavy`]) or when the mount stops ([`Placement::leave`]).
 struct Beside<R> {
     rest: Option<Waiting>,
     permit: Option<OwnedSemaphorePermit>,
     /// Its waker's key in the placement's registry, once it waited.
     registered: Option<usize>,
+    /// Whether one of its polls was heavy.
+    heavy: bool,
     placement: Arc<Placement>,
     runtime: PhantomData<fn() -> R>,
 }
@@ -525,21 +528,31 @@ impl<R: Runtime> Future for Beside<R> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
-        if this.placement.leaving() {
+        if this.placement.leaving() || this.placement.apart() {
             return this.apart();
         }
         let Some(rest) = this.rest.as_mut() else {
             return Poll::Ready(());
         };
+        // Every poll is timed, the last included: a handler that computes after it awaits
+        // is heavy in the poll that ends it.
         let started = R::now();
-        if rest.as_mut().poll(cx).is_ready() {
+        let ended = rest.as_mut().poll(cx).is_ready();
+        let took = R::now().saturating_duration_since(started);
+        let heavy = took > HEAVY_POLL;
+        if heavy {
+            this.heavy = true;
+            this.placement.heavy(took);
+        }
+        if ended {
             this.rest = None;
             this.permit = None;
-            this.placement.light();
+            if !this.heavy {
+                this.placement.light();
+            }
             return Poll::Ready(());
         }
-        if R::now().saturating_duration_since(started) > HEAVY_POLL {
-            this.placement.heavy();
+        if heavy {
             return this.apart();
         }
         // The task's waker is the same at every poll: registered once.

@@ -19,7 +19,6 @@ use crate::runtime::{LoopThread, Runtime};
 use crate::state::checked_mount::{CheckedMount, Source};
 use crate::state::lease_room::LeaseRoom;
 use crate::state::mount_context::{LiteralSubject, MountContext};
-use crate::state::placement::Placement;
 use crate::state::record::MountRecord;
 use crate::support::names::intern;
 
@@ -113,7 +112,7 @@ impl<R: Runtime> Launcher<R> {
                 };
                 Arc::new(move |task| drop(R::spawn_next_to(&reactor, thread, task)))
             },
-            placement: Arc::new(Placement::default()),
+            placement: record.placement.clone(),
         });
         let shutdown = self.shutdown.clone();
         let ended = self.ended.clone();

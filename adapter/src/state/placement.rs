@@ -8,25 +8,30 @@ use std::time::Duration;
 
 /// The longest poll of a delivery's handler that may run beside the loop, on the NATS
 /// thread: a handler whose poll takes longer holds up the connection (its reads, every
-/// other mount's acks) for that long, so it goes on on the application's runtime; after
-/// [`HEAVY_STRIKES`] such deliveries in a row, so do the mount's next [`APART_AFTER_HEAVY`]
-/// deliveries that wait.
+/// other mount's acks and lease renewals) for that long, so it goes on on the application's
+/// runtime, and the mount is scored ([`Placement::heavy`]).
 ///
 /// 1 ms is ten to twenty times a poll that decodes a message, builds a request or a publish,
 /// and awaits it; it is CPU work (a transformation, a hash, a large encode) that takes
 /// longer, and that runs better in parallel on the application's threads. It is measured on
 /// the wall clock, so a thread the system took the CPU from in the middle of a poll makes
-/// a light poll look heavy now and then: hence the strikes.
+/// a light poll look heavy now and then: hence a score, not a verdict at the first.
 pub(crate) const HEAVY_POLL: Duration = Duration::from_millis(1);
 
-/// How many of a mount's deliveries in a row must have had a heavy poll ([`HEAVY_POLL`])
-/// before its next ones go on apart at once.
-pub(crate) const HEAVY_STRIKES: u32 = 3;
+/// A poll this long moves the mount's deliveries that wait to the application's runtime at
+/// once: no preemption stops a thread that long on a machine that still serves its
+/// messages, and every further such poll beside the loop would stop the connection as long.
+pub(crate) const BLOCKING_POLL: Duration = Duration::from_millis(10);
 
-/// How many of a mount's next deliveries that wait go on on the application's runtime after
-/// [`HEAVY_STRIKES`]; after them, the mount tries beside its loop again (a handler's cost may
-/// change with its input, or may have been a passing load).
-pub(crate) const APART_AFTER_HEAVY: u32 = 1024;
+/// What a heavy poll adds to the mount's score; each delivery beside the loop that ends with
+/// no heavy poll takes one off. At [`APART_SCORE`] the mount's deliveries that wait go on
+/// apart, for the rest of the app's life: three heavy polls close together (a handler that is
+/// heavy for one input in ten gets there within about forty deliveries), while a stray one
+/// in thousands of light deliveries (a preempted thread) is forgotten.
+pub(crate) const HEAVY_SCORE: u32 = 32;
+
+/// The score at which a mount's deliveries that wait go on apart for good.
+pub(crate) const APART_SCORE: u32 = 3 * HEAVY_SCORE;
 
 /// Where a JetStream mount's single deliveries that wait (their handler did not finish at
 /// its first poll) go on.
@@ -39,26 +44,42 @@ pub(crate) const APART_AFTER_HEAVY: u32 = 1024;
 /// wake-ups of another thread (issue 39's pipeline bench: 0.70 of raw async-nats' rate, 0.98
 /// beside the loop; js-io, a handler awaiting a 1 ms timer, 0.86 and 0.96).
 ///
-/// On the application's runtime when they are heavy ([`HEAVY_POLL`]) and when the mount
-/// stops: its loop calls [`leave`](Self::leave) as soon as a shutdown is asked for (or every
-/// handle to the app is gone), and every delivery beside the loop moves, unfinished, so that
-/// the grace period, and a handler the shutdown gives up on, run there as before, not on the
-/// NATS thread, whose runtime ends with the app (where a handler would be cancelled at an
-/// await).
-#[derive(Default)]
+/// On the application's runtime when they are heavy ([`HEAVY_POLL`], [`APART_SCORE`]: a
+/// handler that computes after it awaits is heavy in its last poll, which is timed too; the
+/// first heavy polls do run beside the loop, as every handler's first poll does, until the
+/// mount is found heavy), and when the mount stops: the app's shutdown (and the mount's loop,
+/// when every handle to the app is gone) calls [`leave`](Self::leave), and every delivery
+/// beside the loop moves, unfinished, so that the grace period, and a handler the shutdown
+/// gives up on, run there as before, not on the NATS thread, whose runtime ends with the app
+/// (where a handler would be cancelled at an await). One placement serves every run of the
+/// mount's loop (it is the mount's record's), so that deliveries of an earlier run, before
+/// its client died (rule 20), move too.
 pub(crate) struct Placement {
+    /// The mount's name, for the log.
+    mount: &'static str,
     /// Set by [`leave`](Self::leave): no delivery goes on beside the loop any more.
     leaving: AtomicBool,
     /// The deliveries beside the loop that wait, woken by [`leave`](Self::leave): each
     /// registers its task's waker once, when it first waits, and takes it out when it ends.
     beside: Mutex<slab::Slab<Waker>>,
-    /// How many more deliveries that wait go on apart (see [`APART_AFTER_HEAVY`]).
-    apart: AtomicU32,
-    /// How many of its last deliveries beside the loop, in a row, had a heavy poll.
-    strikes: AtomicU32,
+    /// Whether its deliveries that wait go on apart, found heavy ([`APART_SCORE`]).
+    apart: AtomicBool,
+    /// Its heaviness so far (see [`HEAVY_SCORE`]).
+    score: AtomicU32,
 }
 
 impl Placement {
+    /// The placement of the mount `mount`: beside its loop until found heavy.
+    pub(crate) fn new(mount: &'static str) -> Self {
+        Self {
+            mount,
+            leaving: AtomicBool::new(false),
+            beside: Mutex::default(),
+            apart: AtomicBool::new(false),
+            score: AtomicU32::new(0),
+        }
+    }
+
     /// Whether the mount is stopping: a delivery beside the loop moves apart.
     pub(crate) fn leaving(&self) -> bool {
         self.leaving.load(Ordering::Acquire)
@@ -67,9 +88,14 @@ impl Placement {
     /// The mount stops: every delivery beside its loop moves apart, and the next ones go
     /// apart at once. Idempotent.
     pub(crate) fn leave(&self) {
-        if self.leaving.swap(true, Ordering::AcqRel) {
-            return;
+        if !self.leaving.swap(true, Ordering::AcqRel) {
+            self.wake_all();
         }
+    }
+
+    /// Wakes every delivery beside the loop that waits, so that it moves apart before its next
+    /// poll; none registers after this (see [`register`](Self::register)).
+    fn wake_all(&self) {
         let beside =
             std::mem::take(&mut *self.beside.lock().unwrap_or_else(PoisonError::into_inner));
         for waker in beside.into_iter().map(|(_, w)| w) {
@@ -78,12 +104,14 @@ impl Placement {
     }
 
     /// Registers the waker of a delivery beside the loop that waits; its key, to
-    /// [`forget`](Self::forget) it with, and `None` when the mount is already leaving (the
-    /// delivery moves apart instead).
+    /// [`forget`](Self::forget) it with, and `None` when the mount is leaving or found heavy
+    /// (the delivery moves apart instead).
     pub(crate) fn register(&self, waker: &Waker) -> Option<usize> {
         let mut beside = self.beside.lock().unwrap_or_else(PoisonError::into_inner);
-        // Checked under the lock: `leave` takes the wakers under it after setting the flag.
-        (!self.leaving()).then(|| beside.insert(waker.clone()))
+        // Checked under the lock: `wake_all` takes the wakers under it after either flag is
+        // set, and nothing registers after it, so that a key forgotten later is never another
+        // delivery's.
+        (!self.leaving() && !self.apart()).then(|| beside.insert(waker.clone()))
     }
 
     /// Takes out the waker registered under `key`.
@@ -94,28 +122,39 @@ impl Placement {
             .try_remove(key);
     }
 
-    /// Whether the next delivery that waits goes on apart, on the application's runtime
-    /// (counting it against [`APART_AFTER_HEAVY`]).
+    /// Whether the next delivery that waits goes on apart, on the application's runtime: the
+    /// mount was found heavy.
     pub(crate) fn apart(&self) -> bool {
-        self.apart
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
-            .is_ok()
+        self.apart.load(Ordering::Acquire)
     }
 
-    /// A delivery beside the loop had a poll longer than [`HEAVY_POLL`] (and goes on apart):
-    /// at the [`HEAVY_STRIKES`]th in a row, the mount's next [`APART_AFTER_HEAVY`] deliveries
-    /// that wait go on apart.
-    pub(crate) fn heavy(&self) {
-        if self.strikes.fetch_add(1, Ordering::Relaxed) + 1 >= HEAVY_STRIKES {
-            self.strikes.store(0, Ordering::Relaxed);
-            self.apart.store(APART_AFTER_HEAVY, Ordering::Relaxed);
+    /// A delivery beside the loop had a poll that `took` longer than [`HEAVY_POLL`] (and goes
+    /// on apart, if it has not ended): the mount's score grows, and at [`APART_SCORE`], or
+    /// at once for a poll of [`BLOCKING_POLL`] or more, its deliveries that wait go on apart.
+    pub(crate) fn heavy(&self, took: Duration) {
+        let add = if took >= BLOCKING_POLL {
+            APART_SCORE
+        } else {
+            HEAVY_SCORE
+        };
+        let score = self
+            .score
+            .fetch_add(add, Ordering::Relaxed)
+            .saturating_add(add);
+        if score >= APART_SCORE && !self.apart.swap(true, Ordering::AcqRel) {
+            tracing::info!(mount = %self.mount, took_us = took.as_micros(),
+                "a JetStream mount's handlers run long between their awaits: their deliveries that wait go on on the application's runtime from now on, not beside the mount's loop");
+            // Those beside the loop now move before their next poll, which may be as heavy.
+            self.wake_all();
         }
     }
 
-    /// A delivery beside the loop ended with no heavy poll: the strikes start again.
+    /// A delivery beside the loop ended with no heavy poll: the score falls by one.
     pub(crate) fn light(&self) {
-        if self.strikes.load(Ordering::Relaxed) != 0 {
-            self.strikes.store(0, Ordering::Relaxed);
+        if self.score.load(Ordering::Relaxed) != 0 {
+            let _ = self
+                .score
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
         }
     }
 }

@@ -8,6 +8,7 @@ use super::checked_mount::{CheckedMount, Source};
 use super::in_flight::InFlight;
 use super::lease_room::LeaseSettings;
 use super::losses::Losses;
+use super::placement::Placement;
 use super::received::Received;
 use crate::support::metrics::MountMetrics;
 use crate::support::names::intern;
@@ -30,6 +31,9 @@ pub(crate) struct MountRecord {
     pub(crate) warned_retry: Arc<AtomicBool>,
     /// Its metrics, registered when the app starts.
     pub(crate) metrics: Arc<MountMetrics>,
+    /// Where its JetStream deliveries that wait go on, over every run of its loop: a shutdown
+    /// moves those of an earlier run too.
+    pub(crate) placement: Arc<Placement>,
 }
 
 impl MountRecord {
@@ -49,6 +53,7 @@ impl MountRecord {
             careful: Arc::default(),
             warned_retry: Arc::default(),
             metrics,
+            placement: Arc::new(Placement::new(name)),
         }
     }
 
