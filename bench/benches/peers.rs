@@ -120,6 +120,7 @@ use async_nats::jetstream::{self, AckKind};
 use async_nats::{HeaderMap, Subject};
 use bytes::Bytes;
 use futures_util::StreamExt;
+use ruststream_peer_bench::{Order, order_payload};
 use serde::{Deserialize, Serialize};
 
 /// The payload's size: every message is one [`Order`] of exactly this many bytes of JSON (but
@@ -143,36 +144,6 @@ const ROUND_LIMIT: Duration = Duration::from_secs(120);
 const BATCH_MAX: usize = 100;
 /// js-batch: how long a ruststream batch waits for more members after its first.
 const BATCH_WAIT: Duration = Duration::from_millis(5);
-
-/// What every handler decodes: an order, as a service would receive one.
-#[derive(Debug, Serialize, Deserialize)]
-struct Order {
-    id: u64,
-    customer: String,
-    sku: String,
-    quantity: u32,
-    price_cents: u64,
-    currency: String,
-    note: String,
-}
-
-/// The JSON of order `id`, padded (its `note`) to exactly `size` bytes.
-fn order_payload(id: u64, size: usize) -> Bytes {
-    let mut order = Order {
-        id,
-        customer: format!("customer-{:06}", id % 1_000_000),
-        sku: "SKU-4711-BLUE-XL".to_owned(),
-        quantity: 3,
-        price_cents: 129_900,
-        currency: "EUR".to_owned(),
-        note: String::new(),
-    };
-    let bare = serde_json::to_vec(&order).unwrap().len();
-    order.note = "n".repeat(size - bare);
-    let json = serde_json::to_vec(&order).unwrap();
-    assert_eq!(json.len(), size);
-    Bytes::from(json)
-}
 
 /// The payloads of one scenario: a few distinct orders of its size, cycled (building 200,000
 /// would measure the generator).
