@@ -389,8 +389,9 @@ async fn finish_rest<R: Runtime>(
 /// JetStream mount without batches, beside the loop while its handler's polls are light, on
 /// the application's runtime once they are heavy or the mount stops ([`Placement`]; a
 /// handler awaiting the server is woken where the connection is, issue 39), and through
-/// [`spawn_holding`] on the application's runtime on a Core mount. On a batch mount (rule 23) every member but the last of a batch waits, for its
-/// batch to close and run: one task for each would cost a spawn, a wake-up on another thread
+/// [`spawn_holding`] on the application's runtime on a Core mount. On a batch mount (rule
+/// 23) every member but the last of a batch waits, for its batch to close and run: one task
+/// for each would cost a spawn, a wake-up on another thread
 /// and a hand-over per member, which made a batch mount slower than single deliveries (issue
 /// 38's js-batch bench). So a batch mount's loop gathers up to `max` such deliveries, as many
 /// as one batch holds, and runs them on one task beside the loop, on its thread (the NATS
