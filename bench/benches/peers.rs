@@ -62,9 +62,9 @@
 //! 9. **js-ack-64k**, **core-live-64k**: js-ack (10,000 messages) and core-live (20,000, the
 //!    publisher's window in bytes: 64 messages) with 64 KiB payloads.
 //! 10. **latency-core**, **latency-js**: 10,000 orders a second for 10 s, published live
-//!    (every millisecond, what is due), each order's id its publish time: p50, p99 and
-//!    p99.9 of publish-to-handler and, on JetStream, of publish-to-ack on the wire (a
-//!    watcher subscribed to the side's `$JS.ACK` subjects), the median over rounds of each.
+//!     (every millisecond, what is due), each order's id its publish time: p50, p99 and
+//!     p99.9 of publish-to-handler and, on JetStream, of publish-to-ack on the wire (a
+//!     watcher subscribed to the side's `$JS.ACK` subjects), the median over rounds of each.
 //!
 //! RustStream 0.7 runs neither js-io, pipeline nor the latency scenarios (it runs a handler
 //! at a time). Issue 39's scale scenario is `benches/scale.rs`.
