@@ -441,6 +441,25 @@ impl Scenario {
         }
     }
 
+    /// The Core subjects' prefix of a Core scenario: each side's subject is
+    /// `<prefix>.<side>` ([`Scenario::core_subject`]).
+    fn core_prefix(self) -> Option<&'static str> {
+        match self {
+            Scenario::CoreLive => Some(LIVE),
+            Scenario::CoreBacklog => Some(BACKLOG_SUBJECT),
+            Scenario::CoreRetry => Some(RETRY),
+            Scenario::CoreLiveLarge => Some(LIVE_LARGE),
+            Scenario::LatencyCore => Some(LATENCY_CORE),
+            _ => None,
+        }
+    }
+
+    /// The Core subject `side` consumes on this Core scenario.
+    fn core_subject(self, side: Side) -> Subject {
+        let prefix = self.core_prefix().expect("a Core scenario");
+        Subject::from(format!("{prefix}.{}", side.durable()))
+    }
+
     /// The subject a JetStream scenario's stream stores.
     fn stream_subject(self) -> Option<&'static str> {
         match self {
@@ -668,29 +687,24 @@ macro_rules! apps {
             pub(crate) fn app(url: &str, scenario: Scenario, side: Side) -> adapter::App {
                 let app = adapter::App::new(url);
                 let durable = side.durable();
+                let core = || Mount::core_subject("orders", &scenario.core_subject(side));
                 match scenario {
                     Scenario::JsAck => app.mount_json(jetstream(ACK_STREAM, durable), acking),
                     Scenario::JsNak => {
                         app.mount_json(jetstream(NAK_STREAM, durable), retrying_once)
                     }
-                    Scenario::CoreLive => app.mount_json(
-                        Mount::core_subject("orders", &format!("{LIVE}.{durable}")),
-                        acking,
-                    ),
-                    Scenario::CoreBacklog => app.mount_json(
-                        Mount::core_subject("orders", &format!("{BACKLOG_SUBJECT}.{durable}")),
-                        |order: Order, _d: Delivery| async move {
+                    Scenario::CoreLive | Scenario::CoreLiveLarge | Scenario::LatencyCore => {
+                        app.mount_json(core(), acking)
+                    }
+                    Scenario::CoreBacklog => {
+                        app.mount_json(core(), |order: Order, _d: Delivery| async move {
                             GATE.pass().await;
                             touch(&order);
                             COUNTS.done.fetch_add(1, Ordering::Relaxed);
                             Outcome::Ack
-                        },
-                    ),
-                    Scenario::CoreRetry => app.mount_json(
-                        Mount::core_subject("orders", &format!("{RETRY}.{durable}"))
-                            .max_attempts(5),
-                        retrying_once,
-                    ),
+                        })
+                    }
+                    Scenario::CoreRetry => app.mount_json(core().max_attempts(5), retrying_once),
                     // The single-message baseline of js-batch, on the same stream.
                     Scenario::JsBatch if side == Side::TokioSingle => {
                         app.mount_json(jetstream(BATCH_STREAM, durable), acking)
@@ -736,14 +750,6 @@ macro_rules! apps {
                     Scenario::JsAckLarge => {
                         app.mount_json(jetstream(LARGE_STREAM, durable), acking)
                     }
-                    Scenario::CoreLiveLarge => app.mount_json(
-                        Mount::core_subject("orders", &format!("{LIVE_LARGE}.{durable}")),
-                        acking,
-                    ),
-                    Scenario::LatencyCore => app.mount_json(
-                        Mount::core_subject("orders", &format!("{LATENCY_CORE}.{durable}")),
-                        acking,
-                    ),
                     Scenario::LatencyJs => {
                         app.mount_json(jetstream(LATENCY_STREAM, durable), acking)
                     }
@@ -1024,14 +1030,7 @@ async fn raw_consumer(url: &str, scenario: Scenario, side: Side) -> Consumer {
         | Scenario::CoreRetry
         | Scenario::CoreLiveLarge
         | Scenario::LatencyCore => {
-            let prefix = match scenario {
-                Scenario::CoreLive => LIVE,
-                Scenario::CoreBacklog => BACKLOG_SUBJECT,
-                Scenario::CoreLiveLarge => LIVE_LARGE,
-                Scenario::LatencyCore => LATENCY_CORE,
-                _ => RETRY,
-            };
-            let subject = Subject::from(format!("{prefix}.{}", Side::Raw.durable()));
+            let subject = scenario.core_subject(Side::Raw);
             let mut sub = client.subscribe(subject.clone()).await.unwrap();
             client.flush().await.unwrap();
             tokio::spawn(async move {
@@ -1284,7 +1283,7 @@ async fn latency_round(
     }
     latency::ON.store(true, Ordering::SeqCst);
     let since = Instant::now();
-    let core = Subject::from(format!("{LATENCY_CORE}.{durable}"));
+    let core = scenario.core_subject(side);
     let stream_subject = Subject::from(LATENCY_SUBJECT);
     let mut stored = Vec::new();
     let mut published = 0;
@@ -1394,7 +1393,6 @@ async fn round(side: Side, url: &str, scenario: Scenario, payloads: &[Bytes]) ->
     let publisher = async_nats::connect(url).await.unwrap();
     let js = jetstream::new(publisher.clone());
     let durable = side.durable();
-    let subject = |prefix: &str| Subject::from(format!("{prefix}.{durable}"));
 
     if scenario == Scenario::Pipeline {
         // Each round starts with an empty events stream.
@@ -1461,19 +1459,15 @@ async fn round(side: Side, url: &str, scenario: Scenario, payloads: &[Bytes]) ->
             }
         }
         Scenario::CoreLive | Scenario::CoreRetry | Scenario::CoreLiveLarge => {
-            let prefix = match scenario {
-                Scenario::CoreLive => LIVE,
-                Scenario::CoreLiveLarge => LIVE_LARGE,
-                _ => RETRY,
-            };
             let consumer = start(side, url, scenario).await;
             let since = Instant::now();
-            let published = publish_live(&publisher, &subject(prefix), n, payloads).await;
+            let subject = scenario.core_subject(side);
+            let published = publish_live(&publisher, &subject, n, payloads).await;
             (consumer, published.map(|()| since.elapsed().as_secs_f64()))
         }
         Scenario::CoreBacklog => {
             let consumer = start(side, url, scenario).await;
-            let subject = subject(BACKLOG_SUBJECT);
+            let subject = scenario.core_subject(side);
             let mut secs = Ok(0.0);
             let mut published = 0;
             while published < n && secs.is_ok() {
