@@ -432,7 +432,7 @@ impl Starts {
     /// on a mount without batches, or once [`flush`](Self::flush) runs what was gathered.
     pub(crate) fn hold<R: Runtime>(&mut self, rest: Waiting, permit: OwnedSemaphorePermit) {
         if self.gather <= 1 {
-            if self.placement.leaving() || self.placement.apart() {
+            if self.placement.apart() {
                 spawn_holding::<R>(rest, permit);
             } else {
                 (self.beside_loop)(Box::pin(Beside::<R> {
@@ -529,7 +529,7 @@ impl<R: Runtime> Future for Beside<R> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
-        if this.placement.leaving() || this.placement.apart() {
+        if this.placement.apart() {
             return this.apart();
         }
         let Some(rest) = this.rest.as_mut() else {

@@ -57,12 +57,11 @@ pub(crate) const APART_SCORE: u32 = 3 * HEAVY_SCORE;
 pub(crate) struct Placement {
     /// The mount's name, for the log.
     mount: &'static str,
-    /// Set by [`leave`](Self::leave): no delivery goes on beside the loop any more.
-    leaving: AtomicBool,
-    /// The deliveries beside the loop that wait, woken by [`leave`](Self::leave): each
+    /// The deliveries beside the loop that wait, woken when the mount goes apart: each
     /// registers its task's waker once, when it first waits, and takes it out when it ends.
     beside: Mutex<slab::Slab<Waker>>,
-    /// Whether its deliveries that wait go on apart, found heavy ([`APART_SCORE`]).
+    /// Whether its deliveries that wait go on apart, for good: found heavy
+    /// ([`APART_SCORE`]), or the mount stops ([`leave`](Self::leave)).
     apart: AtomicBool,
     /// Its heaviness so far (see [`HEAVY_SCORE`]).
     score: AtomicU32,
@@ -73,22 +72,16 @@ impl Placement {
     pub(crate) fn new(mount: &'static str) -> Self {
         Self {
             mount,
-            leaving: AtomicBool::new(false),
             beside: Mutex::default(),
             apart: AtomicBool::new(false),
             score: AtomicU32::new(0),
         }
     }
 
-    /// Whether the mount is stopping: a delivery beside the loop moves apart.
-    pub(crate) fn leaving(&self) -> bool {
-        self.leaving.load(Ordering::Acquire)
-    }
-
     /// The mount stops: every delivery beside its loop moves apart, and the next ones go
     /// apart at once. Idempotent.
     pub(crate) fn leave(&self) {
-        if !self.leaving.swap(true, Ordering::AcqRel) {
+        if !self.apart.swap(true, Ordering::AcqRel) {
             self.wake_all();
         }
     }
@@ -104,14 +97,14 @@ impl Placement {
     }
 
     /// Registers the waker of a delivery beside the loop that waits; its key, to
-    /// [`forget`](Self::forget) it with, and `None` when the mount is leaving or found heavy
-    /// (the delivery moves apart instead).
+    /// [`forget`](Self::forget) it with, and `None` when the mount has gone apart (the
+    /// delivery moves apart instead).
     pub(crate) fn register(&self, waker: &Waker) -> Option<usize> {
         let mut beside = self.beside.lock().unwrap_or_else(PoisonError::into_inner);
-        // Checked under the lock: `wake_all` takes the wakers under it after either flag is
-        // set, and nothing registers after it, so that a key forgotten later is never another
+        // Checked under the lock: `wake_all` takes the wakers under it after the flag is set,
+        // and nothing registers after it, so that a key forgotten later is never another
         // delivery's.
-        (!self.leaving() && !self.apart()).then(|| beside.insert(waker.clone()))
+        (!self.apart()).then(|| beside.insert(waker.clone()))
     }
 
     /// Takes out the waker registered under `key`.
@@ -123,7 +116,7 @@ impl Placement {
     }
 
     /// Whether the next delivery that waits goes on apart, on the application's runtime: the
-    /// mount was found heavy.
+    /// mount was found heavy, or stops.
     pub(crate) fn apart(&self) -> bool {
         self.apart.load(Ordering::Acquire)
     }
