@@ -18,6 +18,7 @@ use ruststream_core::{Delivery as CoreDelivery, Event, Plan, plan_with_clock};
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
+use super::beside::BesideTasks;
 use super::executor::{Execution, carry_out, execute, resend, send};
 use super::handler_run::{HandlerRun, handled, poll_slot, start_handler};
 use super::in_place::{Next, again_after, on_time, run_to_end};
@@ -385,11 +386,13 @@ async fn finish_rest<R: Runtime>(
 /// Where a mount loop starts its deliveries: the handler slot each runs its first poll in, and
 /// the deliveries that wait, gathered to run on one task ([`Starts::flush`]).
 ///
-/// A delivery that waits runs on a task of its own, so slow handlers run concurrently: on a
-/// JetStream mount without batches, beside the loop while its handler's polls are light, on
-/// the application's runtime once they are heavy or the mount stops ([`Placement`]; a
-/// handler awaiting the server is woken where the connection is, issue 39), and through
-/// [`spawn_holding`] on the application's runtime on a Core mount. On a batch mount (rule
+/// A delivery that waits goes on as a future of its own, so slow handlers run concurrently:
+/// on a JetStream mount without batches, beside the loop while its handler's polls are light
+/// (on one task with the mount's others that wait, [`BesideTasks`], so that those woken
+/// together settle together), on a task of its own on the application's runtime once they
+/// are heavy or the mount stops ([`Placement`]; a handler awaiting the server is woken where
+/// the connection is, issue 39), and through [`spawn_holding`] on the application's runtime
+/// on a Core mount. On a batch mount (rule
 /// 23) every member but the last of a batch waits, for its batch to close and run: one task
 /// for each would cost a spawn, a wake-up on another thread
 /// and a hand-over per member, which made a batch mount slower than single deliveries (issue
@@ -410,8 +413,11 @@ pub(crate) struct Starts {
     gathered: Vec<(Waiting, OwnedSemaphorePermit)>,
     /// How many deliveries that wait share a task: the mount's batch `max`, or 1.
     gather: usize,
-    /// Where the gathered ones run, and a single one while it is light: beside the loop.
+    /// Where the gathered ones run: beside the loop.
     beside_loop: BesideLoop,
+    /// Where a single one runs while it is light: beside the loop, on one task with the
+    /// others.
+    beside: BesideTasks,
     /// Where a single one goes on.
     placement: Arc<Placement>,
 }
@@ -424,6 +430,7 @@ impl Starts {
             gathered: Vec::new(),
             gather: ctx.batch_max.max(1),
             beside_loop: ctx.beside_loop.clone(),
+            beside: BesideTasks::new(ctx.beside_loop.clone()),
             placement: ctx.placement.clone(),
         }
     }
@@ -435,7 +442,7 @@ impl Starts {
             if self.placement.apart() {
                 spawn_holding::<R>(rest, permit);
             } else {
-                (self.beside_loop)(Box::pin(Beside::<R> {
+                self.beside.push(Box::pin(Beside::<R> {
                     rest: Some(rest),
                     permit: Some(permit),
                     registered: None,

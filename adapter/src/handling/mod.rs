@@ -5,6 +5,7 @@
 //! runs a handler with its panics caught, and [`lease`] keeps a running handler's lease.
 //! Imports only from the floors below.
 
+pub(crate) mod beside;
 pub(crate) mod dead_letter;
 pub(crate) mod executor;
 pub(crate) mod flow;
