@@ -198,7 +198,7 @@ fn decide<'m, R: Runtime>(
                     }
                     Poll::Pending => {
                         let started = started.unwrap_or_else(R::now);
-                        let run = HandlerRun(slot.take_run(&ctx.handler));
+                        let run = HandlerRun::new(ctx, slot.take_run(&ctx.handler));
                         // Taken here, before the mount reads its next message (rule 16).
                         let lease = Lease::take(ctx, msg, delivery, started);
                         return Some(Rest::Waits(Stage::Handling(run, lease, held)));
@@ -545,7 +545,22 @@ impl<R: Runtime> Future for Beside<R> {
         // Every poll is timed, the last included: a handler that computes after it awaits
         // is heavy in the poll that ends it.
         let started = R::now();
-        let ended = rest.as_mut().poll(cx).is_ready();
+        // Caught: the mount's other deliveries that wait share this task ([`BesideTasks`]),
+        // and a panic here would end them all. (A handler's own panics are caught where it
+        // runs, rule 13; this is for whatever else a delivery's rest runs.)
+        let ended = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            rest.as_mut().poll(cx).is_ready()
+        })) {
+            Ok(ended) => ended,
+            Err(panic) => {
+                let rest = this.rest.take();
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(rest)));
+                this.permit = None;
+                tracing::error!(panic = crate::support::panics::panic_message(&*panic),
+                    "a JetStream delivery waiting beside its mount's loop panicked: dropped unsettled (the server delivers it again once its ack_wait passes)");
+                return Poll::Ready(());
+            }
+        };
         let took = R::now().saturating_duration_since(started);
         let heavy = took > HEAVY_POLL;
         if heavy {

@@ -48,16 +48,45 @@ pub(crate) fn handler_delivery(
 }
 
 /// A handler run that did not finish at its first poll, taken out of the mount loop's slot
-/// ([`HandlerSlot::take_run`]). Its panic is caught (rule 13).
-pub(crate) struct HandlerRun(pub(crate) PendingRun);
+/// ([`HandlerSlot::take_run`]). Its panic is caught (rule 13), in its polls and where it is
+/// dropped (finished, or cancelled at the handler time limit): a future that panics when
+/// dropped is logged, and unwinds through nothing else (on the task a mount's waiting
+/// deliveries share beside its loop, it ended every one of them, issue 39).
+pub(crate) struct HandlerRun {
+    /// Always `Some` until dropped.
+    run: Option<PendingRun>,
+    mount: &'static str,
+}
+
+impl HandlerRun {
+    /// The run `run` of a handler of the mount `ctx`.
+    pub(crate) fn new(ctx: &MountContext, run: PendingRun) -> Self {
+        Self {
+            run: Some(run),
+            mount: ctx.name,
+        }
+    }
+}
 
 impl Future for HandlerRun {
     type Output = std::thread::Result<Handled>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match &mut self.get_mut().0 {
-            PendingRun::InSlot(slot) => caught(|| slot.poll_run(cx)),
-            PendingRun::Boxed(run) => caught(|| run.as_mut().poll(cx)),
+        match &mut self.get_mut().run {
+            Some(PendingRun::InSlot(slot)) => caught(|| slot.poll_run(cx)),
+            Some(PendingRun::Boxed(run)) => caught(|| run.as_mut().poll(cx)),
+            None => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for HandlerRun {
+    fn drop(&mut self) {
+        if let Some(run) = self.run.take()
+            && let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(|| drop(run)))
+        {
+            tracing::error!(mount = %self.mount, panic = panic_message(&*panic),
+                "a handler's future panicked while it was dropped");
         }
     }
 }

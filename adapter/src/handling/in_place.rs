@@ -94,7 +94,7 @@ pub(crate) async fn run_to_end<R: Runtime>(
                     };
                     return Some((runs, leased));
                 }
-                let run = HandlerRun(slot.take_run(&ctx.handler));
+                let run = HandlerRun::new(ctx, slot.take_run(&ctx.handler));
                 Next::Running(run, Lease::take(ctx, msg, &again, started))
             }
         };
