@@ -556,8 +556,10 @@ impl<R: Runtime> Future for Beside<R> {
                 let rest = this.rest.take();
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(rest)));
                 this.permit = None;
-                tracing::error!(panic = crate::support::panics::panic_message(&*panic),
-                    "a JetStream delivery waiting beside its mount's loop panicked: dropped unsettled (the server delivers it again once its ack_wait passes)");
+                tracing::error!(
+                    panic = crate::support::panics::panic_message(&*panic),
+                    "a JetStream delivery waiting beside its mount's loop panicked: dropped unsettled (the server delivers it again once its ack_wait passes)"
+                );
                 return Poll::Ready(());
             }
         };
