@@ -200,10 +200,10 @@ async fn consume<R: Runtime, S: Subscriptions>(
                                 ctx.handles_gone();
                             }
                             reported = true;
-                            let ((), published) = futures_util::future::join(
+                            let ((), published) = Box::pin(futures_util::future::join(
                                 unsubscribe_and_count::<R, S>(ctx, &mut messages),
                                 publishing,
-                            )
+                            ))
                             .await;
                             published
                         }
@@ -217,9 +217,7 @@ async fn consume<R: Runtime, S: Subscriptions>(
             // Only the end of the plan's execution is left (a publish's report or its
             // recovery): awaited here, in place, as the mount's back-pressure, with no future
             // boxed and no slot taken, as the pull loop does.
-            finish::<R>(ctx.clone(), read_core, msg, stage)
-                .instrument(span)
-                .await;
+            Box::pin(finish::<R>(ctx.clone(), read_core, msg, stage).instrument(span)).await;
             continue;
         }
         let rest = waiting::<R>(ctx, read_core, msg, span, stage);
@@ -237,10 +235,10 @@ async fn consume<R: Runtime, S: Subscriptions>(
                     ctx.handles_gone();
                 }
                 reported = true;
-                futures_util::future::join(
+                Box::pin(futures_util::future::join(
                     unsubscribe_and_count::<R, S>(ctx, &mut messages),
                     holding,
-                )
+                ))
                 .await;
                 break;
             }
@@ -252,19 +250,19 @@ async fn consume<R: Runtime, S: Subscriptions>(
     if asked_to_stop(&shutdown) {
         if reported {
             drop(messages);
-            ctx.settle_at_stop::<R>().await;
+            Box::pin(ctx.settle_at_stop::<R>()).await;
         } else {
-            futures_util::future::join(
+            Box::pin(futures_util::future::join(
                 async {
                     unsubscribe_and_count::<R, S>(ctx, &mut messages).await;
                     drop(messages);
                 },
                 ctx.settle_at_stop::<R>(),
-            )
+            ))
             .await;
         }
     } else if !reported {
-        let unhandled = count_buffered(&mut messages).await as u64;
+        let unhandled = Box::pin(count_buffered(&mut messages)).await as u64;
         report_unhandled(ctx, unhandled);
     }
 }

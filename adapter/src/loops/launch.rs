@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use async_nats::Client;
+use futures_util::FutureExt;
 use ruststream_core::{Descriptor, PendingCopy};
 use tokio::sync::{Semaphore, mpsc, watch};
 
@@ -133,10 +134,13 @@ impl<R: Runtime> Launcher<R> {
                     self.reconnected.clone(),
                     self.shutdown.clone(),
                 );
-                R::spawn_next_to(&self.reactor, LoopThread::Connection, async move {
-                    pulling.await;
-                    tell_if_ended();
-                })
+                // A combinator, not an `async` block awaiting the loop: such a block holds
+                // the loop's future twice over (captured, and again while awaited).
+                R::spawn_next_to(
+                    &self.reactor,
+                    LoopThread::Connection,
+                    pulling.map(move |()| tell_if_ended()),
+                )
             }
             Source::Core(subscribers) => {
                 let slots = Arc::new(Semaphore::new(spawned_slots(mount.slots())));
@@ -147,10 +151,11 @@ impl<R: Runtime> Launcher<R> {
                     mount.subscription_buffer_or(self.subscription_buffer),
                     self.shutdown.clone(),
                 );
-                R::spawn_next_to(&self.reactor, LoopThread::Core, async move {
-                    consuming.await;
-                    tell_if_ended();
-                })
+                R::spawn_next_to(
+                    &self.reactor,
+                    LoopThread::Core,
+                    consuming.map(move |()| tell_if_ended()),
+                )
             }
         }
     }

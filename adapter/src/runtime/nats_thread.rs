@@ -171,11 +171,12 @@ impl NatsThread {
         F::Output: Send + 'static,
     {
         let spawned = self.spawned.clone();
-        let future = async move {
-            let output = future.await;
+        // A combinator, not an `async` block awaiting `future`: such a block holds `future`
+        // twice over (captured, and again while awaited), a mount loop's 5 to 7 KiB each.
+        let future = futures_util::FutureExt::map(future, move |output| {
             drop(spawned);
             output
-        };
+        });
         match on {
             LoopThread::Core if *self.alive.borrow() => match self.core_thread() {
                 Some(core) => core.spawn(future),
