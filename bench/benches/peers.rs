@@ -1283,7 +1283,9 @@ async fn latency_round(
     }
     latency::ON.store(true, Ordering::SeqCst);
     let since = Instant::now();
-    let core = scenario.core_subject(side);
+    // Where the orders go: a Core subject of the side's own on latency-core, the stream's
+    // subject on latency-js.
+    let core = (scenario == Scenario::LatencyCore).then(|| scenario.core_subject(side));
     let stream_subject = Subject::from(LATENCY_SUBJECT);
     let mut stored = Vec::new();
     let mut published = 0;
@@ -1293,11 +1295,12 @@ async fn latency_round(
         while published < due {
             let stamp = latency::stamp();
             let payload = stamped_payload(stamp);
-            if scenario == Scenario::LatencyJs {
-                sent[published].store(stamp, Ordering::Relaxed);
-                stored.push(js.publish(stream_subject.clone(), payload).await.unwrap());
-            } else {
-                publisher.publish(core.clone(), payload).await.unwrap();
+            match &core {
+                Some(core) => publisher.publish(core.clone(), payload).await.unwrap(),
+                None => {
+                    sent[published].store(stamp, Ordering::Relaxed);
+                    stored.push(js.publish(stream_subject.clone(), payload).await.unwrap());
+                }
             }
             published += 1;
         }
