@@ -171,6 +171,12 @@ async fn consume<R: Runtime, S: Subscriptions>(
         };
         // Shutdown has begun, or the subscription ended.
         let Ok(next) = next else {
+            // Every handle gone between the select's two polls (the shutdown channel seen
+            // pending, then closed by the run): said all the same. (Seen once in CI, on a
+            // loaded machine: the mount stopped without a word.)
+            if shutdown.has_changed().is_err() {
+                ctx.handles_gone();
+            }
             break;
         };
         let (msg, next) = next;
