@@ -14,7 +14,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
 use futures_util::Stream;
@@ -35,6 +35,13 @@ pub(crate) struct BesideTasks {
 
 struct Shared {
     state: Mutex<State>,
+}
+
+impl Shared {
+    /// The state, locked (a panic while it was held leaves nothing half-done in it).
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 #[derive(Default)]
@@ -60,11 +67,7 @@ impl BesideTasks {
 
     /// Runs `rest` on the task beside the loop, starting it when none runs.
     pub(crate) fn push(&self, rest: Waiting) {
-        let mut state = self
-            .shared
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut state = self.shared.state();
         state.incoming.push(rest);
         if state.running {
             let waker = state.waker.take();
@@ -96,11 +99,7 @@ impl Future for Polled {
         let this = self.get_mut();
         loop {
             {
-                let mut state = this
-                    .shared
-                    .state
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
+                let mut state = this.shared.state();
                 this.all.extend(state.incoming.drain(..));
                 if this.all.is_empty() {
                     // Nothing left: the next push starts another task.
@@ -130,11 +129,7 @@ impl Drop for Polled {
     fn drop(&mut self) {
         // Dropped unfinished (its runtime went, cancelling what it polled): a later push
         // starts a task again, which takes what was pushed meanwhile.
-        let mut state = self
-            .shared
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut state = self.shared.state();
         state.running = false;
         state.waker = None;
     }
@@ -144,8 +139,8 @@ impl Drop for Polled {
 mod tests {
     use std::future::Future;
     use std::pin::Pin;
+    use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::{Arc, PoisonError};
     use std::task::Context;
 
     use futures_util::stream::FuturesUnordered;
@@ -199,14 +194,7 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert_eq!(done.load(Ordering::SeqCst), 4);
-        assert!(
-            !tasks
-                .shared
-                .state
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .running
-        );
+        assert!(!tasks.shared.state().running);
         // The next delivery starts a task again, which runs it.
         let (tx, rx) = tokio::sync::oneshot::channel();
         tasks.push(waiting(rx, &done));
@@ -228,12 +216,7 @@ mod tests {
             shared: tasks.shared.clone(),
             all: FuturesUnordered::new(),
         };
-        tasks
-            .shared
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .running = true;
+        tasks.shared.state().running = true;
         tasks.push(waiting(rx, &done));
         let waker = futures_util::task::noop_waker();
         assert!(

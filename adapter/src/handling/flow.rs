@@ -33,6 +33,7 @@ use crate::runtime::Runtime;
 use crate::state::mount_context::{BesideLoop, MountContext};
 use crate::state::placement::{HEAVY_POLL, Placement};
 use crate::support::incoming::Incoming;
+use crate::support::panics::{drop_caught, panic_message};
 
 /// The rest of a delivery that has to wait for its handler or for a dead letter's
 /// confirmation, to be run wherever its caller decides.
@@ -392,11 +393,10 @@ async fn finish_rest<R: Runtime>(
 /// together settle together), on a task of its own on the application's runtime once they
 /// are heavy or the mount stops ([`Placement`]; a handler awaiting the server is woken where
 /// the connection is, issue 39), and through [`spawn_holding`] on the application's runtime
-/// on a Core mount. On a batch mount (rule
-/// 23) every member but the last of a batch waits, for its batch to close and run: one task
-/// for each would cost a spawn, a wake-up on another thread
-/// and a hand-over per member, which made a batch mount slower than single deliveries (issue
-/// 38's js-batch bench). So a batch mount's loop gathers up to `max` such deliveries, as many
+/// on a Core mount. On a batch mount (rule 23) every member but the last of a batch waits,
+/// for its batch to close and run: one task for each would cost a spawn, a wake-up on another
+/// thread and a hand-over per member, which made a batch mount slower than single deliveries
+/// (issue 38's js-batch bench). So a batch mount's loop gathers up to `max` such deliveries, as many
 /// as one batch holds, and runs them on one task beside the loop, on its thread (the NATS
 /// thread, where the connection is: a member's settlement is handed to the client without a
 /// wake-up across threads), each still its own future (they run concurrently within it),
@@ -553,11 +553,12 @@ impl<R: Runtime> Future for Beside<R> {
         })) {
             Ok(ended) => ended,
             Err(panic) => {
-                let rest = this.rest.take();
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(rest)));
+                // What a panicking `Drop` of its rest would add is left unsaid: the delivery's
+                // loss is said here.
+                let _ = drop_caught(this.rest.take());
                 this.permit = None;
                 tracing::error!(
-                    panic = crate::support::panics::panic_message(&*panic),
+                    panic = panic_message(&*panic),
                     "a JetStream delivery waiting beside its mount's loop panicked: dropped unsettled (the server delivers it again once its ack_wait passes)"
                 );
                 return Poll::Ready(());

@@ -14,7 +14,7 @@ use crate::api::handler::{HandlerSlot, PendingRun};
 use crate::api::turns::HeldTurn;
 use crate::state::mount_context::MountContext;
 use crate::support::incoming::Incoming;
-use crate::support::panics::panic_message;
+use crate::support::panics::{drop_caught, panic_message};
 
 /// The delivery as its handler is given it: its parts shared with the message (no copy), its
 /// mount's names, and its JetStream metadata.
@@ -83,7 +83,7 @@ impl Future for HandlerRun {
 impl Drop for HandlerRun {
     fn drop(&mut self) {
         if let Some(run) = self.run.take()
-            && let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(|| drop(run)))
+            && let Err(panic) = drop_caught(run)
         {
             tracing::error!(mount = %self.mount, panic = panic_message(&*panic),
                 "a handler's future panicked while it was dropped");
@@ -122,7 +122,7 @@ pub(crate) fn poll_slot(
 #[cold]
 fn renew_slot(ctx: &MountContext, slot: &mut HandlerSlot) {
     let old = std::mem::replace(slot, ctx.handler.clone().slot());
-    if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(|| drop(old))) {
+    if let Err(panic) = drop_caught(old) {
         tracing::error!(mount = %ctx.name, panic = panic_message(&*panic),
             "a handler's future panicked while it was dropped");
     }

@@ -221,8 +221,9 @@ async fn consume<R: Runtime, S: Subscriptions>(
         };
         if stage.in_place() {
             // Only the end of the plan's execution is left (a publish's report or its
-            // recovery): awaited here, in place, as the mount's back-pressure, with no future
-            // boxed and no slot taken, as the pull loop does.
+            // recovery): awaited here, in place, as the mount's back-pressure, with no slot
+            // taken, as the pull loop does; boxed, as the loop's other rare waits, so that
+            // its future does not stay in the loop's (which every mount holds while it runs).
             Box::pin(finish::<R>(ctx.clone(), read_core, msg, stage).instrument(span)).await;
             continue;
         }
