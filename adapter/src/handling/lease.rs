@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use async_nats::{Client, Subject};
 use futures_util::FutureExt;
 use ruststream_core::{
-    Delivery as CoreDelivery, Event, LeaseEnd, LeaseTerms, LeasedDelivery, Outcome,
+    AckReply, Delivery as CoreDelivery, Event, LeaseEnd, LeaseTerms, LeasedDelivery, Outcome,
     WORK_IN_PROGRESS,
 };
 use tokio::sync::{oneshot, watch};
@@ -178,8 +178,18 @@ impl WaitLease {
     /// A lease for `msg`, from now, renewed when the mount's leases are on; `None` when there
     /// is no deadline to keep (no ack reply subject that reads, or no `ack_wait` known).
     pub(crate) fn hold<R: Runtime>(ctx: &MountContext, msg: &Incoming) -> Option<Self> {
-        let reply = msg.reply.clone()?;
-        let parsed = ruststream_core::AckReply::parse(reply.as_bytes()).ok()?;
+        let reply = msg.reply.as_ref()?;
+        let parsed = AckReply::parse(reply.as_bytes()).ok()?;
+        Self::hold_read::<R>(ctx, reply, &parsed)
+    }
+
+    /// As [`hold`](Self::hold), for the message whose ack reply subject `reply` was read as
+    /// `parsed`; `None` when no `ack_wait` is known.
+    pub(crate) fn hold_read<R: Runtime>(
+        ctx: &MountContext,
+        reply: &Subject,
+        parsed: &AckReply<'_>,
+    ) -> Option<Self> {
         let delivered = parsed.delivered;
         let (span, renew) = {
             let settings = ctx.lease_settings();
@@ -193,10 +203,10 @@ impl WaitLease {
             span: Some(span),
             renew,
             limit: WAIT_RENEWAL_LIMIT,
-            delivery: Some(LeasedDelivery::of(ctx.index, &parsed)),
+            delivery: Some(LeasedDelivery::of(ctx.index, parsed)),
         };
         let io = LeaseIo {
-            reply: Some(reply),
+            reply: Some(reply.clone()),
             cancel: None,
             metrics: ctx.metrics.clone(),
         };

@@ -49,10 +49,33 @@ pub(crate) fn read_jetstream<'m>(
     ctx: &MountContext,
     msg: &'m Incoming,
 ) -> Option<CoreDelivery<'m>> {
+    read_jetstream_noting(ctx, msg, true)
+}
+
+/// As [`read_jetstream`], for a message whose arrival was noted when it was received (a
+/// prefetched one that waited for a slot, see `loops::prefetch::wait`): its arrival is not
+/// noted a second time, which would change nothing but cost a lock and a heap search per
+/// message.
+#[inline]
+pub(crate) fn read_jetstream_noted<'m>(
+    ctx: &MountContext,
+    msg: &'m Incoming,
+) -> Option<CoreDelivery<'m>> {
+    read_jetstream_noting(ctx, msg, false)
+}
+
+#[inline]
+fn read_jetstream_noting<'m>(
+    ctx: &MountContext,
+    msg: &'m Incoming,
+    note: bool,
+) -> Option<CoreDelivery<'m>> {
     let reply = msg.reply.as_ref().map_or(&b""[..], |r| r.as_bytes());
     match AckReply::parse(reply) {
         Ok(r) => {
-            arrived(ctx, &r);
+            if note {
+                arrived(ctx, &r);
+            }
             Some(CoreDelivery::jetstream(&msg.subject, r))
         }
         Err(e) => {

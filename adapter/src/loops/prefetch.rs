@@ -10,7 +10,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use crate::handling::flow::{Starts, start_delivery};
 use crate::handling::lease::{WaitEnd, WaitLease};
-use crate::handling::read::{arrived, read_jetstream};
+use crate::handling::read::{arrived, read_jetstream_noted};
 use crate::runtime::Runtime;
 use crate::state::in_flight::InFlightGuard;
 use crate::state::mount_context::MountContext;
@@ -92,20 +92,27 @@ pub(super) async fn start_waiting<R: Runtime>(
         return;
     }
     pulls.handle_started(R::now(), busy(pulls.held()));
-    start_delivery::<R>(ctx.clone(), read_jetstream, msg, permit, starts).await;
+    // Its arrival was noted when it came (`wait`).
+    start_delivery::<R>(ctx.clone(), read_jetstream_noted, msg, permit, starts).await;
 }
 
 /// A prefetched message that found no free slot: it waits under its lease (renewed with
 /// leases on), and is noted as received (the supervisor's suspect is a message the mount
 /// never received, rule 20).
 pub(super) fn wait<R: Runtime>(ctx: &MountContext, msg: Incoming) -> Prefetched {
-    if let Some(reply) = &msg.reply
-        && let Ok(reply) = ruststream_core::AckReply::parse(reply.as_bytes())
-    {
-        arrived(ctx, &reply);
-    }
+    // Read once, for both (the ack reply subject is parsed once more when the message starts).
+    let lease = match &msg.reply {
+        Some(subject) => match ruststream_core::AckReply::parse(subject.as_bytes()) {
+            Ok(reply) => {
+                arrived(ctx, &reply);
+                WaitLease::hold_read::<R>(ctx, subject, &reply)
+            }
+            Err(_) => None,
+        },
+        None => None,
+    };
     Prefetched {
-        lease: WaitLease::hold::<R>(ctx, &msg),
+        lease,
         msg,
         _in_flight: ctx.in_flight.enter(),
     }
