@@ -16,7 +16,7 @@
 
 #![warn(missing_docs)]
 
-// The floors, lowest first: runtime, support, api, state, handling, loops, app. Each imports
+// The floors, lowest first: runtime, support, api, state, handling, loops, app, tools. Each imports
 // only from itself and the floors below it (checked by `tests/layers.rs`); the README's Layout
 // says what each holds.
 mod api;
@@ -26,6 +26,7 @@ mod loops;
 mod runtime;
 mod state;
 mod support;
+mod tools;
 
 pub use api::batch::{
     Batch, BatchHandled, BatchHandler, IntoBatchHandled, MAX_BATCH, Member, MemberOutcome,
@@ -61,6 +62,24 @@ pub use ruststream_core::{
 /// Deliberate bugs, for measuring the explorer: their names in every build, the switch that
 /// turns one on only with the `deliberate-bugs` feature (never in a user's build).
 pub use support::deliberate;
+
+/// Dead-letter streams: list, show, replay and delete their dead letters, as `ruststream dlq`
+/// does. The reading of provenance and the restoring of a dead letter as it was are the
+/// core's ([`DeadLetterRecord`](dead_letters::DeadLetterRecord),
+/// [`restored_headers`](dead_letters::restored_headers)).
+///
+/// These calls are async-nats JetStream calls, which need a Tokio context: on smol, wrap them
+/// in `ruststream_smol::Compat`.
+pub mod dead_letters {
+    pub use crate::tools::dead_letters::{
+        DeadLetter, DeadLetterError, DeadLetters, READ_STALL, Scanned,
+    };
+    pub use crate::tools::replay::{ReplayEvent, ReplayOptions, ReplaySummary, Sent};
+    pub use ruststream_core::{
+        DEAD_LETTER_MSG_ID_PREFIX, DeadLetterFilter, DeadLetterReason, DeadLetterRecord,
+        REPLAY_MSG_ID_PREFIX, Subject, Wildcard, replay_msg_id, restored_headers,
+    };
+}
 pub use support::metrics;
 
 /// Re-exported so applications can build [`App::with_options`] and read headers without
@@ -95,7 +114,7 @@ macro_rules! reexport_api {
             MAX_RECOVERIES, Member, MemberOutcome, Mount, MountHealth, MountPolicy, MountState,
             Outcome, OutcomeFuture, RECOVERIES_KEPT, RECOVERY_LIMIT, RECOVERY_WINDOW, Recovery,
             Reply, RunError, SAME_SUSPECT_LIMIT, Settled, ShutdownHandle, ShutdownReport,
-            StartError, async_nats, connect_url,
+            StartError, async_nats, connect_url, dead_letters,
         };
     };
 }

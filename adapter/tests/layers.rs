@@ -15,8 +15,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The floors of `src/`, lowest first.
-const FLOORS: [&str; 7] = [
-    "runtime", "support", "api", "state", "handling", "loops", "app",
+const FLOORS: [&str; 8] = [
+    "runtime", "support", "api", "state", "handling", "loops", "app", "tools",
 ];
 
 /// Pairs of files that may import each other: one concern of one floor.

@@ -82,6 +82,7 @@ mod policy;
 mod provenance;
 mod pull;
 mod queue;
+mod redrive;
 mod reply;
 mod subject;
 
@@ -117,5 +118,9 @@ pub use pull::{
     parse_pending_messages,
 };
 pub use queue::{DelayQueue, Due, PendingCopy};
+pub use redrive::{
+    DEAD_LETTER_MSG_ID_PREFIX, DeadLetterFilter, DeadLetterRecord, REPLAY_MSG_ID_PREFIX,
+    replay_msg_id, restored_headers,
+};
 pub use reply::{ACK_PREFIX, AckReply, AckReplyError};
 pub use subject::{Subject, SubjectError, Wildcard};

@@ -107,6 +107,21 @@ pub enum DeadLetterReason {
 }
 
 impl DeadLetterReason {
+    /// Every reason, in the order of [`as_str`](Self::as_str)'s list.
+    pub const ALL: [Self; 5] = [
+        Self::Limit,
+        Self::Rejected,
+        Self::Undecodable,
+        Self::HandlerError,
+        Self::CopyTooLarge,
+    ];
+
+    /// The reason whose `Ruststream-Reason` value is `name` (exactly, as
+    /// [`as_str`](Self::as_str) writes it); `None` for any other text.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.as_str() == name)
+    }
+
     /// The value of `Ruststream-Reason`: `limit`, `rejected`, `undecodable`, `handler-error`
     /// or `copy-too-large`.
     pub fn as_str(self) -> &'static str {
