@@ -23,6 +23,12 @@
 //!
 //! Then a Core request to `orders.count` is answered with the number of accepted orders.
 //!
+//! **Dead letters, redriven.** The demo then lists the dead letters with
+//! `ruststream_tokio::dead_letters` (what `ruststream dlq list DLQ` prints), repairs the
+//! inventory, and replays the `handler-error` one (`stuck-fig`) to `orders.new` with its
+//! dead letter deleted once the stream confirms it (`ruststream dlq replay DLQ --reason
+//! handler-error --delete`): the service accepts it on its first attempt.
+//!
 //! **Operating it.** The demo installs a Prometheus recorder and serves `/metrics`, `/healthz`
 //! and `/readyz` over HTTP, on `--metrics-addr ADDR` (or `DEMO_METRICS_ADDR`), by default
 //! on a port of the system's choosing on 127.0.0.1. It reads them as a scraper and a probe
@@ -44,6 +50,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ruststream_tokio::async_nats::{self, jetstream};
+use ruststream_tokio::dead_letters::{
+    DeadLetterFilter, DeadLetterReason, DeadLetters, ReplayOptions, ReplaySummary,
+};
 use ruststream_tokio::{App, Disposition, Settled};
 
 #[path = "../../tests/src/server.rs"]
@@ -158,7 +167,8 @@ async fn run(
             sink.lock().unwrap().push((s.clone(), Instant::now()));
         });
     let app = orders::orders_service(app);
-    let ops_addr = ops::serve(metrics_addr, prometheus, app.health())?;
+    let asyncapi = app.asyncapi("orders", "1.0.0")?;
+    let ops_addr = ops::serve(metrics_addr, prometheus, app.health(), asyncapi)?;
     println!("serving /metrics, /healthz and /readyz on http://{ops_addr}");
     let ready_before = ops::get(ops_addr, "/readyz")?.0;
     let running = app.start().await?;
@@ -178,6 +188,11 @@ async fn run(
     while settled.lock().unwrap().len() < SETTLEMENTS && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let (listed, redriven) = redrive(client).await?;
+    while settled.lock().unwrap().len() < SETTLEMENTS + 1 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let asyncapi = ops::get(ops_addr, "/asyncapi.json")?;
     if hold {
         println!(
             "the service runs: http://{ops_addr}/metrics, /healthz and /readyz; Ctrl-C to stop it and check the summary"
@@ -227,7 +242,19 @@ async fn run(
         })
         .collect();
     want_reasons.sort();
+    // The handler-error dead letter was replayed and deleted: the stream keeps the others.
+    want_reasons.retain(|r| !r.starts_with("handler-error"));
     let accepted = BATCH.iter().filter(|(_, fate)| *fate == "accepted").count();
+    let replayed_acked = settled
+        .iter()
+        .filter(|(s, _)| {
+            s.mount == "orders"
+                && s.stream_sequence == Some(BATCH.len() as u64 + 1)
+                && s.disposition == Disposition::Acked
+        })
+        .count();
+    let asyncapi_doc: serde_json::Value =
+        serde_json::from_str(&asyncapi.1).unwrap_or(serde_json::Value::Null);
     let js_settled = settled.iter().filter(|(s, _)| s.mount == "orders").count() as u64;
     let acked_js = settled
         .iter()
@@ -249,9 +276,9 @@ async fn run(
     };
     let checks = [
         (
-            "every delivery settled",
-            settled.len() == SETTLEMENTS,
-            format!("{} of {SETTLEMENTS}", settled.len()),
+            "every delivery settled, the replayed one included",
+            settled.len() == SETTLEMENTS + 1,
+            format!("{} of {}", settled.len(), SETTLEMENTS + 1),
         ),
         (
             "JetStream deliveries = the consumer's delivered sequence",
@@ -270,13 +297,25 @@ async fn run(
             ),
         ),
         (
-            "events stored by EVENTS = orders acked = orders.count's answer",
-            events == accepted as u64 && acked_js == accepted && count["accepted"] == accepted,
+            "events stored by EVENTS = orders acked = orders.count's answer (+1 replayed)",
+            events == accepted as u64 + 1
+                && acked_js == accepted + 1
+                && count["accepted"] == accepted,
             format!("stream {events}, acked {acked_js}, answer {count}, batch {accepted}"),
         ),
         (
-            "dead letters stored by DLQ, with their provenance reasons",
-            dead_letters == want_reasons && summary["dead-lettered"] == want_reasons.len(),
+            "dead letters listed (3), the handler-error one replayed, stored, deleted and acked",
+            listed.len() == 3
+                && redriven.selected == 1
+                && redriven.stored == 1
+                && redriven.deleted == 1
+                && redriven.stopped_at.is_none()
+                && replayed_acked == 1,
+            format!("listed {listed:?}, replay {redriven:?}, acked {replayed_acked}"),
+        ),
+        (
+            "dead letters left in DLQ, with their provenance reasons",
+            dead_letters == want_reasons && summary["dead-lettered"] == want_reasons.len() + 1,
             format!(
                 "stream {dead_letters:?}, summary {}",
                 summary["dead-lettered"]
@@ -331,12 +370,67 @@ async fn run(
             ),
         ),
         (
+            "/asyncapi.json: an AsyncAPI 3.0 document with both mounts",
+            asyncapi.0 == 200
+                && asyncapi_doc["asyncapi"] == "3.0.0"
+                && asyncapi_doc["operations"]["orders"]["action"] == "receive"
+                && asyncapi_doc["operations"]["orders-count"]["action"] == "receive",
+            format!("{}, {} bytes", asyncapi.0, asyncapi.1.len()),
+        ),
+        (
             "nothing abandoned at shutdown",
             report.abandoned.is_empty() && report.lost_copies.is_empty(),
             format!("{report:?}"),
         ),
     ];
     Ok(logging::print_checks(&checks))
+}
+
+/// Lists the dead letters (one line each, as `ruststream dlq list DLQ` does), repairs the
+/// inventory, and replays the `handler-error` one with its dead letter deleted once the
+/// stream has it. Returns the listed lines and the replay's summary.
+async fn redrive(
+    client: &async_nats::Client,
+) -> Result<(Vec<String>, ReplaySummary), Box<dyn std::error::Error>> {
+    let dlq = DeadLetters::open(client.clone(), "DLQ").await?;
+    let mut listed = Vec::new();
+    println!();
+    println!("dead letters in DLQ:");
+    dlq.each(&DeadLetterFilter::default(), false, |dead| {
+        let r = &dead.record;
+        let line = format!(
+            "  {}  from {} (ORDERS#{}), attempt {}, {}{}",
+            dead.sequence,
+            r.subject.as_deref().unwrap_or("-"),
+            r.stream_sequence.map_or("-".to_owned(), |s| s.to_string()),
+            r.attempt.map_or("-".to_owned(), |a| a.to_string()),
+            r.reason.as_deref().unwrap_or("-"),
+            r.error
+                .as_deref()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default(),
+        );
+        println!("{line}");
+        listed.push(line);
+    })
+    .await?;
+    orders::INVENTORY_REPAIRED.store(true, std::sync::atomic::Ordering::Relaxed);
+    println!("the inventory is repaired: replaying the handler-error dead letter");
+    let options = ReplayOptions {
+        filter: DeadLetterFilter {
+            reasons: vec![DeadLetterReason::HandlerError],
+            ..DeadLetterFilter::default()
+        },
+        delete: true,
+        ..ReplayOptions::default()
+    };
+    let summary = dlq.replay(&options, |_| {}, |_| {}).await?;
+    println!(
+        "replayed: {} stored, {} deleted",
+        summary.stored, summary.deleted
+    );
+    println!();
+    Ok((listed, summary))
 }
 
 async fn stream_len(

@@ -1,23 +1,25 @@
 //! The orders service: JSON orders from a stream, validated, a transient failure retried with
 //! backoff, an `order.accepted` event published with the stream's confirmation, a Core request
-//! `orders.count` answered, and dead letters with provenance.
+//! `orders.count` answered, dead letters with provenance, and its AsyncAPI document served at
+//! `http://127.0.0.1:9465/asyncapi.json` (`ASYNCAPI_ADDR` to change it).
 //!
 //! `NATS_URL=nats://127.0.0.1:4222 cargo run -p ruststream-tokio --example orders`
 
 use std::error::Error;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use ruststream_tokio::async_nats::HeaderMap;
 use ruststream_tokio::async_nats::header::NATS_MESSAGE_ID;
 use ruststream_tokio::async_nats::jetstream::stream;
 use ruststream_tokio::{AnyRuntime, App, AppOn, Backoff, Context, Delivery, Mount, Outcome, Reply};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// An order, as clients publish it to `orders.new`.
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 pub struct Order {
     /// The order's id.
     pub id: u64,
@@ -28,7 +30,7 @@ pub struct Order {
 }
 
 /// The event published for each accepted order.
-#[derive(Serialize)]
+#[derive(Serialize, JsonSchema)]
 struct Accepted<'a> {
     id: u64,
     sku: &'a str,
@@ -44,11 +46,15 @@ fn stream(name: &str, subjects: &[&str]) -> stream::Config {
     }
 }
 
+/// Whether the inventory service's outage for `stuck-` SKUs is over (the demo ends it, then
+/// replays their dead letters with `ruststream_tokio::dead_letters`).
+pub static INVENTORY_REPAIRED: AtomicBool = AtomicBool::new(false);
+
 /// Stands in for a call to the inventory service: it times out twice for a `flaky-` SKU, and
-/// always for a `stuck-` one.
+/// for a `stuck-` one until [`INVENTORY_REPAIRED`].
 async fn reserve(order: &Order, attempt: u64) -> Result<(), String> {
-    let times_out =
-        order.sku.starts_with("stuck-") || (order.sku.starts_with("flaky-") && attempt < 3);
+    let stuck = order.sku.starts_with("stuck-") && !INVENTORY_REPAIRED.load(Ordering::Relaxed);
+    let times_out = stuck || (order.sku.starts_with("flaky-") && attempt < 3);
     match times_out {
         true => Err(format!("inventory timed out reserving {}", order.sku)),
         false => Ok(()),
@@ -74,7 +80,11 @@ pub fn orders_service<R: AnyRuntime>(app: AppOn<R>) -> AppOn<R> {
                     Duration::from_secs(2),
                 ))
                 .dead_letter("dlq.orders")
-                .provenance(), // Ruststream-Reason, -Attempt, -Error… on each dead letter
+                .provenance() // Ruststream-Reason, -Attempt, -Error… on each dead letter
+                // For its AsyncAPI document (feature "asyncapi"): the JSON Schemas of what it
+                // takes and what it publishes.
+                .payload::<Order>()
+                .publishes_json::<Accepted<'static>>("order.accepted"),
             move |order: Order, d: Delivery, cx: Context| {
                 let accepted = accepted.clone();
                 async move {
@@ -121,7 +131,13 @@ async fn main() -> ExitCode {
         )
         .init();
     let url = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".to_owned());
-    match orders_service(App::new(&url)).run().await {
+    let app = orders_service(App::new(&url));
+    let http = std::env::var("ASYNCAPI_ADDR").unwrap_or_else(|_| "127.0.0.1:9465".to_owned());
+    match app.asyncapi("orders", "1.0.0") {
+        Ok(document) => serve_json(&http, "/asyncapi.json", document.to_string()),
+        Err(e) => eprintln!("no AsyncAPI document: {e}"),
+    }
+    match app.run().await {
         Ok(report) => {
             eprintln!("stopped: {report}");
             ExitCode::SUCCESS
@@ -131,4 +147,25 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Serves `body` as JSON at `path` on `addr`, on a thread of its own (tiny_http).
+fn serve_json(addr: &str, path: &'static str, body: String) {
+    let server = match tiny_http::Server::http(addr) {
+        Ok(server) => server,
+        Err(e) => return eprintln!("cannot serve {path} on {addr}: {e}"),
+    };
+    eprintln!("serving http://{addr}{path}");
+    std::thread::spawn(move || {
+        for request in server.incoming_requests() {
+            let json = "Content-Type: application/json".parse::<tiny_http::Header>();
+            let response = match (request.url() == path, json) {
+                (true, Ok(header)) => tiny_http::Response::from_string(body.clone())
+                    .with_header(header)
+                    .boxed(),
+                _ => tiny_http::Response::empty(404).boxed(),
+            };
+            let _ = request.respond(response);
+        }
+    });
 }

@@ -47,6 +47,7 @@ pub use api::mount::{
     MAX_CONCURRENCY, Mount,
 };
 pub use api::reports::{AppFailed, CoreLosses, Recovery, Settled, ShutdownReport};
+pub use app::asyncapi::ASYNCAPI_VERSION;
 pub use app::running::{DEFAULT_GRACE_PERIOD, Running, ShutdownHandle};
 pub use app::startup::{StartError, connect_url};
 pub use app::supervisor::{
@@ -102,14 +103,14 @@ macro_rules! reexport_api {
         /// `ruststream-sim`'s `Runtime`.
         pub use $crate::Runtime as AnyRuntime;
         pub use $crate::{
-            AppFailed, Attempt, Backoff, BackoffError, Batch, BatchHandled, BatchHandler,
-            CONSUMER_REREAD, ConnectionState, Context, ContextError, ContextFn, ContextSource,
-            CoreLosses, DEFAULT_ACK_WAIT, DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_JITTER,
-            DEFAULT_CONCURRENCY, DEFAULT_DISCONNECTED_LIMIT, DEFAULT_GRACE_PERIOD,
-            DEFAULT_HANDLER_TIME_LIMIT, DEFAULT_SUBSCRIPTION_BUFFER, DeclarationError,
-            DeclarationErrorKind, DecodeError, Delivery, DeliveryFn, Descriptor, Disposition,
-            ErrorPolicy, Handled, HandledFuture, Handler, HandlerSlot, Health, HealthClosed,
-            HealthWatch, IntoBatchHandled, IntoHandled, IntoHandler, IntoJsonHandler,
+            ASYNCAPI_VERSION, AppFailed, Attempt, Backoff, BackoffError, Batch, BatchHandled,
+            BatchHandler, CONSUMER_REREAD, ConnectionState, Context, ContextError, ContextFn,
+            ContextSource, CoreLosses, DEFAULT_ACK_WAIT, DEFAULT_BACKOFF_FACTOR,
+            DEFAULT_BACKOFF_JITTER, DEFAULT_CONCURRENCY, DEFAULT_DISCONNECTED_LIMIT,
+            DEFAULT_GRACE_PERIOD, DEFAULT_HANDLER_TIME_LIMIT, DEFAULT_SUBSCRIPTION_BUFFER,
+            DeclarationError, DeclarationErrorKind, DecodeError, Delivery, DeliveryFn, Descriptor,
+            Disposition, ErrorPolicy, Handled, HandledFuture, Handler, HandlerSlot, Health,
+            HealthClosed, HealthWatch, IntoBatchHandled, IntoHandled, IntoHandler, IntoJsonHandler,
             JetStreamInfo, Json, Key, KeyFn, LIVENESS_LIMIT, MAX_BATCH, MAX_CONCURRENCY,
             MAX_RECOVERIES, Member, MemberOutcome, Mount, MountHealth, MountPolicy, MountState,
             Outcome, OutcomeFuture, RECOVERIES_KEPT, RECOVERY_LIMIT, RECOVERY_WINDOW, Recovery,

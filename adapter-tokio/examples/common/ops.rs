@@ -1,27 +1,42 @@
 //! The operator's endpoints of the examples, over HTTP (tiny_http, on a thread of its own, so
 //! that it runs beside any async runtime): `/metrics` (Prometheus text, from
 //! metrics-exporter-prometheus), `/healthz` (200 while the app is live, 503 otherwise) and
-//! `/readyz` (200 while it is ready, 503 otherwise), each with the health as JSON.
+//! `/readyz` (200 while it is ready, 503 otherwise), each with the health as JSON, and
+//! `/asyncapi.json` (the app's AsyncAPI document, `App::asyncapi`).
 
 use std::net::SocketAddr;
 
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use ruststream_tokio::{Health, HealthWatch};
 
-/// Installs a Prometheus recorder as the global metrics recorder. Call it before the app
-/// starts: its mounts register their metrics as they start.
+/// The buckets of the handler-duration histogram, in seconds: 0.5 ms to 10 s, so that
+/// `histogram_quantile` (the dashboard's percentiles) can be taken over any set of instances.
+const DURATION_BUCKETS: [f64; 13] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+];
+
+/// Installs a Prometheus recorder as the global metrics recorder, with
+/// `messaging.process.duration` as a histogram of [`DURATION_BUCKETS`] (the exporter's default
+/// is a summary, which cannot be aggregated). Call it before the app starts: its mounts
+/// register their metrics as they start.
 ///
 /// # Errors
 /// When another global recorder is installed already.
 pub(crate) fn install_prometheus() -> Result<PrometheusHandle, Box<dyn std::error::Error>> {
-    let recorder = PrometheusBuilder::new().build_recorder();
+    let recorder = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full("messaging.process.duration".to_owned()),
+            &DURATION_BUCKETS,
+        )?
+        .build_recorder();
     let handle = recorder.handle();
     metrics::set_global_recorder(recorder).map_err(|e| format!("metrics recorder: {e}"))?;
     Ok(handle)
 }
 
-/// Serves `/metrics`, `/healthz` and `/readyz` on `addr` (port 0: one the system chooses) on
-/// a thread of its own, for the life of the process; gives the address it listens on.
+/// Serves `/metrics`, `/healthz`, `/readyz` and `/asyncapi.json` (the document `asyncapi`)
+/// on `addr` (port 0: one the system chooses) on a thread of its own, for the life of the
+/// process; gives the address it listens on.
 ///
 /// # Errors
 /// When `addr` cannot be bound.
@@ -29,7 +44,9 @@ pub(crate) fn serve(
     addr: &str,
     metrics: PrometheusHandle,
     health: HealthWatch,
+    asyncapi: serde_json::Value,
 ) -> Result<SocketAddr, Box<dyn std::error::Error>> {
+    let asyncapi = asyncapi.to_string();
     let server =
         tiny_http::Server::http(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let bound = server
@@ -45,10 +62,11 @@ pub(crate) fn serve(
                 }
                 "/healthz" => probe(&health.get(), Health::live),
                 "/readyz" => probe(&health.get(), Health::ready),
+                "/asyncapi.json" => (200, "application/json", asyncapi.clone()),
                 _ => (
                     404,
                     "text/plain",
-                    "not found: /metrics, /healthz, /readyz\n".to_owned(),
+                    "not found: /metrics, /healthz, /readyz, /asyncapi.json\n".to_owned(),
                 ),
             };
             let header = tiny_http::Header::from_bytes("Content-Type", content_type)

@@ -68,6 +68,19 @@ pub struct Mount {
     pub(crate) key: Option<Key>,
     /// Whether a keyed delivery's retry runs again in place ([`Mount::strict_order`]).
     pub(crate) strict_order: bool,
+    /// What the mount says of itself for its AsyncAPI document ([`Mount::payload_schema`],
+    /// [`Mount::publishes`]).
+    pub(crate) described: Described,
+}
+
+/// What a mount says of itself for the app's AsyncAPI document
+/// ([`App::asyncapi`](crate::App::asyncapi)); nothing of it changes how the mount runs.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Described {
+    /// The JSON Schema of its deliveries' payloads.
+    pub(crate) payload: Option<serde_json::Value>,
+    /// The subjects its handlers publish to, each with its payloads' JSON Schema if given.
+    pub(crate) publishes: Vec<(String, Option<serde_json::Value>)>,
 }
 
 impl Mount {
@@ -86,6 +99,7 @@ impl Mount {
             takes_batches: false,
             key: None,
             strict_order: false,
+            described: Described::default(),
         }
     }
 
@@ -163,6 +177,40 @@ impl Mount {
     pub fn provenance(mut self) -> Self {
         self.declaration = self.declaration.provenance(true);
         self
+    }
+
+    /// The JSON Schema of this mount's payloads, for the app's AsyncAPI document
+    /// ([`App::asyncapi`](crate::App::asyncapi)); it changes nothing at run time. With the
+    /// cargo feature `asyncapi`, `Mount::payload::<T>()` derives it from a type.
+    #[must_use]
+    pub fn payload_schema(mut self, schema: serde_json::Value) -> Self {
+        self.described.payload = Some(schema);
+        self
+    }
+
+    /// Declares that this mount's handlers publish to `subject`, with payloads of the JSON
+    /// Schema `schema` if given, for the app's AsyncAPI document (a `send` operation); it
+    /// changes nothing at run time. Its dead-letter subject is in the document without this.
+    /// With the cargo feature `asyncapi`, `Mount::publishes_json::<T>()` derives the schema from a
+    /// type.
+    #[must_use]
+    pub fn publishes(mut self, subject: &str, schema: Option<serde_json::Value>) -> Self {
+        self.described.publishes.push((subject.to_owned(), schema));
+        self
+    }
+
+    /// As [`payload_schema`](Self::payload_schema), with `T`'s JSON Schema (schemars).
+    #[cfg(feature = "asyncapi")]
+    #[must_use]
+    pub fn payload<T: schemars::JsonSchema>(self) -> Self {
+        self.payload_schema(schema_of::<T>())
+    }
+
+    /// As [`publishes`](Self::publishes), with `T`'s JSON Schema (schemars).
+    #[cfg(feature = "asyncapi")]
+    #[must_use]
+    pub fn publishes_json<T: schemars::JsonSchema>(self, subject: &str) -> Self {
+        self.publishes(subject, Some(schema_of::<T>()))
     }
 
     /// What a handler's `Err` stands for (default [`ErrorPolicy::Retry`](ErrorPolicy)):
@@ -443,4 +491,18 @@ impl Mount {
     pub fn leases_on(&self) -> bool {
         self.leases
     }
+}
+
+/// `T`'s JSON Schema, as schemars writes it for JSON Schema draft-07 (what AsyncAPI 3.0's
+/// default schema format builds on), without its `$schema` keyword.
+#[cfg(feature = "asyncapi")]
+fn schema_of<T: schemars::JsonSchema>() -> serde_json::Value {
+    let schema = schemars::generate::SchemaSettings::draft07()
+        .into_generator()
+        .into_root_schema_for::<T>();
+    let mut value = serde_json::Value::from(schema);
+    if let Some(object) = value.as_object_mut() {
+        object.remove("$schema");
+    }
+    value
 }

@@ -3,6 +3,7 @@
 //! the started app ([`running::Running`]) and its shutdown; and the supervisor that keeps it
 //! consuming (rule 20). Imports from every floor below; nothing imports it.
 
+pub(crate) mod asyncapi;
 mod declarations;
 mod grace_period;
 mod mount_checks;
