@@ -78,7 +78,7 @@ pub mod dead_letters {
     pub use crate::tools::replay::{ReplayEvent, ReplayOptions, ReplaySummary, Sent};
     pub use ruststream_core::{
         DEAD_LETTER_MSG_ID_PREFIX, DeadLetterFilter, DeadLetterReason, DeadLetterRecord,
-        REPLAY_MSG_ID_PREFIX, Subject, Wildcard, replay_msg_id, restored_headers,
+        REPLAY_MSG_ID_PREFIX, Subject, Wildcard, replay_msg_id, restored_headers, rfc3339,
     };
 }
 pub use support::metrics;

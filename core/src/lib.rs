@@ -120,7 +120,7 @@ pub use pull::{
 pub use queue::{DelayQueue, Due, PendingCopy};
 pub use redrive::{
     DEAD_LETTER_MSG_ID_PREFIX, DeadLetterFilter, DeadLetterRecord, REPLAY_MSG_ID_PREFIX,
-    replay_msg_id, restored_headers,
+    replay_msg_id, restored_headers, rfc3339,
 };
 pub use reply::{ACK_PREFIX, AckReply, AckReplyError};
 pub use subject::{Subject, SubjectError, Wildcard};

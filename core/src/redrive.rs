@@ -379,16 +379,36 @@ impl DeadLetterFilter {
             parts.push(format!("--subject {}", s.as_str()));
         }
         if let Some(t) = self.since {
-            parts.push(format!("--since {t}ns"));
+            parts.push(format!("--since {}", rfc3339(t)));
         }
         if let Some(t) = self.until {
-            parts.push(format!("--until {t}ns"));
+            parts.push(format!("--until {}", rfc3339(t)));
         }
         if let Some(s) = self.from_sequence {
             parts.push(format!("--from-seq {s}"));
         }
         Cow::Owned(parts.join(" "))
     }
+}
+
+/// `nanos` since the Unix epoch as an RFC 3339 time in UTC, to the millisecond
+/// (`2026-12-07T08:00:00.000Z`), for messages.
+pub fn rfc3339(nanos: u64) -> String {
+    let secs = nanos / 1_000_000_000;
+    let millis = (nanos / 1_000_000) % 1000;
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    let (hour, minute, second) = (rest / 3600, (rest % 3600) / 60, rest % 60);
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's `civil_from_days`).
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{millis:03}Z")
 }
 
 #[cfg(test)]
@@ -541,6 +561,20 @@ mod tests {
             ("y", "2"),
         ]);
         assert_eq!(restored_headers(pairs(&h)), vec![(&b"y"[..], &b"2"[..])]);
+    }
+
+    #[test]
+    fn times_read_as_rfc3339() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(951_782_400_000_000_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(
+            rfc3339(1_796_627_211_025_461_510),
+            "2026-12-07T07:06:51.025Z"
+        );
+        assert_eq!(
+            rfc3339(4_070_908_800_000_000_000),
+            "2099-01-01T00:00:00.000Z"
+        );
     }
 
     #[test]

@@ -585,3 +585,43 @@ fn purge_asks_first_and_deletes_only_what_the_filter_takes() {
         let _ = js;
     });
 }
+
+#[test]
+fn a_filter_past_the_last_dead_letter_answers_at_once() {
+    rt().block_on(async {
+        let (server, js) = dead_letters().await;
+        // Stored after every dead letter there is: nothing matches, said at once.
+        let started = Instant::now();
+        let later = cli(
+            &server,
+            &["dlq", "list", "DLQ", "--since", "2099-01-01T00:00:00Z"],
+        )
+        .await;
+        assert_eq!(later.code, 1, "{later:?}");
+        assert!(
+            later.err.contains("matches --since 2099-01-01T00:00:00"),
+            "{later:?}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "took {:?}",
+            started.elapsed()
+        );
+        // The last dead letter deleted: resuming from it finds nothing, at once.
+        js.get_stream("DLQ")
+            .await
+            .unwrap()
+            .delete_message(5)
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let resumed = cli(&server, &["dlq", "replay", "DLQ", "--from-seq", "5"]).await;
+        assert_eq!(resumed.code, 1, "{resumed:?}");
+        assert!(resumed.err.contains("matches --from-seq 5"), "{resumed:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "took {:?}",
+            started.elapsed()
+        );
+    });
+}

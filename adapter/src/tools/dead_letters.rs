@@ -358,6 +358,11 @@ impl DeadLetters {
             })
             .await
             .map_err(|e| DeadLetterError::nats(reading(), e))?;
+        // Nothing at or after the start (a time after the last dead letter, or a sequence
+        // whose message and those after it were deleted): no message would ever come.
+        if consumer.cached_info().num_pending == 0 {
+            return Ok(());
+        }
         let mut messages = consumer
             .messages()
             .await
