@@ -29,11 +29,18 @@ pub struct Connection {
         env = "NATS_URL",
         default_value = "nats://127.0.0.1:4222",
         hide_env_values = true,
-        global = true
+        global = true,
+        help_heading = "Connection"
     )]
     pub url: String,
     /// A credentials file (JWT and NKey seed).
-    #[arg(long, env = "NATS_CREDS", value_name = "FILE", global = true)]
+    #[arg(
+        long,
+        env = "NATS_CREDS",
+        value_name = "FILE",
+        global = true,
+        help_heading = "Connection"
+    )]
     pub creds: Option<PathBuf>,
     /// User name, with --password.
     #[arg(
@@ -41,7 +48,8 @@ pub struct Connection {
         env = "NATS_USER",
         requires = "password",
         hide_env_values = true,
-        global = true
+        global = true,
+        help_heading = "Connection"
     )]
     pub user: Option<String>,
     /// Password, with --user.
@@ -50,23 +58,42 @@ pub struct Connection {
         env = "NATS_PASSWORD",
         requires = "user",
         hide_env_values = true,
-        global = true
+        global = true,
+        help_heading = "Connection"
     )]
     pub password: Option<String>,
     /// Token.
-    #[arg(long, env = "NATS_TOKEN", hide_env_values = true, global = true)]
+    #[arg(
+        long,
+        env = "NATS_TOKEN",
+        hide_env_values = true,
+        global = true,
+        help_heading = "Connection"
+    )]
     pub token: Option<String>,
     /// A CA certificate to trust (PEM); requires TLS.
-    #[arg(long, value_name = "FILE", global = true)]
+    #[arg(long, value_name = "FILE", global = true, help_heading = "Connection")]
     pub tls_ca: Option<PathBuf>,
     /// A client certificate (PEM), with --tls-key; requires TLS.
-    #[arg(long, value_name = "FILE", requires = "tls_key", global = true)]
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "tls_key",
+        global = true,
+        help_heading = "Connection"
+    )]
     pub tls_cert: Option<PathBuf>,
     /// The client certificate's key (PEM), with --tls-cert.
-    #[arg(long, value_name = "FILE", requires = "tls_cert", global = true)]
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "tls_cert",
+        global = true,
+        help_heading = "Connection"
+    )]
     pub tls_key: Option<PathBuf>,
     /// Require TLS even without certificates given here.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Connection")]
     pub tls: bool,
 }
 

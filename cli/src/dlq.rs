@@ -70,8 +70,12 @@ async fn list(
 ) -> Result<(), CliError> {
     let dlq = DeadLetters::open(client, stream).await?;
     let mut failed: Option<std::io::Error> = None;
+    // Rows wait until a dead letter carries a mark of the runtime (or --unmarked): a stream
+    // that turns out to hold none is refused without printing its messages first.
+    let mut held: Vec<String> = Vec::new();
+    let mut marked = filter.unmarked;
     if !json {
-        writeln!(io.out, "{}", render::HEAD)?;
+        held.push(render::HEAD.to_owned());
     }
     let out = &mut *io.out;
     let scanned = dlq
@@ -79,23 +83,32 @@ async fn list(
             if failed.is_some() {
                 return;
             }
-            let written = match json {
-                true => writeln!(out, "{}", render::summary_json(&dead)),
-                false => writeln!(out, "{}", render::line(&dead)),
-            };
-            if let Err(e) = written {
-                failed = Some(e);
+            marked |= dead.record.is_marked();
+            held.push(match json {
+                true => render::summary_json(&dead).to_string(),
+                false => render::line(&dead),
+            });
+            if marked {
+                for row in held.drain(..) {
+                    if let Err(e) = writeln!(out, "{row}") {
+                        failed = Some(e);
+                        return;
+                    }
+                }
             }
         })
         .await?;
     if let Some(e) = failed {
         return Err(e.into());
     }
+    for row in held.drain(..) {
+        writeln!(io.out, "{row}")?;
+    }
     match scanned.read {
         0 => writeln!(io.err, "no dead letters in {stream}")?,
         read => writeln!(
             io.err,
-            "{} of {read} dead letter(s) in {stream}",
+            "{} dead letter(s) listed, of {read} read from {stream}",
             scanned.taken
         )?,
     }
@@ -162,6 +175,18 @@ impl Progress {
         }
     }
 
+    /// A line of the command's output, the bar (if any) out of its way.
+    fn println(&mut self, out: &mut dyn Write, text: &str) {
+        match self {
+            Self::Bar(bar) => bar.suspend(|| {
+                let _ = writeln!(out, "{text}");
+            }),
+            Self::Lines { .. } => {
+                let _ = writeln!(out, "{text}");
+            }
+        }
+    }
+
     fn finish(&mut self) {
         if let Self::Bar(bar) = self {
             bar.finish_and_clear();
@@ -190,21 +215,82 @@ async fn replay(
                     ReplayEvent::Replayed {
                         sequence,
                         target,
-                        sent: Sent::DryRun,
+                        sent: Sent::DryRun { stream },
                         headers,
                         ..
                     } => {
                         let mut names: Vec<String> =
                             headers.iter().map(|(n, _)| n.to_string()).collect();
                         names.sort();
+                        let how = match stream {
+                            Some(stream) => format!(
+                                "stored by stream {}, confirmed{}",
+                                render::safe(stream),
+                                if options.delete {
+                                    ", then its dead letter deleted"
+                                } else {
+                                    ""
+                                }
+                            ),
+                            None => format!(
+                                "no stream stores it: a Core publish, unconfirmed{}",
+                                if options.delete {
+                                    ", its dead letter kept"
+                                } else {
+                                    ""
+                                }
+                            ),
+                        };
+                        let headers = match names.is_empty() {
+                            true => "no headers".to_owned(),
+                            false => format!("headers {}", names.join(", ")),
+                        };
                         let _ = writeln!(
                             out,
-                            "would replay {sequence} to {} (headers: {})",
+                            "would replay {sequence} to {} ({how}; {})",
                             render::safe(target),
-                            render::safe(&names.join(", "))
+                            render::safe(&headers)
                         );
                     }
-                    ReplayEvent::Replayed { .. } => progress.borrow_mut().step(*err),
+                    ReplayEvent::Replayed {
+                        sequence,
+                        target,
+                        sent,
+                        deleted,
+                        ..
+                    } => {
+                        let mut p = progress.borrow_mut();
+                        let how = match sent {
+                            Sent::Stored {
+                                stream,
+                                sequence: stored,
+                                duplicate: false,
+                            } => format!("stored {}#{stored}", render::safe(stream)),
+                            Sent::Stored {
+                                stream,
+                                sequence: stored,
+                                duplicate: true,
+                            } => format!(
+                                "stored before as {}#{stored} (a duplicate, not stored again)",
+                                render::safe(stream)
+                            ),
+                            Sent::Core => "published on Core NATS, unconfirmed".to_owned(),
+                            Sent::DryRun { .. } => String::new(),
+                        };
+                        let deleted = if *deleted {
+                            ", dead letter deleted"
+                        } else {
+                            ""
+                        };
+                        p.println(
+                            *out,
+                            &format!(
+                                "replayed {sequence} to {}: {how}{deleted}",
+                                render::safe(target)
+                            ),
+                        );
+                        p.step(*err);
+                    }
                     ReplayEvent::Skipped { sequence, why } => progress
                         .borrow_mut()
                         .note(*err, &format!("skipped {sequence}: {why}")),
@@ -219,6 +305,10 @@ async fn replay(
     match (&summary.stopped_at, summary.resume_hint()) {
         (Some((sequence, why)), Some(hint)) => Err(CliError::Stopped(format!(
             "the replay stopped at dead letter {sequence}: {why}\n{hint}"
+        ))),
+        _ if !summary.skipped.is_empty() => Err(CliError::Stopped(format!(
+            "{} selected dead letter(s) were not replayed (skipped, each said why above)",
+            summary.skipped.len()
         ))),
         _ => Ok(()),
     }

@@ -188,7 +188,11 @@ fn list_shows_every_dead_letter_with_its_provenance_and_filters_them() {
                 "database down"
             ]
         );
-        assert!(ran.err.contains("5 of 5 dead letter(s) in DLQ"), "{ran:?}");
+        assert!(
+            ran.err
+                .contains("5 dead letter(s) listed, of 5 read from DLQ"),
+            "{ran:?}"
+        );
 
         // Filters, each alone and together.
         let reason = cli(
@@ -246,7 +250,7 @@ fn list_shows_every_dead_letter_with_its_provenance_and_filters_them() {
 fn bad_input_gets_an_error_naming_what_is_wrong() {
     rt().block_on(async {
         let (server, _js) = dead_letters().await;
-        let cases: [(&[&str], &str); 7] = [
+        let cases: [(&[&str], &str); 8] = [
             (&["dlq", "list", "NOPE"], "no stream `NOPE`"),
             (&["dlq", "list", "a.b"], "`a.b` is not a stream name"),
             (
@@ -262,6 +266,7 @@ fn bad_input_gets_an_error_naming_what_is_wrong() {
                 "no dead letter in `DLQ` matches --reason limit",
             ),
             (&["dlq", "show", "DLQ", "99"], "has no message 99"),
+            (&["dlq", "show", "DLQ", "0"], "sequences start at 1"),
             (
                 &["dlq", "purge", "DLQ", "--subject", "nothing.here", "--yes"],
                 "matches --subject nothing.here",
@@ -343,7 +348,10 @@ fn replay_restores_each_dead_letter_and_twice_stores_nothing_twice() {
         // A dry run sends nothing.
         let dry = cli(&server, &["dlq", "replay", "DLQ", "--dry-run"]).await;
         assert_eq!(dry.code, 0, "{dry:?}");
-        assert!(dry.out.contains("would replay 1 to orders.new"), "{dry:?}");
+        assert!(
+            dry.out.contains("would replay 1 to orders.new (stored by stream ORDERS, confirmed; headers Nats-Msg-Id, Trace-Id)"),
+            "{dry:?}"
+        );
         assert!(dry.out.contains("5 of 5 selected"), "{dry:?}");
         assert_eq!(count(&js, "ORDERS").await, before);
 
@@ -373,6 +381,10 @@ fn replay_restores_each_dead_letter_and_twice_stores_nothing_twice() {
         let again = cli(&server, &["dlq", "replay", "DLQ", "--reason", "rejected"]).await;
         assert_eq!(again.code, 0, "{again:?}");
         assert!(again.out.contains("0 stored, 3 stored before"), "{again:?}");
+        assert!(
+            again.out.contains("replayed 1 to orders.new: stored before as ORDERS#6 (a duplicate"),
+            "{again:?}"
+        );
         assert_eq!(count(&js, "ORDERS").await, before + 3);
         assert_eq!(
             count(&js, "DLQ").await,
@@ -403,6 +415,11 @@ fn delete_removes_only_dead_letters_whose_replay_was_confirmed() {
         .await;
         assert_eq!(core.code, 0, "{core:?}");
         assert!(core.out.contains("2 published on Core NATS"), "{core:?}");
+        assert!(
+            core.out
+                .contains("replayed 2 to audit.core: published on Core NATS, unconfirmed\n"),
+            "{core:?}"
+        );
         assert!(core.out.contains("0 dead letter(s) deleted"), "{core:?}");
         assert_eq!(count(&js, "DLQ").await, 5);
         // The rejected ones into ORDERS: confirmed, deleted.
@@ -490,7 +507,13 @@ fn a_dead_letter_without_provenance_goes_back_only_where_it_is_told() {
             .await
             .unwrap();
         let skipped = cli(&server, &["dlq", "replay", "DLQ"]).await;
-        assert_eq!(skipped.code, 0, "{skipped:?}");
+        assert_eq!(skipped.code, 1, "a skip is not a success: {skipped:?}");
+        assert!(
+            skipped
+                .err
+                .contains("1 selected dead letter(s) were not replayed"),
+            "{skipped:?}"
+        );
         assert!(
             skipped.err.contains("skipped 1: it has no provenance"),
             "{skipped:?}"

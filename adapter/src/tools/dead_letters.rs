@@ -59,7 +59,9 @@ pub enum DeadLetterError {
         scanned: u64,
     },
     /// The stream has no message at this sequence.
-    #[error("stream `{stream}` has no message {sequence} (never stored, deleted or purged)")]
+    #[error(
+        "stream `{stream}` has no message {sequence} (never stored, deleted or purged; sequences start at 1)"
+    )]
     NoSuchDeadLetter {
         /// The stream.
         stream: String,
@@ -267,6 +269,10 @@ impl DeadLetters {
     /// # Errors
     /// [`DeadLetterError::NoSuchDeadLetter`], or [`DeadLetterError::Nats`].
     pub async fn get(&self, sequence: u64) -> Result<DeadLetter, DeadLetterError> {
+        // Sequences start at 1; the server answers 0 with a bare "bad request".
+        if sequence == 0 {
+            return Err(self.no_such(sequence));
+        }
         match self.stream.get_raw_message(sequence).await {
             Ok(m) => Ok(DeadLetter::new(
                 m.sequence,

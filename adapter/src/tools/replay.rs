@@ -70,8 +70,12 @@ pub enum Sent {
     },
     /// Published on Core NATS: delivered to whoever subscribed then, confirmed by nobody.
     Core,
-    /// Nothing sent (a dry run).
-    DryRun,
+    /// Nothing sent (a dry run); `stream` is the stream that would store it (`None`: a Core
+    /// publish, unconfirmed, whose dead letter `delete` would keep).
+    DryRun {
+        /// The stream that stores the target subject, if one does.
+        stream: Option<String>,
+    },
 }
 
 /// What happened to one dead letter.
@@ -133,10 +137,10 @@ impl ReplaySummary {
     }
 }
 
-/// A target subject: stored by a stream, or not.
-#[derive(Debug, Clone, Copy)]
+/// A target subject: stored by a stream (named), or not.
+#[derive(Debug, Clone)]
 enum Target {
-    Stream,
+    Stream(String),
     Core,
 }
 
@@ -231,10 +235,10 @@ impl DeadLetters {
             )));
         }
         let kind = match targets.get(&target) {
-            Some(kind) => *kind,
+            Some(kind) => kind.clone(),
             None => {
                 let kind = self.target(&target).await?;
-                targets.insert(target.clone(), kind);
+                targets.insert(target.clone(), kind.clone());
                 kind
             }
         };
@@ -250,7 +254,7 @@ impl DeadLetters {
                 headers.append(name, value);
             }
         }
-        if let Target::Stream = kind {
+        if let Target::Stream(_) = kind {
             headers.insert(
                 MSG_ID_HEADER,
                 replay_msg_id(&self.name, dead.sequence, dead.stored_nanos()).as_str(),
@@ -261,14 +265,19 @@ impl DeadLetters {
             return Ok(ReplayEvent::Replayed {
                 sequence: dead.sequence,
                 target,
-                sent: Sent::DryRun,
+                sent: Sent::DryRun {
+                    stream: match &kind {
+                        Target::Stream(stream) => Some(stream.clone()),
+                        Target::Core => None,
+                    },
+                },
                 headers,
                 deleted: false,
             });
         }
         let subject = Subject::from(target.as_str());
         let sent = match kind {
-            Target::Stream => {
+            Target::Stream(_) => {
                 let ack = self
                     .js
                     .publish_with_headers(subject, headers.clone(), dead.payload.clone())
@@ -333,7 +342,7 @@ impl DeadLetters {
     /// Which stream stores `subject`, if any.
     async fn target(&self, subject: &str) -> Result<Target, Stop> {
         match self.js.stream_by_subject(subject).await {
-            Ok(_) => Ok(Target::Stream),
+            Ok(stream) => Ok(Target::Stream(stream)),
             Err(e) if e.kind() == GetStreamByNameErrorKind::NotFound => Ok(Target::Core),
             Err(e) => Err(Stop::Fail(format!(
                 "finding which stream stores `{subject}`: {e}"
