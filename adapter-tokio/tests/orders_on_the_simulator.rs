@@ -62,6 +62,10 @@ fn attempts(sim: &Sim, sequence: u64) -> Vec<(u64, Duration, AckKind, Duration)>
     out
 }
 
+/// Held by the tests whose `stuck-` orders must time out, and by the one that repairs the
+/// inventory (`orders::INVENTORY_REPAIRED`, a process-wide switch) for a while.
+static STUCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Runs `test` on the orders service started on a new simulation, shuts the service down,
 /// and prints the real time it all took.
 fn on_the_orders_service<F, Fut>(test: F)
@@ -84,6 +88,7 @@ where
 
 #[test]
 fn a_stuck_order_is_dead_lettered_after_four_attempts_with_the_backoffs_delays() {
+    let _stuck = STUCK.lock().unwrap_or_else(|e| e.into_inner());
     on_the_orders_service(|sim| async move {
         let order = r#"{"id":5,"sku":"stuck-fig","quantity":1}"#;
         sim.publish("orders.new", order).unwrap();
@@ -194,5 +199,59 @@ fn a_flaky_order_is_accepted_on_its_third_attempt_and_a_poison_one_rejected_at_o
             .expect("answered");
         let count: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
         assert_eq!(count["accepted"], 1);
+    });
+}
+
+#[test]
+fn a_stuck_orders_dead_letter_is_listed_and_replayed_once_the_inventory_is_repaired() {
+    use ruststream_sim::dead_letters::{
+        DeadLetterFilter, DeadLetterReason, DeadLetters, ReplayOptions,
+    };
+    let _stuck = STUCK.lock().unwrap_or_else(|e| e.into_inner());
+    on_the_orders_service(|sim| async move {
+        sim.publish("orders.new", r#"{"id":5,"sku":"stuck-fig","quantity":1}"#)
+            .unwrap();
+        sim.run_until("the dead letter", Duration::from_secs(10), |s| {
+            s.stream_messages("DLQ").unwrap().len() == 1
+        })
+        .await
+        .unwrap();
+        let client = ruststream_sim::async_nats::connect(sim.url())
+            .await
+            .unwrap();
+        let dlq = DeadLetters::open(client, "DLQ").await.expect("DLQ");
+        let mut listed = Vec::new();
+        dlq.each(&DeadLetterFilter::default(), false, |dead| {
+            listed.push(dead)
+        })
+        .await
+        .expect("listed");
+        assert_eq!(listed.len(), 1);
+        let record = &listed[0].record;
+        assert_eq!(record.known_reason(), Some(DeadLetterReason::HandlerError));
+        assert_eq!(record.subject.as_deref(), Some("orders.new"));
+        assert_eq!((record.stream_sequence, record.attempt), (Some(1), Some(4)));
+
+        orders::INVENTORY_REPAIRED.store(true, std::sync::atomic::Ordering::Relaxed);
+        let options = ReplayOptions {
+            delete: true,
+            ..ReplayOptions::default()
+        };
+        let summary = dlq
+            .replay(&options, |_| {}, |_| {})
+            .await
+            .expect("replayed");
+        orders::INVENTORY_REPAIRED.store(false, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!((summary.stored, summary.deleted), (1, 1), "{summary:?}");
+        sim.run_until("the replayed order's event", Duration::from_secs(10), |s| {
+            s.stream_messages("EVENTS").unwrap().len() == 1
+        })
+        .await
+        .unwrap();
+        assert!(sim.stream_messages("DLQ").unwrap().is_empty());
+        // Accepted on its first attempt: the replay is a new message, sequence 2.
+        let replayed = attempts(&sim, 2);
+        assert_eq!(replayed.len(), 1, "{replayed:?}");
+        assert_eq!(replayed[0].2, AckKind::Ack);
     });
 }
