@@ -244,14 +244,25 @@ impl DeadLetters {
         };
         let mut headers = HeaderMap::new();
         for (name, value) in restored_headers(header_pairs(&dead.headers)) {
-            let (Ok(name), Ok(value)) = (std::str::from_utf8(name), std::str::from_utf8(value))
-            else {
-                continue;
-            };
-            if let (Ok(name), Ok(value)) =
-                (name.parse::<HeaderName>(), value.parse::<HeaderValue>())
-            {
-                headers.append(name, value);
+            // Every pair came from async-nats, so each converts back; one that did not would
+            // be a header the replay cannot carry: the dead letter is skipped, not sent
+            // without it.
+            let converted = std::str::from_utf8(name)
+                .ok()
+                .and_then(|n| n.parse::<HeaderName>().ok())
+                .zip(
+                    std::str::from_utf8(value)
+                        .ok()
+                        .and_then(|v| v.parse::<HeaderValue>().ok()),
+                );
+            match converted {
+                Some((name, value)) => headers.append(name, value),
+                None => {
+                    return Err(Stop::Skip(format!(
+                        "its header `{}` cannot be published again as it is",
+                        String::from_utf8_lossy(name).escape_debug()
+                    )));
+                }
             }
         }
         if let Target::Stream(_) = kind {
