@@ -16,13 +16,43 @@ fn asyncapi_schema() -> Value {
     serde_json::from_str(text).expect("the vendored schema is JSON")
 }
 
-/// The errors `document` has against the AsyncAPI 3.0 schema, one line each.
+/// The errors `document` has against the AsyncAPI 3.0 schema, one line each, and every local
+/// `$ref` that does not resolve within the document (which the schema does not check: an
+/// AsyncAPI parser does).
 fn errors(document: &Value) -> Vec<String> {
     let validator = jsonschema::draft7::new(&asyncapi_schema()).expect("the schema compiles");
-    validator
+    let mut errors: Vec<String> = validator
         .iter_errors(document)
         .map(|e| format!("{} at {}", e, e.instance_path))
-        .collect()
+        .collect();
+    let mut refs = Vec::new();
+    collect_refs(document, &mut refs);
+    for r in refs {
+        let resolves = match r.strip_prefix('#') {
+            Some("") => false, // the whole document: never a schema
+            Some(pointer) => document.pointer(pointer).is_some(),
+            None => true, // not local
+        };
+        if !resolves {
+            errors.push(format!("$ref {r} does not resolve in the document"));
+        }
+    }
+    errors
+}
+
+fn collect_refs(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Object(o) => {
+            for (k, v) in o {
+                match (k.as_str(), v) {
+                    ("$ref", Value::String(r)) => out.push(r.clone()),
+                    _ => collect_refs(v, out),
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|v| collect_refs(v, out)),
+        _ => {}
+    }
 }
 
 #[test]
@@ -66,6 +96,8 @@ fn the_orders_services_document_is_valid_asyncapi_3_with_every_mount() {
     assert_eq!(doc["operations"]["orders.publishes.0"]["action"], "send");
     // The payloads' schemas, from the types (schemars).
     let payload = &doc["components"]["messages"]["orders.payload"]["payload"];
+    assert_eq!(payload["$ref"], "#/components/schemas/Order");
+    let payload = &doc["components"]["schemas"]["Order"];
     assert_eq!(payload["type"], "object");
     for field in ["id", "sku", "quantity"] {
         assert!(
@@ -73,7 +105,7 @@ fn the_orders_services_document_is_valid_asyncapi_3_with_every_mount() {
             "{field}: {payload:#}"
         );
     }
-    let event = &doc["components"]["messages"]["orders.publishes.0.payload"]["payload"];
+    let event = &doc["components"]["schemas"]["Accepted"];
     assert!(event["properties"]["sku"].is_object(), "{event:#}");
     // Servers, without credentials.
     assert_eq!(doc["servers"]["nats-0"]["host"], "127.0.0.1:4222");
@@ -126,4 +158,128 @@ fn a_mount_without_schemas_and_a_wildcard_are_described_too() {
         |_d: Delivery| async { Outcome::Ack },
     );
     assert!(bad.asyncapi("bad", "0").is_err());
+}
+
+mod nested {
+    //! Payload types whose schemas define others: nested structs, an enum, an `Option`, a
+    //! recursive type, and a name two types share.
+    #![allow(dead_code, unreachable_pub)]
+
+    use schemars::JsonSchema;
+
+    #[derive(JsonSchema)]
+    pub struct Line {
+        pub sku: String,
+        pub quantity: u32,
+    }
+
+    #[derive(JsonSchema)]
+    pub enum Status {
+        Open,
+        Held { reason: String },
+    }
+
+    #[derive(JsonSchema)]
+    pub struct Order {
+        pub lines: Vec<Line>,
+        pub status: Status,
+        pub note: Option<Line>,
+    }
+
+    /// Recursive: its children are categories too.
+    #[derive(JsonSchema)]
+    pub struct Category {
+        pub name: String,
+        pub children: Vec<Category>,
+    }
+
+    pub mod other {
+        /// Another type named `Line`, of another shape.
+        #[derive(schemars::JsonSchema)]
+        pub struct Line {
+            pub text: String,
+        }
+
+        #[derive(schemars::JsonSchema)]
+        pub struct Note {
+            pub line: Line,
+        }
+    }
+}
+
+#[test]
+fn nested_recursive_and_same_named_types_are_components_every_reference_resolves() {
+    let app = App::new("nats://[::1]:4222")
+        .mount(
+            Mount::jetstream("orders", "ORDERS", "worker")
+                .payload::<nested::Order>()
+                .publishes_json::<nested::other::Note>("notes.new"),
+            |_d: Delivery| async { Outcome::Ack },
+        )
+        .mount(
+            Mount::core_subject("categories", "categories.new").payload::<nested::Category>(),
+            |_d: Delivery| async { Outcome::Ack },
+        );
+    let doc = app.asyncapi("nested", "1").expect("a document");
+    let errors = errors(&doc);
+    assert!(errors.is_empty(), "{errors:#?}\n{doc:#}");
+    let schemas = &doc["components"]["schemas"];
+    for name in ["Order", "Line", "Status", "Category", "Note", "Line-2"] {
+        assert!(schemas[name].is_object(), "{name} missing: {schemas:#}");
+    }
+    assert_eq!(
+        doc["components"]["messages"]["orders.payload"]["payload"]["$ref"],
+        "#/components/schemas/Order"
+    );
+    // The recursive type's children point at it, not at the document.
+    let children = &schemas["Category"]["properties"]["children"]["items"]["$ref"];
+    assert_eq!(children, "#/components/schemas/Category", "{schemas:#}");
+    assert_eq!(doc["servers"]["nats-0"]["host"], "[::1]:4222");
+}
+
+#[test]
+fn mounts_whose_names_read_alike_as_ids_keep_a_channel_each() {
+    let ack = |_d: Delivery| async { Outcome::Ack };
+    let app = App::new("nats://127.0.0.1:4222")
+        .mount(Mount::core_subject("a/b", "one"), ack)
+        .mount(Mount::core_subject("a:b", "two"), ack)
+        .mount(
+            Mount::core_subject("x", "three")
+                .max_attempts(1)
+                .dead_letter("dlq.x"),
+            ack,
+        )
+        .mount(Mount::core_subject("x.dead-letter", "four"), ack)
+        .mount(
+            Mount::jetstream("filtered", "MANY", "c").filter_subject("many.eu"),
+            ack,
+        );
+    let doc = app.asyncapi("alike", "1").expect("a document");
+    let errors = errors(&doc);
+    assert!(errors.is_empty(), "{errors:#?}\n{doc:#}");
+    let addresses: Vec<&str> = doc["channels"]
+        .as_object()
+        .unwrap()
+        .values()
+        .filter_map(|c| c["address"].as_str())
+        .collect();
+    for address in ["one", "two", "three", "dlq.x", "four", "many.eu"] {
+        assert!(addresses.contains(&address), "{address} lost: {doc:#}");
+    }
+    assert_eq!(doc["operations"].as_object().unwrap().len(), 6);
+    // What start refuses, this refuses too.
+    let twice = App::new("nats://127.0.0.1:4222")
+        .mount(Mount::core_subject("same", "one"), ack)
+        .mount(Mount::core_subject("same", "two"), ack);
+    assert!(twice.asyncapi("t", "1").is_err());
+    let bad = App::new("nats://127.0.0.1:4222").mount(
+        Mount::core_subject("p", "one").publishes("has space", None),
+        ack,
+    );
+    assert!(bad.asyncapi("t", "1").is_err());
+    let not_schema = App::new("nats://127.0.0.1:4222").mount(
+        Mount::core_subject("p", "one").payload_schema(serde_json::json!("a string")),
+        ack,
+    );
+    assert!(not_schema.asyncapi("t", "1").is_err());
 }
