@@ -441,21 +441,19 @@ async fn stream_len(
 }
 
 /// Each stored dead letter's `Ruststream-Reason` (and `: Ruststream-Error`, if it has one), in
-/// stream order.
+/// stream order (read as `ruststream dlq list` reads them: sequences a replay deleted are gaps).
 async fn dead_letter_reasons(
     js: &jetstream::Context,
 ) -> Result<Vec<String>, Box<dyn std::error::Error>> {
-    let dlq = js.get_stream("DLQ").await?;
-    let stored = stream_len(js, "DLQ").await?;
+    let dlq = DeadLetters::open(js.client(), "DLQ").await?;
     let mut reasons = Vec::new();
-    for sequence in 1..=stored {
-        let message = dlq.get_raw_message(sequence).await?;
-        let header = |name: &str| message.headers.get(name).map(|v| v.to_string());
-        let reason = header("Ruststream-Reason").unwrap_or_else(|| "(none)".to_owned());
-        reasons.push(match header("Ruststream-Error") {
+    dlq.each(&DeadLetterFilter::default(), true, |dead| {
+        let reason = dead.record.reason.unwrap_or_else(|| "(none)".to_owned());
+        reasons.push(match dead.record.error {
             Some(error) => format!("{reason}: {error}"),
             None => reason,
         });
-    }
+    })
+    .await?;
     Ok(reasons)
 }

@@ -77,6 +77,11 @@ pub struct ServerOptions {
     /// later, with the `js_ack_fc_v2` feature flag (written into the configuration file);
     /// older ones send the v1 form whatever this says.
     pub ack_replies_v2: bool,
+    /// Run the server in a process group of its own (Unix), so that a Ctrl-C at the terminal
+    /// (SIGINT to the foreground group) reaches the program that started it, not the server:
+    /// the demo, which stops on Ctrl-C, still has its server for its checks. Tests leave it
+    /// off, so that a Ctrl-C stops their servers with them.
+    pub own_process_group: bool,
 }
 
 /// A private nats-server with JetStream on a free loopback port and a temporary store,
@@ -127,7 +132,11 @@ impl NatsServer {
         Self::try_start_with(options).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    fn try_start_with(options: ServerOptions) -> Result<Self, String> {
+    /// Starts a server set up as `options` says.
+    ///
+    /// # Errors
+    /// As [`try_start`](Self::try_start).
+    pub fn try_start_with(options: ServerOptions) -> Result<Self, String> {
         let mut server = Self {
             child: None,
             port: 0,
@@ -173,6 +182,11 @@ impl NatsServer {
         }
         if let Some(token) = &self.options.token {
             command.args(["--auth", token]);
+        }
+        #[cfg(unix)]
+        if self.options.own_process_group {
+            use std::os::unix::process::CommandExt;
+            command.process_group(0);
         }
         let child = command
             .arg("--ports_file_dir")

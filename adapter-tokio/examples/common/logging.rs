@@ -64,7 +64,12 @@ pub(crate) fn nats_server()
             (None, url)
         }
         Err(_) => {
-            let server = crate::server::NatsServer::try_start()?;
+            // In a process group of its own: a Ctrl-C (which stops a demo that keeps
+            // running) must not stop the server the demo still checks against.
+            let server = crate::server::NatsServer::try_start_with(crate::server::ServerOptions {
+                own_process_group: true,
+                ..crate::server::ServerOptions::default()
+            })?;
             let url = server.url();
             println!("started a private nats-server at {url}");
             (Some(server), url)
