@@ -184,8 +184,8 @@ pub struct Filter {
     /// Only those stored before TIME (as --since).
     #[arg(long, value_name = "TIME", value_parser = parse_time)]
     pub until: Option<SystemTime>,
-    /// Only those at or after this sequence of the stream (to resume a replay).
-    #[arg(long, value_name = "SEQ")]
+    /// Only those at or after this sequence of the stream (to resume a replay); from 1.
+    #[arg(long, value_name = "SEQ", value_parser = clap::value_parser!(u64).range(1..))]
     pub from_seq: Option<u64>,
     /// Take the stream's messages even if none carries a mark of a ruststream dead letter
     /// (dead letters of Core mounts without provenance carry none).
@@ -237,7 +237,7 @@ pub(crate) fn parse_time(s: &str) -> Result<SystemTime, String> {
             .checked_sub(ago)
             .ok_or_else(|| format!("`{s}` ago is before the Unix epoch")),
         Err(_) => Err(format!(
-            "`{s}` is neither an RFC 3339 time (2026-12-07T08:00:00Z) nor a time ago (30m, 2h, 1d)"
+            "`{s}` is neither an RFC 3339 time in UTC (2026-12-07T08:00:00Z; no other offset) nor a time ago (30m, 2h, 1d)"
         )),
     }
 }

@@ -104,6 +104,8 @@ pub async fn run(
     };
     match execute(cli, &mut io).await {
         Ok(()) => 0,
+        // The reader went away (`| head`): what it wanted it has; nothing more to say.
+        Err(CliError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => 0,
         Err(e) => {
             let _ = writeln!(io.err, "error: {e}");
             1

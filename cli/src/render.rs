@@ -17,26 +17,36 @@ pub(crate) fn time(time: SystemTime) -> String {
     humantime::format_rfc3339_millis(time).to_string()
 }
 
-/// `s` with its control characters escaped (`\u{1b}`), so that it cannot drive a terminal.
+/// Whether `c` could change what a terminal shows of the text around it: a control
+/// character, or a Unicode direction mark or override (U+200E, U+200F, U+202A to U+202E,
+/// U+2066 to U+2069), which reorders what follows it.
+fn drives_terminal(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `s` with its control characters and direction marks escaped (`\u{1b}`), so that it
+/// cannot drive a terminal.
 pub(crate) fn safe(s: &str) -> String {
-    if !s.chars().any(char::is_control) {
+    if !s.chars().any(drives_terminal) {
         return s.to_owned();
     }
     s.chars()
-        .map(|c| match c.is_control() {
-            true => c.escape_default().to_string(),
+        .map(|c| match drives_terminal(c) {
+            true => c.escape_unicode().to_string(),
             false => c.to_string(),
         })
         .collect()
 }
 
 /// The payload as text, when it reads as such: UTF-8 without control characters other than
-/// newline, carriage return and tab.
+/// newline and tab, and without direction marks (a carriage return could hide what came
+/// before it on its line).
 pub(crate) fn payload_text(payload: &[u8]) -> Option<&str> {
     let text = std::str::from_utf8(payload).ok()?;
     (!text
         .chars()
-        .any(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t')))
+        .any(|c| drives_terminal(c) && !matches!(c, '\n' | '\t')))
     .then_some(text)
 }
 
@@ -92,20 +102,18 @@ pub(crate) fn summary_json(dead: &DeadLetter) -> Value {
     })
 }
 
-/// The headers as `[name, value]` pairs, a name's values in order.
+/// The headers as `(name, value)` pairs, in the order the dead letter holds them (values
+/// that are not UTF-8 read lossily).
 fn header_list(dead: &DeadLetter) -> Vec<(String, String)> {
-    let mut pairs: Vec<(String, String)> = dead
-        .headers
+    dead.headers
         .iter()
-        .flat_map(|(name, values)| {
-            values
-                .iter()
-                .map(move |v| (name.to_string(), v.as_str().to_owned()))
+        .map(|(n, v)| {
+            (
+                String::from_utf8_lossy(n).into_owned(),
+                String::from_utf8_lossy(v).into_owned(),
+            )
         })
-        .collect();
-    // async-nats keeps no order across names: sort them, for output that does not move.
-    pairs.sort_by_key(|(name, _)| name.to_ascii_lowercase());
-    pairs
+        .collect()
 }
 
 /// One dead letter in full as a JSON object (`show --json`): the payload under `payload` as
@@ -202,11 +210,18 @@ mod tests {
         assert_eq!(payload_text(b"{\"id\":1}\n"), Some("{\"id\":1}\n"));
         assert_eq!(payload_text(b"\x1b[2J"), None, "an escape sequence");
         assert_eq!(payload_text(&[0xff, 0x00]), None, "not UTF-8");
+        assert_eq!(payload_text(b"FAILED\rok"), None, "a carriage return");
+        assert_eq!(
+            payload_text("a\u{202E}b".as_bytes()),
+            None,
+            "a direction override"
+        );
     }
 
     #[test]
     fn control_characters_are_escaped() {
         assert_eq!(safe("plain"), "plain");
         assert_eq!(safe("a\u{1b}[31mb"), "a\\u{1b}[31mb");
+        assert_eq!(safe("x\u{202E}y"), "x\\u{202e}y");
     }
 }

@@ -183,7 +183,7 @@ impl Headers {
     }
 
     /// The pairs in order.
-    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> + Clone + '_ {
         self.0.iter().map(|(n, v)| (&n[..], &v[..]))
     }
 
@@ -230,6 +230,36 @@ impl Headers {
                 .cloned()
                 .collect(),
         )
+    }
+}
+
+impl Headers {
+    /// Reads a NATS header block as a server stores and sends it: `NATS/1.0` (with an
+    /// optional status after it) on its first line, then one `name: value` line each, ended by
+    /// `\r\n` (a bare `\n` is taken too), up to an empty line or the end. Every value of a
+    /// repeated name is kept, in order, and the order across names too (async-nats' own reading
+    /// of a stored message keeps only the last value of a name). A value's leading and trailing
+    /// spaces and tabs go; names and values are kept as bytes, unchecked.
+    ///
+    /// `None` when the block does not begin with `NATS/1.0`, or a line has no `:`.
+    pub fn parse_block(block: &[u8]) -> Option<Self> {
+        let mut lines = block
+            .split(|&b| b == b'\n')
+            .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
+        if !lines.next()?.starts_with(b"NATS/1.0") {
+            return None;
+        }
+        let mut headers = Self::new();
+        for line in lines {
+            if line.is_empty() {
+                break;
+            }
+            let colon = line.iter().position(|&b| b == b':')?;
+            let (name, value) = (&line[..colon], &line[colon + 1..]);
+            let value = value.trim_ascii();
+            headers.append(Bytes::copy_from_slice(name), Bytes::copy_from_slice(value));
+        }
+        Some(headers)
     }
 }
 
@@ -439,5 +469,29 @@ mod tests {
         assert!(!is_dropped_directive(b"Nats-Batch"));
         assert!(!is_dropped_directive(b"Nats-Sched"));
         assert!(!is_dropped_directive(b"X-Nats-TTL"));
+    }
+}
+
+#[cfg(test)]
+mod block_tests {
+    use super::Headers;
+
+    #[test]
+    fn a_header_block_keeps_every_value_in_order() {
+        let block = b"NATS/1.0\r\nx-tenant: a\r\nTrace: t\r\nx-tenant:  b \r\n\r\n";
+        let h = Headers::parse_block(block).expect("a block");
+        let pairs: Vec<(&[u8], &[u8])> = h.iter().collect();
+        assert_eq!(
+            pairs,
+            [
+                (&b"x-tenant"[..], &b"a"[..]),
+                (b"Trace", b"t"),
+                (b"x-tenant", b"b")
+            ]
+        );
+        assert!(Headers::parse_block(b"HTTP/1.1\r\n\r\n").is_none());
+        assert!(Headers::parse_block(b"NATS/1.0\r\nno colon\r\n\r\n").is_none());
+        let status = Headers::parse_block(b"NATS/1.0 100 Idle\r\n\r\n").expect("a status");
+        assert!(status.is_empty());
     }
 }

@@ -16,9 +16,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_nats::jetstream::{self, consumer::DeliverPolicy, stream::Stream};
 use async_nats::{Client, HeaderMap};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
 use futures_util::StreamExt;
-use ruststream_core::{DeadLetterFilter, DeadLetterRecord};
+use ruststream_core::{DeadLetterFilter, DeadLetterRecord, Headers};
+use serde::Deserialize;
 
 /// How long a read waits for the stream's next message before it gives up: 10 s.
 pub const READ_STALL: Duration = Duration::from_secs(10);
@@ -96,9 +99,11 @@ pub struct DeadLetter {
     pub stored: SystemTime,
     /// The subject it was stored under (the mount's dead-letter subject).
     pub subject: String,
-    /// Its headers: the delivery's own, then provenance and the runtime's `Nats-Msg-Id`.
-    /// async-nats keeps the order of a name's values, not the order across names.
-    pub headers: HeaderMap,
+    /// Its headers: the delivery's own, then provenance and the runtime's `Nats-Msg-Id`,
+    /// every value of a repeated name kept in order. Read by [`DeadLetters::get`], in the
+    /// order stored; read by [`DeadLetters::each`] (through async-nats, which keeps no order
+    /// across names), grouped by name.
+    pub headers: Headers,
     /// Its payload: the delivery's, unchanged.
     pub payload: Bytes,
     /// What it says of itself.
@@ -110,11 +115,10 @@ impl DeadLetter {
         sequence: u64,
         stored: SystemTime,
         subject: String,
-        headers: Option<HeaderMap>,
+        headers: Headers,
         payload: Bytes,
     ) -> Self {
-        let headers = headers.unwrap_or_default();
-        let record = DeadLetterRecord::read(header_pairs(&headers));
+        let record = DeadLetterRecord::read(headers.iter());
         Self {
             sequence,
             stored,
@@ -138,14 +142,41 @@ pub(super) fn nanos(time: SystemTime) -> u64 {
         .unwrap_or(0)
 }
 
-/// `headers` as `(name, value)` byte pairs, one per value, a name's values in order.
-pub(super) fn header_pairs(headers: &HeaderMap) -> impl Iterator<Item = (&[u8], &[u8])> + Clone {
-    headers.iter().flat_map(|(name, values)| {
-        values
-            .iter()
-            .map(move |v| (AsRef::<[u8]>::as_ref(name), AsRef::<[u8]>::as_ref(v)))
-    })
+/// async-nats' headers as the core's list: a name's values in order, names grouped.
+fn from_map(headers: Option<&HeaderMap>) -> Headers {
+    headers
+        .into_iter()
+        .flat_map(|map| map.iter())
+        .flat_map(|(name, values)| {
+            values.iter().map(move |v| {
+                (
+                    Bytes::copy_from_slice(AsRef::<[u8]>::as_ref(name)),
+                    Bytes::copy_from_slice(AsRef::<[u8]>::as_ref(v)),
+                )
+            })
+        })
+        .collect()
 }
+
+/// The answer to `$JS.API.STREAM.MSG.GET`: the message, or the API's error.
+#[derive(Deserialize)]
+struct MsgGet {
+    message: Option<jetstream::stream::RawMessage>,
+    error: Option<ApiError>,
+}
+
+/// A JetStream API error: its code and text.
+#[derive(Deserialize)]
+struct ApiError {
+    #[serde(default)]
+    err_code: u64,
+    #[serde(default)]
+    description: String,
+}
+
+/// "no message found" (nats-server `JSNoMessageFoundErr`), and the codes a delete of a
+/// message already gone answers with (`JSSequenceNotFoundErrF`, `JSStreamMsgDeleteFailedF`).
+const GONE: [u64; 3] = [10037, 10043, 10057];
 
 /// What a read went through.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -207,9 +238,11 @@ impl DeadLetters {
 
     /// Reads the dead letters `filter` takes, in stream order, giving each to `each`.
     ///
-    /// With `unmarked` false, a stream that holds messages none of which carries anything the
-    /// runtime writes on a dead letter is refused (it is most likely not a dead-letter
-    /// stream).
+    /// With `unmarked` false, only messages that carry something the runtime writes on a dead
+    /// letter (provenance, or its dead-letter `Nats-Msg-Id`) are taken, so that a stream that
+    /// stores a mount's work beside its dead letters (rule 8) gives only the dead letters; and
+    /// a stream that holds messages none of which carries such a mark is refused (it is most
+    /// likely not a dead-letter stream). With `unmarked`, every message is taken.
     ///
     /// # Errors
     /// [`DeadLetterError::NotDeadLetters`] (above); [`DeadLetterError::NothingMatches`] when a
@@ -225,8 +258,13 @@ impl DeadLetters {
         let mut marked = false;
         self.read(filter, |dead| {
             scanned.read += 1;
-            marked |= dead.record.is_marked();
-            if filter.matches(&dead.record, dead.sequence, dead.stored_nanos()) {
+            let is_marked = dead.record.is_marked();
+            marked |= is_marked;
+            // A stream may store its work and its dead letters side by side (rule 8): without
+            // `unmarked`, only messages marked as dead letters are taken.
+            if (is_marked || unmarked)
+                && filter.matches(&dead.record, dead.sequence, dead.stored_nanos())
+            {
                 scanned.taken += 1;
                 each(dead);
             }
@@ -264,61 +302,94 @@ impl DeadLetters {
         Ok(sequences)
     }
 
-    /// The dead letter stored at `sequence`.
+    /// The dead letter stored at `sequence`, its headers as stored (every value of a
+    /// repeated name, in order: read with the core's parser from the server's answer to
+    /// `$JS.API.STREAM.MSG.GET`, since async-nats' own keeps only a name's last value).
     ///
     /// # Errors
-    /// [`DeadLetterError::NoSuchDeadLetter`], or [`DeadLetterError::Nats`].
+    /// [`DeadLetterError::NoSuchDeadLetter`], or [`DeadLetterError::Nats`] (with a message
+    /// whose stored headers do not read as a NATS header block among them).
     pub async fn get(&self, sequence: u64) -> Result<DeadLetter, DeadLetterError> {
         // Sequences start at 1; the server answers 0 with a bare "bad request".
         if sequence == 0 {
             return Err(self.no_such(sequence));
         }
-        match self.stream.get_raw_message(sequence).await {
-            Ok(m) => Ok(DeadLetter::new(
-                m.sequence,
-                m.time.into(),
-                m.subject.to_string(),
-                Some(m.headers),
-                m.payload,
-            )),
-            Err(e) => match e.kind() {
-                jetstream::stream::LastRawMessageErrorKind::NoMessageFound => {
-                    Err(self.no_such(sequence))
-                }
-                jetstream::stream::LastRawMessageErrorKind::JetStream(j)
-                    if j.error_code() == jetstream::ErrorCode::NO_MESSAGE_FOUND =>
-                {
-                    Err(self.no_such(sequence))
-                }
-                _ => Err(DeadLetterError::nats(
-                    format!("reading message {sequence} of `{}`", self.name),
-                    e,
-                )),
-            },
-        }
+        let action = || format!("reading message {sequence} of `{}`", self.name);
+        let answer: MsgGet = self
+            .js
+            .request(
+                format!("STREAM.MSG.GET.{}", self.name),
+                &serde_json::json!({ "seq": sequence }),
+            )
+            .await
+            .map_err(|e| DeadLetterError::nats(action(), e))?;
+        let raw = match (answer.message, answer.error) {
+            (Some(raw), _) => raw,
+            (None, Some(e)) if GONE.contains(&e.err_code) => return Err(self.no_such(sequence)),
+            (None, Some(e)) => {
+                return Err(DeadLetterError::nats(
+                    action(),
+                    format!("{} ({})", e.description, e.err_code),
+                ));
+            }
+            (None, None) => return Err(DeadLetterError::nats(action(), "an empty answer")),
+        };
+        let payload = STANDARD
+            .decode(raw.payload.as_bytes())
+            .map_err(|e| DeadLetterError::nats(action(), format!("its payload: {e}")))?;
+        let headers = match raw.headers.as_deref() {
+            None | Some("") => Headers::new(),
+            Some(encoded) => {
+                let block = STANDARD
+                    .decode(encoded.as_bytes())
+                    .map_err(|e| DeadLetterError::nats(action(), format!("its headers: {e}")))?;
+                Headers::parse_block(&block).ok_or_else(|| {
+                    DeadLetterError::nats(
+                        action(),
+                        "its headers do not read as a NATS header block",
+                    )
+                })?
+            }
+        };
+        Ok(DeadLetter::new(
+            raw.sequence,
+            raw.time.into(),
+            raw.subject,
+            headers,
+            Bytes::from(payload),
+        ))
     }
 
-    /// Deletes the dead letter stored at `sequence`.
+    /// Deletes the dead letter stored at `sequence` (without erasing it on disk: an erase
+    /// overwrites the message and costs the server ten times as much).
     ///
     /// # Errors
     /// [`DeadLetterError::NoSuchDeadLetter`] when it is not there (deleted already), or
     /// [`DeadLetterError::Nats`].
     pub async fn delete(&self, sequence: u64) -> Result<(), DeadLetterError> {
-        match self.stream.delete_message(sequence).await {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(self.no_such(sequence)),
-            Err(e) => match e.kind() {
-                jetstream::stream::DeleteMessageErrorKind::JetStream(j)
-                    if j.error_code() == jetstream::ErrorCode::NO_MESSAGE_FOUND
-                        || j.error_code() == jetstream::ErrorCode::SEQUENCE_NOT_FOUND =>
-                {
-                    Err(self.no_such(sequence))
-                }
-                _ => Err(DeadLetterError::nats(
-                    format!("deleting message {sequence} of `{}`", self.name),
-                    e,
-                )),
-            },
+        #[derive(Deserialize)]
+        struct Deleted {
+            #[serde(default)]
+            success: bool,
+            error: Option<ApiError>,
+        }
+        let action = || format!("deleting message {sequence} of `{}`", self.name);
+        let answer: Deleted = self
+            .js
+            .request(
+                format!("STREAM.MSG.DELETE.{}", self.name),
+                &serde_json::json!({ "seq": sequence, "no_erase": true }),
+            )
+            .await
+            .map_err(|e| DeadLetterError::nats(action(), e))?;
+        match (answer.success, answer.error) {
+            (true, _) => Ok(()),
+            (false, Some(e)) if GONE.contains(&e.err_code) => Err(self.no_such(sequence)),
+            (false, Some(e)) => Err(DeadLetterError::nats(
+                action(),
+                format!("{} ({})", e.description, e.err_code),
+            )),
+            (false, None) => Err(self.no_such(sequence)),
         }
     }
 
@@ -400,7 +471,7 @@ impl DeadLetters {
                 sequence,
                 published.into(),
                 message.subject.to_string(),
-                message.headers,
+                from_map(message.headers.as_ref()),
                 message.payload,
             ));
             if sequence >= last || pending == 0 {

@@ -31,11 +31,11 @@ use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::context::GetStreamByNameErrorKind;
+use async_nats::jetstream::context::{GetStreamByNameErrorKind, PublishErrorKind};
 use async_nats::{HeaderMap, HeaderName, HeaderValue, Subject};
 use ruststream_core::{DeadLetterFilter, MSG_ID_HEADER, replay_msg_id, restored_headers};
 
-use super::dead_letters::{DeadLetter, DeadLetterError, DeadLetters, header_pairs};
+use super::dead_letters::{DeadLetter, DeadLetterError, DeadLetters};
 
 /// How to replay.
 #[derive(Debug, Clone, Default)]
@@ -128,10 +128,15 @@ pub struct ReplaySummary {
 impl ReplaySummary {
     /// How to go on after [`stopped_at`](Self::stopped_at): run the same command again with
     /// `--from-seq <sequence>`; `None` when the replay did not stop.
+    ///
+    /// Nothing after that dead letter was sent; the dead letter itself may have been stored
+    /// (a publish whose acknowledgement did not come, a delete that failed after it): sent
+    /// again within the target stream's duplicate window, it is stored once.
     pub fn resume_hint(&self) -> Option<String> {
         self.stopped_at.as_ref().map(|(sequence, _)| {
             format!(
-                "nothing from dead letter {sequence} on was sent: run the same command with --from-seq {sequence} to go on (replays before it that a stream stored are stored once if sent again within its duplicate window)"
+                "nothing after dead letter {sequence} was sent; it may itself have been stored (a publish not confirmed, a delete that failed). Run the same command with --from-seq {sequence} within the target stream's duplicate window (2 minutes by default) to go on without storing it twice; later than that, check the target stream first, or go on with --from-seq {}",
+                sequence + 1
             )
         })
     }
@@ -225,9 +230,14 @@ impl DeadLetters {
             }
         };
         if target == dead.subject {
-            return Err(Stop::Fail(format!(
+            let why = format!(
                 "`{target}` is the dead-letter subject itself: a replay there would be a dead letter again; replay with --to another subject"
-            )));
+            );
+            // Told to (`--to`): every one would fail alike. From its provenance: this one.
+            return Err(match options.to {
+                Some(_) => Stop::Fail(why),
+                None => Stop::Skip(why),
+            });
         }
         if ruststream_core::Subject::new(&target).is_err() {
             return Err(Stop::Skip(format!(
@@ -243,7 +253,7 @@ impl DeadLetters {
             }
         };
         let mut headers = HeaderMap::new();
-        for (name, value) in restored_headers(header_pairs(&dead.headers)) {
+        for (name, value) in restored_headers(dead.headers.iter()) {
             // Every pair came from async-nats, so each converts back; one that did not would
             // be a header the replay cannot carry: the dead letter is skipped, not sent
             // without it.
@@ -293,7 +303,13 @@ impl DeadLetters {
                     .js
                     .publish_with_headers(subject, headers.clone(), dead.payload.clone())
                     .await
-                    .map_err(|e| Stop::Fail(format!("replaying to `{target}`: {e}")))?
+                    .map_err(|e| match e.kind() {
+                        // This one is too large with the replay's id; the next may not be.
+                        PublishErrorKind::MaxPayloadExceeded => Stop::Skip(format!(
+                            "with the replay's Nats-Msg-Id it exceeds the server's max_payload: replay it by hand ({e})"
+                        )),
+                        _ => Stop::Fail(format!("replaying to `{target}`: {e}")),
+                    })?
                     .await
                     .map_err(|e| {
                         Stop::Fail(format!(
