@@ -22,7 +22,13 @@ use ruststream_core::{
 };
 
 /// The names of the fuzz targets, which are also the corpus folder names.
-pub const TARGETS: [&str; 4] = ["retry_count_header", "ack_reply", "planner", "ack_payload"];
+pub const TARGETS: [&str; 5] = [
+    "retry_count_header",
+    "ack_reply",
+    "planner",
+    "ack_payload",
+    "header_block",
+];
 
 /// The reference model of rule 5, written as plainly as possible: the header's values in
 /// order; for each, strip ASCII whitespace at both ends; digits only → a number (saturating);
@@ -101,6 +107,38 @@ pub fn check_ack_reply(data: &[u8]) {
         let again = AckReply::parse(rendered.as_bytes())
             .unwrap_or_else(|e| panic!("rendered {rendered:?} does not parse: {e}"));
         assert_eq!(reply, again, "round trip through {rendered:?}");
+    }
+}
+
+/// Target `header_block`: arbitrary bytes as a stored message's header block
+/// ([`Headers::parse_block`](ruststream_core::Headers::parse_block)). A block that reads
+/// renders back (`NATS/1.0`, a `name: value` line each, an empty line) to the same headers;
+/// what a dead letter says of itself reads from them without a panic, and the headers its
+/// replay carries ([`restored_headers`](ruststream_core::restored_headers)) are some of them,
+/// in order.
+pub fn check_header_block(data: &[u8]) {
+    let Some(headers) = ruststream_core::Headers::parse_block(data) else {
+        return;
+    };
+    let mut block = b"NATS/1.0\r\n".to_vec();
+    for (name, value) in headers.iter() {
+        block.extend_from_slice(name);
+        block.extend_from_slice(b": ");
+        block.extend_from_slice(value);
+        block.extend_from_slice(b"\r\n");
+    }
+    block.extend_from_slice(b"\r\n");
+    let again = ruststream_core::Headers::parse_block(&block)
+        .unwrap_or_else(|| panic!("the rendered block {block:?} does not read"));
+    assert_eq!(headers, again, "round trip through {block:?}");
+    let _ = ruststream_core::DeadLetterRecord::read(headers.iter());
+    let restored = ruststream_core::restored_headers(headers.iter());
+    let mut all = headers.iter();
+    for pair in &restored {
+        assert!(
+            all.any(|p| p == *pair),
+            "the replay's {pair:?} is not one of the dead letter's headers, in order"
+        );
     }
 }
 
@@ -478,6 +516,11 @@ mod tests {
     #[test]
     fn replay_ack_payload_corpus() {
         replay("ack_payload", check_ack_payload);
+    }
+
+    #[test]
+    fn replay_header_block_corpus() {
+        replay("header_block", check_header_block);
     }
 
     #[test]
