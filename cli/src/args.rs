@@ -21,6 +21,7 @@ pub struct Cli {
 /// How to connect: as the runtime does (`App::new`'s URLs, credentials as async-nats takes
 /// them). No value of these is ever printed.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Connection")]
 pub struct Connection {
     /// Server URL, or several separated by commas; credentials may stand in it
     /// (`nats://user:password@host:4222`, `nats://token@host:4222`).
@@ -29,18 +30,11 @@ pub struct Connection {
         env = "NATS_URL",
         default_value = "nats://127.0.0.1:4222",
         hide_env_values = true,
-        global = true,
-        help_heading = "Connection"
+        global = true
     )]
     pub url: String,
     /// A credentials file (JWT and NKey seed).
-    #[arg(
-        long,
-        env = "NATS_CREDS",
-        value_name = "FILE",
-        global = true,
-        help_heading = "Connection"
-    )]
+    #[arg(long, env = "NATS_CREDS", value_name = "FILE", global = true)]
     pub creds: Option<PathBuf>,
     /// User name, with --password.
     #[arg(
@@ -48,8 +42,7 @@ pub struct Connection {
         env = "NATS_USER",
         requires = "password",
         hide_env_values = true,
-        global = true,
-        help_heading = "Connection"
+        global = true
     )]
     pub user: Option<String>,
     /// Password, with --user.
@@ -58,42 +51,23 @@ pub struct Connection {
         env = "NATS_PASSWORD",
         requires = "user",
         hide_env_values = true,
-        global = true,
-        help_heading = "Connection"
+        global = true
     )]
     pub password: Option<String>,
     /// Token.
-    #[arg(
-        long,
-        env = "NATS_TOKEN",
-        hide_env_values = true,
-        global = true,
-        help_heading = "Connection"
-    )]
+    #[arg(long, env = "NATS_TOKEN", hide_env_values = true, global = true)]
     pub token: Option<String>,
     /// A CA certificate to trust (PEM); requires TLS.
-    #[arg(long, value_name = "FILE", global = true, help_heading = "Connection")]
+    #[arg(long, value_name = "FILE", global = true)]
     pub tls_ca: Option<PathBuf>,
     /// A client certificate (PEM), with --tls-key; requires TLS.
-    #[arg(
-        long,
-        value_name = "FILE",
-        requires = "tls_key",
-        global = true,
-        help_heading = "Connection"
-    )]
+    #[arg(long, value_name = "FILE", requires = "tls_key", global = true)]
     pub tls_cert: Option<PathBuf>,
     /// The client certificate's key (PEM), with --tls-cert.
-    #[arg(
-        long,
-        value_name = "FILE",
-        requires = "tls_cert",
-        global = true,
-        help_heading = "Connection"
-    )]
+    #[arg(long, value_name = "FILE", requires = "tls_cert", global = true)]
     pub tls_key: Option<PathBuf>,
     /// Require TLS even without certificates given here.
-    #[arg(long, global = true, help_heading = "Connection")]
+    #[arg(long, global = true)]
     pub tls: bool,
 }
 

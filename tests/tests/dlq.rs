@@ -160,6 +160,16 @@ async fn dead_letters() -> (NatsServer, jetstream::Context) {
     (server, js)
 }
 
+/// A server with the streams DLQ (`dlq.>`) and WORK (`work.>`), empty; a client on it.
+async fn dlq_and_work() -> (NatsServer, async_nats::Client, jetstream::Context) {
+    let server = NatsServer::start();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let js = jetstream::new(client.clone());
+    js.create_stream(stream("DLQ", &["dlq.>"])).await.unwrap();
+    js.create_stream(stream("WORK", &["work.>"])).await.unwrap();
+    (server, client, js)
+}
+
 #[test]
 fn list_shows_every_dead_letter_with_its_provenance_and_filters_them() {
     rt().block_on(async {
@@ -489,11 +499,7 @@ fn a_replay_that_fails_half_way_loses_nothing_and_resumes() {
 #[test]
 fn a_dead_letter_without_provenance_goes_back_only_where_it_is_told() {
     rt().block_on(async {
-        let server = NatsServer::start();
-        let client = async_nats::connect(server.url()).await.unwrap();
-        let js = jetstream::new(client.clone());
-        js.create_stream(stream("DLQ", &["dlq.>"])).await.unwrap();
-        js.create_stream(stream("WORK", &["work.>"])).await.unwrap();
+        let (server, client, js) = dlq_and_work().await;
         // As a JetStream mount without provenance leaves it: the runtime's id only.
         let mut h = HeaderMap::new();
         h.insert(
@@ -652,11 +658,7 @@ fn a_filter_past_the_last_dead_letter_answers_at_once() {
 #[test]
 fn repeated_headers_keep_every_value_through_show_and_replay() {
     rt().block_on(async {
-        let server = NatsServer::start();
-        let client = async_nats::connect(server.url()).await.unwrap();
-        let js = jetstream::new(client.clone());
-        js.create_stream(stream("DLQ", &["dlq.>"])).await.unwrap();
-        js.create_stream(stream("WORK", &["work.>"])).await.unwrap();
+        let (server, client, js) = dlq_and_work().await;
         let mut h = HeaderMap::new();
         h.append("x-tenant", "a");
         h.append("x-tenant", "b");
