@@ -5,9 +5,12 @@
 //!
 //! 1. **Where to.** `to` when given, else its original subject (`Ruststream-Subject`). A dead
 //!    letter without provenance does not say where it came from: it is skipped unless `to` is
-//!    given. A dead letter's own subject (the dead-letter subject) is refused as a target:
-//!    the replay would be stored as a dead letter again. (The original subject may be stored
-//!    by the dead-letter stream itself, rule 8: a stream that stores both works.)
+//!    given. A dead letter's own subject (the dead-letter subject) is refused as a target,
+//!    since the replay would be stored as a dead letter again: that dead letter is skipped
+//!    when its provenance names it, and the replay stops when `to` does. (The original
+//!    subject may be stored by the dead-letter stream itself, rule 8: a stream that stores
+//!    both works.) A dead letter deleted between the selection and its turn (by another
+//!    replay or purge) is skipped.
 //! 2. **What.** Its payload unchanged, and its headers without what its dead-lettering added
 //!    ([`restored_headers`](ruststream_core::restored_headers)): provenance, the runtime's
 //!    `Nats-Msg-Id`.
