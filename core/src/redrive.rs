@@ -89,19 +89,23 @@ pub struct DeadLetterRecord {
     pub dead_letterings: usize,
 }
 
-/// The values under each provenance name, and the runtime's id, gathered from headers.
+/// The values under each provenance name (indexed as [`NAMES`]), and the runtime's id,
+/// gathered from headers.
 #[derive(Default)]
 struct Gathered<'h> {
-    subject: Vec<&'h [u8]>,
-    mount: Vec<&'h [u8]>,
-    stream: Vec<&'h [u8]>,
-    consumer: Vec<&'h [u8]>,
-    stream_sequence: Vec<&'h [u8]>,
-    attempt: Vec<&'h [u8]>,
-    reason: Vec<&'h [u8]>,
-    error: Vec<&'h [u8]>,
+    values: [Vec<&'h [u8]>; 8],
     msg_id: Option<&'h [u8]>,
 }
+
+/// The indices of [`NAMES`].
+const SUBJECT: usize = 0;
+const MOUNT: usize = 1;
+const STREAM: usize = 2;
+const CONSUMER: usize = 3;
+const STREAM_SEQUENCE: usize = 4;
+const ATTEMPT: usize = 5;
+const REASON: usize = 6;
+const ERROR: usize = 7;
 
 /// Which provenance name `name` is (ASCII case ignored), as an index into [`NAMES`].
 fn provenance_index(name: &[u8]) -> Option<usize> {
@@ -110,7 +114,7 @@ fn provenance_index(name: &[u8]) -> Option<usize> {
         .position(|n| n.as_bytes().eq_ignore_ascii_case(name))
 }
 
-/// The provenance names, in the order [`Gathered::slot`] takes them.
+/// The provenance names, in the order of [`Gathered`]'s values ([`SUBJECT`] …).
 const NAMES: [&str; 8] = [
     PROVENANCE_SUBJECT,
     PROVENANCE_MOUNT,
@@ -131,19 +135,6 @@ fn is_runtime_msg_id(value: &[u8]) -> bool {
 }
 
 impl<'h> Gathered<'h> {
-    fn slot(&mut self, index: usize) -> &mut Vec<&'h [u8]> {
-        match index {
-            0 => &mut self.subject,
-            1 => &mut self.mount,
-            2 => &mut self.stream,
-            3 => &mut self.consumer,
-            4 => &mut self.stream_sequence,
-            5 => &mut self.attempt,
-            6 => &mut self.reason,
-            _ => &mut self.error,
-        }
-    }
-
     fn of<I>(headers: I) -> Self
     where
         I: IntoIterator<Item = (&'h [u8], &'h [u8])>,
@@ -151,7 +142,7 @@ impl<'h> Gathered<'h> {
         let mut g = Self::default();
         for (name, value) in headers {
             if let Some(i) = provenance_index(name) {
-                g.slot(i).push(value);
+                g.values[i].push(value);
             } else if is_msg_id(name) && is_runtime_msg_id(value) {
                 g.msg_id = Some(value);
             }
@@ -177,15 +168,15 @@ impl<'h> Gathered<'h> {
     /// Whether the latest dead-lettering was on JetStream (see the module docs).
     fn latest_on_jetstream(&self) -> bool {
         self.msg_id_origin().is_some()
-            || (!self.stream.is_empty() && self.stream.len() >= self.subject.len())
+            || (!self.values[STREAM].is_empty()
+                && self.values[STREAM].len() >= self.values[SUBJECT].len())
     }
 
     /// Whether the latest dead-lettering wrote `Ruststream-Error`: its reason is
     /// `handler-error`.
     fn latest_has_error(&self) -> bool {
-        !self.error.is_empty()
-            && self
-                .reason
+        !self.values[ERROR].is_empty()
+            && self.values[REASON]
                 .last()
                 .is_some_and(|r| *r == DeadLetterReason::HandlerError.as_str().as_bytes())
     }
@@ -217,23 +208,26 @@ impl DeadLetterRecord {
                 (Some(text(stream)), Some(text(consumer)), Some(sequence))
             }
             None if g.latest_on_jetstream() => (
-                last(&g.stream),
-                last(&g.consumer),
-                g.stream_sequence.last().and_then(|v| parse_u64(v)),
+                last(&g.values[STREAM]),
+                last(&g.values[CONSUMER]),
+                g.values[STREAM_SEQUENCE].last().and_then(|v| parse_u64(v)),
             ),
             None => (None, None, None),
         };
         Self {
-            subject: last(&g.subject),
-            mount: last(&g.mount),
+            subject: last(&g.values[SUBJECT]),
+            mount: last(&g.values[MOUNT]),
             stream,
             consumer,
             stream_sequence,
-            attempt: g.attempt.last().and_then(|v| parse_u64(v)),
-            reason: last(&g.reason),
-            error: g.latest_has_error().then(|| last(&g.error)).flatten(),
+            attempt: g.values[ATTEMPT].last().and_then(|v| parse_u64(v)),
+            reason: last(&g.values[REASON]),
+            error: g
+                .latest_has_error()
+                .then(|| last(&g.values[ERROR]))
+                .flatten(),
             msg_id: g.msg_id.map(text),
-            dead_letterings: g.subject.len(),
+            dead_letterings: g.values[SUBJECT].len(),
         }
     }
 
@@ -271,24 +265,12 @@ where
         true,
         g.latest_has_error(),
     ];
-    // The index, among a name's values, of the one to leave out.
-    let mut drop_at: [Option<usize>; 8] = [None; 8];
-    let mut lens = [0usize; 8];
-    for (i, slot) in lens.iter_mut().enumerate() {
-        *slot = match i {
-            0 => g.subject.len(),
-            1 => g.mount.len(),
-            2 => g.stream.len(),
-            3 => g.consumer.len(),
-            4 => g.stream_sequence.len(),
-            5 => g.attempt.len(),
-            6 => g.reason.len(),
-            _ => g.error.len(),
-        };
-        if appended[i] && *slot > 0 {
-            drop_at[i] = Some(*slot - 1);
-        }
-    }
+    // The index, among a name's values, of the one to leave out: the last, where appended.
+    let drop_at: [Option<usize>; 8] = std::array::from_fn(|i| {
+        appended[i]
+            .then(|| g.values[i].len().checked_sub(1))
+            .flatten()
+    });
     let mut seen = [0usize; 8];
     headers
         .into_iter()
