@@ -87,6 +87,7 @@ fn record_json(r: &DeadLetterRecord) -> Value {
         "attempt": r.attempt,
         "reason": r.reason,
         "error": r.error,
+        "original_msg_id": r.original_msg_id,
         "dead_letterings": r.dead_letterings,
     })
 }
@@ -171,6 +172,9 @@ pub(crate) fn full(out: &mut dyn Write, stream: &str, dead: &DeadLetter) -> io::
             Some(error) => writeln!(out, "reason {}: {}", safe(reason), safe(error))?,
             None => writeln!(out, "reason {}", safe(reason))?,
         }
+    }
+    if let Some(id) = &r.original_msg_id {
+        writeln!(out, "original Nats-Msg-Id {}", safe(id))?;
     }
     if r.dead_letterings > 1 {
         writeln!(

@@ -102,7 +102,8 @@ impl Message {
     /// ([`dead_letter_msg_id`]: stream, consumer, stream sequence, when it was stored), last;
     /// a Core one none. With `provenance` (a mount that asks for it, rule 19), the provenance
     /// headers come after the delivery's own and before the `Nats-Msg-Id`
-    /// ([`Provenance::append_to`]).
+    /// ([`Provenance::append_to`]), the delivery's own `Nats-Msg-Id` among them as
+    /// `Ruststream-Msg-Id`.
     pub fn dead_letter(
         &self,
         subject: &Subject,
@@ -111,7 +112,15 @@ impl Message {
     ) -> Publication {
         let mut headers = self.headers.for_dead_letter();
         if let Some(provenance) = provenance {
-            provenance.append_to(&mut headers, delivery);
+            // The delivery's own id, kept off the dead letter by rule 9, goes with its
+            // provenance (`Ruststream-Msg-Id`). Its last value, should it carry several.
+            let msg_id = self
+                .headers
+                .iter()
+                .filter(|(name, _)| name.eq_ignore_ascii_case(MSG_ID_HEADER.as_bytes()))
+                .map(|(_, id)| id)
+                .last();
+            provenance.append_to(&mut headers, delivery, msg_id);
         }
         if let Model::JetStream(reply) = delivery.model {
             let id = dead_letter_msg_id(

@@ -122,6 +122,24 @@ impl DeadLetterReason {
         Self::ALL.into_iter().find(|r| r.as_str() == name)
     }
 
+    /// The reason a dead letter is given for, once it is known whether its handler returned an
+    /// error (`errored`): [`HandlerError`](Self::HandlerError) for the planner's
+    /// [`Limit`](Self::Limit) or [`Rejected`](Self::Rejected) after an error, whatever outcome
+    /// the mount's error policy chose, since the error is why the delivery did not succeed;
+    /// `self` otherwise (an arrival past the limit never ran the handler, an undecodable
+    /// payload never reached it, and a copy too large is about size).
+    ///
+    /// The one vocabulary of rule 19: the provenance header `Ruststream-Reason`, the
+    /// dead-letter log line and the metric `ruststream_dead_letters_total` all take their
+    /// reason from here.
+    #[must_use]
+    pub fn with_error(self, errored: bool) -> Self {
+        match (errored, self) {
+            (true, Self::Limit | Self::Rejected) => Self::HandlerError,
+            _ => self,
+        }
+    }
+
     /// The value of `Ruststream-Reason`: `limit`, `rejected`, `undecodable`, `handler-error`
     /// or `copy-too-large`.
     pub fn as_str(self) -> &'static str {
@@ -204,7 +222,7 @@ impl std::fmt::Display for Action<'_> {
     /// A one-line description of what goes on the wire, for logs and traces: the ack payload
     /// itself, or `copy to <subject> (x-ruststream-retry-count: <n>)` with ` armed` for a
     /// delayed one, `dead letter to <subject>`; logs are named as such
-    /// (`AckError::Unsupported logged`, `warning: …`, `error: …`).
+    /// (`no ack on Core NATS (AckError::Unsupported, debug)`, `warning: …`, `error: …`).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Settle(s) => f.write_str(&String::from_utf8_lossy(s.payload().as_bytes())),
@@ -231,7 +249,8 @@ impl std::fmt::Display for Action<'_> {
             ),
             Self::PublishDeadLetter { subject, .. } => write!(f, "dead letter to {subject}"),
             Self::Log(Log::Unsupported(AckError::Unsupported)) => {
-                f.write_str("AckError::Unsupported logged")
+                // A Core delivery's success: nothing is wrong, Core NATS has no acknowledgement.
+                f.write_str("no ack on Core NATS (AckError::Unsupported, debug)")
             }
             Self::Log(Log::RetryCountIgnored { values }) => {
                 write!(f, "warning: {values} retry-count value(s) ignored")

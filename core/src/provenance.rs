@@ -14,12 +14,22 @@
 //! | `Ruststream-Attempt` | the attempt that dead-lettered it, from 1 |
 //! | `Ruststream-Reason` | [`DeadLetterReason::as_str`]: `limit`, `rejected`, `undecodable`, `handler-error`, `copy-too-large` |
 //! | `Ruststream-Error` | reason `handler-error` only: the handler's error text, on one line, at most [`PROVENANCE_ERROR_MAX`] bytes |
+//! | `Ruststream-Msg-Id` | only when the delivery carried a `Nats-Msg-Id`: that id, as it was (rule 9 keeps it off the dead letter itself) |
 //!
 //! **No collision with the original's headers.** The names are in the runtime's own
 //! `Ruststream-` namespace. A delivery that already carries some of them (a dead letter that
 //! was replayed, and dead-lettered again) keeps its values, and the new ones are appended
 //! after them: each header then holds one value per dead-lettering, oldest first, and the last
 //! is this one's. Nothing of the original is changed or removed.
+//!
+//! **The original's message id.** A dead letter never carries the delivery's own `Nats-Msg-Id`
+//! (rule 9: the dead-letter stream would deduplicate on it), so provenance keeps it under
+//! `Ruststream-Msg-Id`, for an operator to trace a dead letter back to what was published. A
+//! replay keeps `Ruststream-Msg-Id` and carries an id of its own
+//! ([`replay_msg_id`](crate::replay_msg_id)), never the original's: the original's stream
+//! would drop the replay as a duplicate within its window. A replay dead-lettered again
+//! appends the replay's id after the original's, so the first value is always the first
+//! publish's id ([`DeadLetterRecord::original_msg_id`](crate::DeadLetterRecord)).
 
 use bytes::Bytes;
 
@@ -44,6 +54,9 @@ pub const PROVENANCE_REASON: &str = "Ruststream-Reason";
 /// `Ruststream-Error`: the handler's error text (reason `handler-error` only).
 pub const PROVENANCE_ERROR: &str = "Ruststream-Error";
 
+/// `Ruststream-Msg-Id`: the delivery's own `Nats-Msg-Id`, when it had one.
+pub const PROVENANCE_MSG_ID: &str = "Ruststream-Msg-Id";
+
 /// The most bytes of a handler's error text that `Ruststream-Error` carries: 1,024. A longer
 /// text is cut at a character boundary and ends with `…`.
 pub const PROVENANCE_ERROR_MAX: usize = 1024;
@@ -65,15 +78,9 @@ impl<'a> Provenance<'a> {
     /// The provenance of a dead letter the plan gives for `reason`, from mount `mount`, whose
     /// handler returned `error` (if it did): the reason is then
     /// [`DeadLetterReason::HandlerError`] whatever outcome the error policy chose, since the
-    /// error is why the delivery did not succeed.
+    /// error is why the delivery did not succeed ([`DeadLetterReason::with_error`]).
     pub fn new(mount: &'a str, reason: DeadLetterReason, error: Option<&'a str>) -> Self {
-        let reason = match (error, reason) {
-            // An arrival past the limit never ran the handler; a copy too large is about size.
-            (Some(_), DeadLetterReason::Limit | DeadLetterReason::Rejected) => {
-                DeadLetterReason::HandlerError
-            }
-            _ => reason,
-        };
+        let reason = reason.with_error(error.is_some());
         Self {
             mount,
             reason,
@@ -81,8 +88,9 @@ impl<'a> Provenance<'a> {
         }
     }
 
-    /// Appends the provenance headers of `delivery` to `headers` (see the module docs).
-    pub fn append_to(&self, headers: &mut Headers, delivery: &Delivery<'_>) {
+    /// Appends the provenance headers of `delivery` to `headers` (see the module docs);
+    /// `msg_id` is the delivery's own `Nats-Msg-Id`, when it had one.
+    pub fn append_to(&self, headers: &mut Headers, delivery: &Delivery<'_>, msg_id: Option<&[u8]>) {
         let mut put = |name: &'static str, value: Bytes| {
             headers.append(Bytes::from_static(name.as_bytes()), value);
         };
@@ -118,6 +126,9 @@ impl<'a> Provenance<'a> {
         );
         if let Some(error) = self.error {
             put(PROVENANCE_ERROR, Bytes::from(one_line(error)));
+        }
+        if let Some(id) = msg_id {
+            put(PROVENANCE_MSG_ID, Bytes::copy_from_slice(id));
         }
     }
 }
@@ -166,7 +177,7 @@ mod tests {
         let delivery = Delivery::jetstream("orders.new", reply);
         let mut h = Headers::new();
         h.append(Bytes::from_static(b"Keep"), Bytes::from_static(b"me"));
-        Provenance::new("orders", DeadLetterReason::Limit, None).append_to(&mut h, &delivery);
+        Provenance::new("orders", DeadLetterReason::Limit, None).append_to(&mut h, &delivery, None);
         assert_eq!(
             pairs(&h),
             [
@@ -188,7 +199,7 @@ mod tests {
         let delivery = Delivery::core("orders.new", RetryCountReading::read([]));
         let mut h = Headers::new();
         Provenance::new("core", DeadLetterReason::Rejected, Some("bad\r\nvalue"))
-            .append_to(&mut h, &delivery);
+            .append_to(&mut h, &delivery, None);
         assert_eq!(
             pairs(&h),
             [

@@ -16,7 +16,9 @@
 //!   values its latest dead-lettering appended, without any `Nats-Msg-Id` (the runtime's, and
 //!   the original's was never there: rule 9 drops it) and without publish directives (which a
 //!   dead letter never carries; one stored there by hand would make the stream refuse or
-//!   rewrite the replay). Every other header keeps its values in order, byte for byte.
+//!   rewrite the replay). Every other header keeps its values in order, byte for byte,
+//!   `Ruststream-Msg-Id` among them: the original's id travels with the replay, so that the
+//!   replay too traces back to the first publish.
 //! - [`replay_msg_id`]: the `Nats-Msg-Id` a replay into a stream carries, made from the dead
 //!   letter, so that the same dead letter replayed twice within the target stream's duplicate
 //!   window is stored once.
@@ -32,8 +34,8 @@ use std::borrow::Cow;
 use crate::header::{MSG_ID_HEADER, is_dropped_directive};
 use crate::plan::DeadLetterReason;
 use crate::provenance::{
-    PROVENANCE_ATTEMPT, PROVENANCE_CONSUMER, PROVENANCE_ERROR, PROVENANCE_MOUNT, PROVENANCE_REASON,
-    PROVENANCE_STREAM, PROVENANCE_STREAM_SEQUENCE, PROVENANCE_SUBJECT,
+    PROVENANCE_ATTEMPT, PROVENANCE_CONSUMER, PROVENANCE_ERROR, PROVENANCE_MOUNT, PROVENANCE_MSG_ID,
+    PROVENANCE_REASON, PROVENANCE_STREAM, PROVENANCE_STREAM_SEQUENCE, PROVENANCE_SUBJECT,
 };
 use crate::subject::{Subject, Wildcard};
 
@@ -83,6 +85,10 @@ pub struct DeadLetterRecord {
     pub error: Option<String>,
     /// The runtime's own `Nats-Msg-Id` (JetStream dead letters).
     pub msg_id: Option<String>,
+    /// `Ruststream-Msg-Id`'s first value: the `Nats-Msg-Id` the message carried when it was
+    /// first dead-lettered with provenance, which traces it back to its publish (later
+    /// values are the ids of its replays, dead-lettered again).
+    pub original_msg_id: Option<String>,
     /// How many times it was dead-lettered with provenance: how many values
     /// `Ruststream-Subject` holds (more than 1 for a dead letter replayed with its
     /// provenance left on, and dead-lettered again).
@@ -95,6 +101,8 @@ pub struct DeadLetterRecord {
 struct Gathered<'h> {
     values: [Vec<&'h [u8]>; 8],
     msg_id: Option<&'h [u8]>,
+    /// `Ruststream-Msg-Id`'s first value.
+    original_msg_id: Option<&'h [u8]>,
 }
 
 /// The indices of [`NAMES`].
@@ -145,6 +153,8 @@ impl<'h> Gathered<'h> {
                 g.values[i].push(value);
             } else if is_msg_id(name) && is_runtime_msg_id(value) {
                 g.msg_id = Some(value);
+            } else if name.eq_ignore_ascii_case(PROVENANCE_MSG_ID.as_bytes()) {
+                g.original_msg_id = g.original_msg_id.or(Some(value));
             }
         }
         g
@@ -227,6 +237,7 @@ impl DeadLetterRecord {
                 .then(|| last(&g.values[ERROR]))
                 .flatten(),
             msg_id: g.msg_id.map(text),
+            original_msg_id: g.original_msg_id.map(text),
             dead_letterings: g.values[SUBJECT].len(),
         }
     }
@@ -414,7 +425,11 @@ mod tests {
             AckReply::parse(b"$JS.ACK.ORDERS.orders.3.42.40.1700000000000000000.0").expect("reply");
         let delivery = Delivery::jetstream("orders.new", reply);
         let mut h = original.for_dead_letter();
-        Provenance::new("orders", reason, error).append_to(&mut h, &delivery);
+        let own_id = original
+            .iter()
+            .find(|(n, _)| *n == MSG_ID_HEADER.as_bytes())
+            .map(|(_, v)| v);
+        Provenance::new("orders", reason, error).append_to(&mut h, &delivery, own_id);
         h.append(
             Bytes::from_static(MSG_ID_HEADER.as_bytes()),
             Bytes::from(dead_letter_msg_id(
@@ -452,6 +467,7 @@ mod tests {
         assert_eq!(r.known_reason(), Some(DeadLetterReason::HandlerError));
         assert_eq!(r.error.as_deref(), Some("db down"));
         assert_eq!(r.dead_letterings, 1);
+        assert_eq!(r.original_msg_id.as_deref(), Some("order-17"));
         assert!(r.is_marked());
     }
 
@@ -460,11 +476,13 @@ mod tests {
         let before = original();
         let h = dead_letter(&before, DeadLetterReason::Limit, None);
         let restored = restored_headers(pairs(&h));
-        // The original's own Nats-Msg-Id never reached the dead letter (rule 9).
-        let expected: Vec<(&[u8], &[u8])> = pairs(&before)
+        // The original's own Nats-Msg-Id never reached the dead letter (rule 9); provenance
+        // kept it as `Ruststream-Msg-Id`, which the replay carries to trace it back.
+        let mut expected: Vec<(&[u8], &[u8])> = pairs(&before)
             .into_iter()
             .filter(|(n, _)| *n != b"Nats-Msg-Id")
             .collect();
+        expected.push((b"Ruststream-Msg-Id", b"order-17"));
         assert_eq!(restored, expected);
     }
 
@@ -510,7 +528,7 @@ mod tests {
         let mut h = Headers::new();
         h.append("x", "1");
         let delivery = Delivery::core("greet.new", RetryCountReading::default());
-        Provenance::new("greet", DeadLetterReason::Limit, None).append_to(&mut h, &delivery);
+        Provenance::new("greet", DeadLetterReason::Limit, None).append_to(&mut h, &delivery, None);
         let r = DeadLetterRecord::read(pairs(&h));
         assert_eq!((r.stream, r.stream_sequence), (None, None));
         assert_eq!(r.subject.as_deref(), Some("greet.new"));

@@ -673,6 +673,6 @@ fn plans_describe_their_wire_actions() {
     let c = core_subject(Some(3), false);
     assert_eq!(
         plan(&core(2), Outcome::Retry.into(), &c, now()).to_string(),
-        "AckError::Unsupported logged, copy to orders.new (x-ruststream-retry-count: 2)"
+        "no ack on Core NATS (AckError::Unsupported, debug), copy to orders.new (x-ruststream-retry-count: 2)"
     );
 }

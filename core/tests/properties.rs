@@ -373,7 +373,8 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(2_000))]
 
     /// A dead letter keeps the payload and the headers byte for byte, except rule-9 directives;
-    /// a JetStream one ends with the runtime's own `Nats-Msg-Id`, naming the delivery.
+    /// a JetStream one ends with the runtime's own `Nats-Msg-Id`, naming the delivery. With
+    /// provenance, the delivery's own `Nats-Msg-Id` is kept as `Ruststream-Msg-Id`.
     #[test]
     fn dead_letters_keep_payload_and_headers(
         pairs in headers(),
@@ -398,8 +399,10 @@ proptest! {
         // Rule 19: provenance is appended after the delivery's own headers, which stay as
         // they were, whatever they hold (even `Ruststream-` names of an earlier dead letter).
         if provenance {
+            // The delivery's own `Nats-Msg-Id` (its last value) goes as `Ruststream-Msg-Id`.
+            let own_id = pairs.iter().rev().find(|(n, _)| lower(n) == b"nats-msg-id").map(|(_, v)| &v[..]);
             let mut added = Headers::new();
-            origin.append_to(&mut added, &delivery);
+            origin.append_to(&mut added, &delivery, own_id);
             want.extend(added.iter().map(|(n, v)| (n.to_vec(), v.to_vec())));
         }
         if jetstream {

@@ -4,6 +4,11 @@
 use super::common::*;
 use ruststream_tests::metrics::{counter, gauge, histogram};
 
+#[derive(serde::Deserialize)]
+struct Order {
+    id: u64,
+}
+
 fn count(name: &str, mount: &str, label: Option<(&str, &str)>) -> u64 {
     let mut labels = vec![("mount", mount)];
     labels.extend(label);
@@ -81,7 +86,14 @@ fn metrics_count_jetstream_outcomes_and_wire_actions() {
         ] {
             assert_eq!(wire(m, action), n, "wire action {action}");
         }
-        for (reason, n) in [("limit", 1), ("rejected", 1), ("undecodable", 0)] {
+        // The `Err` the error policy rejected counts as `handler-error`, as its provenance
+        // header would say (rule 19), not as the `rejected` its plan gave.
+        for (reason, n) in [
+            ("limit", 1),
+            ("rejected", 0),
+            ("handler-error", 1),
+            ("undecodable", 0),
+        ] {
             assert_eq!(
                 count("ruststream_dead_letters_total", m, Some(("reason", reason))),
                 n,
@@ -98,6 +110,114 @@ fn metrics_count_jetstream_outcomes_and_wire_actions() {
             gauge("ruststream_handlers_waiting", &[("mount", m)]),
             Some(0.0)
         );
+        app.shutdown().await;
+    });
+}
+
+/// One vocabulary for why a message was dead-lettered (issue 41): for every reason of rule
+/// 19, `ruststream_dead_letters_total{reason}` counts what the dead letters' own
+/// `Ruststream-Reason` headers say, and the dead-letter log line names the same reason. A copy
+/// too large goes without provenance (its dead letter would not fit with it), so its metric
+/// and log line are checked alone.
+#[test]
+fn metrics_dead_letter_reasons_agree_with_provenance_headers() {
+    run(async {
+        let (server, tc, acks, _r, ev) = js_case().await;
+        let (js, core) = ("js-reasons", "core-reasons");
+        let app = start(&server, &ev, |a| {
+            a.mount_json(
+                js_mount(js)
+                    .max_attempts(2)
+                    .dead_letter("dlq.orders")
+                    .provenance(),
+                |order: Order, _d: Delivery| async move {
+                    match order.id {
+                        1 => Ok(Outcome::Retry),
+                        2 => Ok(Outcome::Reject),
+                        _ => Err("inventory down"),
+                    }
+                },
+            )
+            .mount(
+                Mount::core_wildcard(core, "mreasons.in.*", "mreasons.retry")
+                    .max_attempts(3)
+                    .dead_letter("dlq.core")
+                    .provenance(),
+                |_d: Delivery| async { Outcome::Retry },
+            )
+        })
+        .await;
+        for payload in [
+            &b"{\"id\":1}"[..],
+            b"{\"id\":2}",
+            b"{\"id\":3}",
+            b"not json",
+        ] {
+            tc.js_publish("orders.new", HeaderMap::new(), payload).await;
+        }
+        // Fits as published; its copy would not (rule 21).
+        let max = tc.client.server_info().max_payload;
+        tc.client
+            .publish("mreasons.in.a", bytes::Bytes::from(vec![b'x'; max - 10]))
+            .await
+            .expect("publish");
+        tc.client.flush().await.expect("flush");
+        // id 1: -NAK, then +TERM at the limit; id 2: +TERM; id 3: -NAK, +TERM; not json: +TERM.
+        acks.at_least(6).await;
+        settled(&ev, 7).await;
+        let stored = loop {
+            let stored = tc.stored("DLQ").await;
+            if stored.len() >= 5 {
+                break stored;
+            }
+            quiet(20).await;
+        };
+        assert_eq!(stored.len(), 5, "{stored:?}");
+        let mut from_headers = std::collections::BTreeMap::<String, u64>::new();
+        for (subject, headers, _) in &stored {
+            let reasons: Vec<&String> = headers
+                .iter()
+                .filter(|(name, _)| name == "Ruststream-Reason")
+                .map(|(_, value)| value)
+                .collect();
+            match subject.as_str() {
+                "dlq.orders" => {
+                    assert_eq!(reasons.len(), 1, "{headers:?}");
+                    *from_headers.entry(reasons[0].clone()).or_default() += 1;
+                }
+                _ => assert!(reasons.is_empty(), "a copy too large: {headers:?}"),
+            }
+        }
+        let want: std::collections::BTreeMap<String, u64> = [
+            ("limit", 1),
+            ("rejected", 1),
+            ("handler-error", 1),
+            ("undecodable", 1),
+        ]
+        .into_iter()
+        .map(|(r, n)| (r.to_owned(), n))
+        .collect();
+        assert_eq!(from_headers, want);
+        for reason in adapter::dead_letters::DeadLetterReason::ALL {
+            let reason = reason.as_str();
+            let (at_js, at_core) = match reason {
+                "copy-too-large" => (0, 1),
+                _ => (from_headers[reason], 0),
+            };
+            let metric = |m| count("ruststream_dead_letters_total", m, Some(("reason", reason)));
+            assert_eq!(metric(js), at_js, "{js}: {reason}");
+            assert_eq!(metric(core), at_core, "{core}: {reason}");
+            let mount = match at_js {
+                0 => core,
+                _ => js,
+            };
+            logged(&[
+                &format!("mount={mount}"),
+                &format!("reason={reason}"),
+                "dead letter published",
+            ])
+            .await;
+        }
         app.shutdown().await;
     });
 }

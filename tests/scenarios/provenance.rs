@@ -45,8 +45,12 @@ fn rule_19_jetstream_dead_letters_carry_provenance() {
             )
         })
         .await;
-        tc.js_publish("orders.new", headers(&[("Trace-Id", "t1")]), b"{\"id\":1}")
-            .await;
+        tc.js_publish(
+            "orders.new",
+            headers(&[("Trace-Id", "t1"), ("Nats-Msg-Id", "order-1")]),
+            b"{\"id\":1}",
+        )
+        .await;
         assert_acks(&acks, &["-NAK", "+TERM"]).await;
         tc.js_publish("orders.new", HeaderMap::new(), b"{\"id\":2}")
             .await;
@@ -80,6 +84,8 @@ fn rule_19_jetstream_dead_letters_carry_provenance() {
             ("Ruststream-Reason", "handler-error"),
             // One line: the CR LF of the error's text would end the header.
             ("Ruststream-Error", "database down  for order 1"),
+            // Its own id, which rule 9 keeps off the dead letter (issue 41).
+            ("Ruststream-Msg-Id", "order-1"),
             ("Nats-Msg-Id", "ruststream.dead-letter.ORDERS.worker.1"),
         ]);
         assert_eq!(sorted(&stored[0].1), pairs(&first));

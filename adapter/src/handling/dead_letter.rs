@@ -24,15 +24,19 @@ pub(crate) async fn dead_letter(
 ) -> Result<(), PublishFailed> {
     let letter = letter(ctx, msg, delivery, subject, reason, error);
     Box::pin(publish(ctx, letter)).await?;
+    // One vocabulary (rule 19): the reason its provenance header gives, in the log line and
+    // the metric, whether or not the mount asks for provenance.
+    let reason = reason.with_error(error.is_some());
+    ctx.metrics.dead_lettered(reason);
     match ctx.dead_letters {
         DeadLetterSink::JetStream(_) => tracing::warn!(
             mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
-            dead_letter = %subject, "dead letter published and confirmed by its stream"
+            dead_letter = %subject, reason = %reason, "dead letter published and confirmed by its stream"
         ),
         // Nothing stores it: the flush says only that the server received it.
         DeadLetterSink::Plain => tracing::warn!(
             mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
-            dead_letter = %subject, "dead letter published on Core NATS and flushed to the server (no stream stores its subject: only a subscriber listening now receives it)"
+            dead_letter = %subject, reason = %reason, "dead letter published on Core NATS and flushed to the server (no stream stores its subject: only a subscriber listening now receives it)"
         ),
     }
     Ok(())

@@ -173,7 +173,7 @@ fn undecodable(
 }
 
 /// The event of a handler run that ended, and the handler's error text when it returned an
-/// error and the mount asks for provenance headers (rule 19), which carry it.
+/// error (for the dead letter's reason and its provenance headers, rule 19).
 #[inline]
 pub(crate) fn handled(
     ctx: &MountContext,
@@ -195,8 +195,10 @@ fn not_an_outcome(
     delivery: &CoreDelivery<'_>,
     result: std::thread::Result<Handled>,
 ) -> (Event, Option<Box<str>>) {
+    // Kept whether or not the mount asks for provenance: a dead letter's reason is
+    // `handler-error` in its metric and log line too (rule 19's one vocabulary).
     let error = match &result {
-        Ok(Handled::Error(error)) if ctx.policy.provenance() => Some(Box::from(error.as_str())),
+        Ok(Handled::Error(error)) => Some(Box::from(error.as_str())),
         _ => None,
     };
     let event = match result {

@@ -19,7 +19,7 @@
 //! | `ruststream_handler_outcomes_total` | counter | `mount`, `outcome` | settled deliveries by what their handler gave: `ack`, `retry`, `retry_after`, `drop`, `reject`, `none` (no outcome, a panic, a time limit), `undecodable` (a typed handler's payload that did not decode), `not_run` (arrived past the limit) |
 //! | `ruststream_handler_errors_total` | counter | `mount` | handlers that returned `Err` (then settled by the mount's error policy, counted again under its outcome) |
 //! | `ruststream_wire_actions_total` | counter | `mount`, `action` | what went to the server: `ack` (`+ACK`), `nak` (`-NAK`), `nak_delay` (`-NAK {"delay": …}`), `term` (`+TERM`), `wpi` (`+WPI`), `copy` (a Core copy published, at once or when due), `dead_letter` (published and confirmed by its stream, or, where no stream stores its subject, flushed to the server) |
-//! | `ruststream_dead_letters_total` | counter | `mount`, `reason` | dead letters published (confirmed by their stream, or flushed to the server where none stores them), by the planner's reason: `limit`, `rejected`, `undecodable`, `copy-too-large` (a handler's `Err` counts under the reason of the outcome its error policy chose, and in `ruststream_handler_errors_total`) |
+//! | `ruststream_dead_letters_total` | counter | `mount`, `reason` | dead letters published (confirmed by their stream, or flushed to the server where none stores them), by the reason its `Ruststream-Reason` provenance header gives (rule 19), whether or not the mount asks for provenance: `limit`, `rejected`, `undecodable`, `handler-error` (a handler's `Err`, whatever outcome its error policy chose; also counted in `ruststream_handler_errors_total`), `copy-too-large` |
 //! | `ruststream_core_losses_total` | counter | `mount`, `cause` | Core messages lost (rule 21): `slow_consumer` (dropped, the subscription buffer full), `copy` (a copy not published), `dead_letter` (a dead letter not published), `unhandled_at_shutdown`, `copy_at_shutdown` (a delayed copy still waiting when the grace period ended) |
 //! | `ruststream_late_results_total` | counter | `mount` | handler results discarded (rule 16): the delivery's deadline passed without a renewal, or the mount received the message again while it ran (its renewals lost on their way) |
 //! | `ruststream_recoveries_total` | counter | `mount` | times the mount subscribed again after its connection or subscription died (rule 20) |
@@ -89,14 +89,6 @@ const ACTIONS: [&str; 7] = [
     "copy",
     "dead_letter",
 ];
-/// The planner's reasons ([`DeadLetterReason::HandlerError`] comes from the adapter, for
-/// provenance headers only).
-const REASONS: [DeadLetterReason; 4] = [
-    DeadLetterReason::Limit,
-    DeadLetterReason::Rejected,
-    DeadLetterReason::Undecodable,
-    DeadLetterReason::CopyTooLarge,
-];
 
 /// A wire action, as the `action` label says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,7 +110,7 @@ pub(crate) struct MountMetrics {
     outcomes: [Counter; OUTCOMES.len()],
     errors: Counter,
     wire: [Counter; ACTIONS.len()],
-    dead_letters: [Counter; REASONS.len()],
+    dead_letters: [Counter; DeadLetterReason::ALL.len()],
     losses: [Counter; Loss::ALL.len()],
     late: Counter,
     recoveries: Counter,
@@ -142,7 +134,7 @@ impl MountMetrics {
             wire: ACTIONS.map(|action| {
                 counter!("ruststream_wire_actions_total", "mount" => mount, "action" => action)
             }),
-            dead_letters: REASONS.map(|reason| {
+            dead_letters: DeadLetterReason::ALL.map(|reason| {
                 counter!("ruststream_dead_letters_total", "mount" => mount, "reason" => reason.as_str())
             }),
             losses: Loss::ALL.map(|loss| {
@@ -178,6 +170,14 @@ impl MountMetrics {
     /// A handler returned `Err`.
     pub(crate) fn handler_error(&self) {
         self.errors.increment(1);
+    }
+
+    /// A dead letter was published and confirmed (or flushed, where no stream stores its
+    /// subject), for `reason` as its provenance header says it
+    /// ([`DeadLetterReason::with_error`]).
+    pub(crate) fn dead_lettered(&self, reason: DeadLetterReason) {
+        let at = DeadLetterReason::ALL.iter().position(|r| *r == reason);
+        self.dead_letters[at.unwrap_or(0)].increment(1);
     }
 
     /// A wire action went out (one not counted by [`settled`](Self::settled)).
@@ -236,11 +236,10 @@ impl MountMetrics {
                 Action::Settle(Settlement::NakWithDelay(_)) => self.wire(Wire::NakDelay),
                 Action::Settle(Settlement::Term) => self.wire(Wire::Term),
                 Action::PublishCopy { .. } => self.wire(Wire::Copy),
-                Action::PublishDeadLetter { reason, .. } => {
-                    self.wire(Wire::DeadLetter);
-                    let at = REASONS.iter().position(|r| r == reason).unwrap_or(0);
-                    self.dead_letters[at].increment(1);
-                }
+                // Its reason is counted when it is confirmed, by
+                // [`dead_lettered`](Self::dead_lettered): only the executor knows whether the
+                // handler returned an error.
+                Action::PublishDeadLetter { .. } => self.wire(Wire::DeadLetter),
                 // Counted when the delay loop publishes it.
                 Action::ScheduleCopy { .. } | Action::Log(_) => {}
             }
