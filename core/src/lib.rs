@@ -77,6 +77,7 @@ mod delivery;
 mod header;
 mod lease;
 mod message;
+mod overlap;
 mod plan;
 mod policy;
 mod provenance;
@@ -98,6 +99,7 @@ pub use header::{
 };
 pub use lease::{LeaseDue, LeaseEnd, LeaseKey, LeaseTerms, LeasedDelivery, Leases, lease_span};
 pub use message::{Message, Publication, wire_len};
+pub use overlap::{MountSubjects, Overlap, OverlapSeverity, StoredSubjects, find_overlaps};
 pub use plan::{
     Action, DeadLetterReason, Disposition, Event, Log, MAX_ACTIONS, Outcome, Plan, deadline, plan,
     plan_with_clock, retry_in_place,

@@ -170,6 +170,25 @@ impl Wildcard {
     }
 }
 
+impl Wildcard {
+    /// Whether some subject is matched by both wildcards: a subscription on one would receive
+    /// a message a stream on the other stores (nats-server's `SubjectsCollide`). Token by
+    /// token: `>` overlaps one or more remaining tokens of any kind, `*` any one token, a
+    /// literal token an equal one or `*`.
+    pub fn overlaps(&self, other: &Wildcard) -> bool {
+        let mut a = self.0.split('.');
+        let mut b = other.0.split('.');
+        loop {
+            match (a.next(), b.next()) {
+                (Some(">"), Some(_)) | (Some(_), Some(">")) => return true,
+                (None, None) => return true,
+                (Some(x), Some(y)) if x == "*" || y == "*" || x == y => {}
+                _ => return false,
+            }
+        }
+    }
+}
+
 impl fmt::Debug for Wildcard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(&*self.0, f)
@@ -188,6 +207,24 @@ mod tests {
 
     fn s(x: &str) -> Subject {
         Subject::new(x).expect("valid subject")
+    }
+
+    #[test]
+    fn overlaps_when_one_subject_matches_both() {
+        let w = |x: &str| Wildcard::new(x).expect("valid wildcard");
+        for (a, b, overlap) in [
+            ("orders.*", "orders.new", true),
+            ("orders.>", "*.new.x", true),
+            ("a.b", "a.b", true),
+            ("*", ">", true),
+            ("payments.status", "payments.*", true),
+            ("orders.*", "orders.new.x", false),
+            ("a.b", "a.c", false),
+            ("a", "a.>", false),
+        ] {
+            assert_eq!(w(a).overlaps(&w(b)), overlap, "{a} {b}");
+            assert_eq!(w(b).overlaps(&w(a)), overlap, "{b} {a}");
+        }
     }
 
     #[test]

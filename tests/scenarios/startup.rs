@@ -494,3 +494,128 @@ fn a_filter_the_consumer_does_not_have_and_a_shared_consumer_are_refused() {
         );
     });
 }
+
+/// The overlap a new user met (issue 41): a Core mount answering requests on a subject a
+/// stream stores. The requester would get the stream's publish acknowledgement as its reply,
+/// and the request would be stored and consumed as an order. Refused, naming the mount, the
+/// stream and both subjects; a Core mount there that does not reply is warned about, and a
+/// subject no stream stores is fine.
+#[test]
+fn a_core_mount_under_a_stream_is_refused_when_it_replies_and_warned_about_otherwise() {
+    run(async {
+        let (server, tc, _acks, _r, ev) = js_case().await;
+        tc.stream("PAYMENTS", &["payments.*"]).await;
+        let status = |_d: Delivery| async { adapter::Reply("ok") };
+        let e = start_err(&server, |a| {
+            a.mount(Mount::core_subject("status", "payments.status"), status)
+        })
+        .await;
+        match &e {
+            StartError::Overlap { mount, reason } => {
+                assert_eq!(mount, "status", "{e}");
+                for part in [
+                    "`payments.status`",
+                    "`PAYMENTS`",
+                    "`payments.*`",
+                    "acknowledgement",
+                ] {
+                    assert!(reason.contains(part), "{part}: {reason}");
+                }
+            }
+            other => panic!("not refused for the overlap: {other}"),
+        }
+        let app = start(&server, &ev, |a| {
+            a.mount(Mount::core_subject("status", "status.payments"), status)
+                .mount(
+                    Mount::core_wildcard("tap", "payments.*", "tap.retry"),
+                    |_d: Delivery| async { Outcome::Ack },
+                )
+        })
+        .await;
+        logged(&[
+            "WARN",
+            "mount=tap",
+            "`PAYMENTS`",
+            "`payments.*`",
+            "also stored",
+        ])
+        .await;
+        assert!(
+            ruststream_tests::log_lines(&["WARN", "mount=status"]).is_empty(),
+            "a subject no stream stores"
+        );
+        app.shutdown().await;
+    });
+}
+
+/// Dead letters or Core copies that another mount of the app would take as new work are
+/// refused at start-up (issue 41): dead letters to a subject a stream stores and another
+/// JetStream mount consumes, copies to a subject another Core mount receives, and copies to
+/// a subject a stream stores and a JetStream mount consumes.
+#[test]
+fn dead_letters_and_copies_another_mount_would_take_as_work_are_refused() {
+    run(async {
+        let (server, tc, _acks, _r, _ev) = js_case().await;
+        tc.stream("EVENTS", &["events.>"]).await;
+        let noop = |_: Delivery| async { Outcome::Ack };
+        let e = start_err(&server, |a| {
+            a.mount(
+                js_mount("orders")
+                    .max_attempts(2)
+                    .dead_letter("events.dead"),
+                noop,
+            )
+            .mount(Mount::jetstream("events", "EVENTS", "e"), noop)
+        })
+        .await;
+        let text = e.to_string();
+        assert!(
+            matches!(&e, StartError::Overlap { mount, .. } if mount == "orders")
+                && text.contains("`events.dead`")
+                && text.contains("JetStream mount `events`")
+                && text.contains("`EVENTS`"),
+            "{text}"
+        );
+        let e = start_err(&server, |a| {
+            a.mount(
+                Mount::core_wildcard("region", "region.*", "shared.retry").max_attempts(2),
+                noop,
+            )
+            .mount(Mount::core_subject("other", "shared.retry"), noop)
+        })
+        .await;
+        let text = e.to_string();
+        assert!(
+            matches!(&e, StartError::Overlap { mount, .. } if mount == "region")
+                && text.contains("`shared.retry`")
+                && text.contains("Core mount `other`"),
+            "{text}"
+        );
+        let e = start_err(&server, |a| {
+            a.mount(
+                Mount::core_wildcard("region", "region.*", "events.retry").max_attempts(2),
+                noop,
+            )
+            .mount(Mount::jetstream("events", "EVENTS", "e"), noop)
+        })
+        .await;
+        let text = e.to_string();
+        assert!(
+            matches!(&e, StartError::Overlap { mount, .. } if mount == "region")
+                && text.contains("`events.retry`")
+                && text.contains("JetStream mount `events`"),
+            "{text}"
+        );
+        // Nothing the refusals created is left: the consumers they made are removed.
+        let names: Vec<String> = {
+            use futures_util::StreamExt;
+            let events = tc.js.get_stream("EVENTS").await.expect("EVENTS");
+            events
+                .consumer_names()
+                .map(|n| n.expect("name"))
+                .collect()
+                .await
+        };
+        assert!(names.is_empty(), "{names:?}");
+    });
+}

@@ -7,6 +7,7 @@ pub(crate) mod asyncapi;
 mod declarations;
 mod grace_period;
 mod mount_checks;
+mod overlaps;
 pub(crate) mod running;
 pub(crate) mod startup;
 mod streams;

@@ -10,6 +10,7 @@ use async_nats::jetstream::consumer::{AckPolicy as JsAckPolicy, pull};
 use async_nats::jetstream::context::ConsumerInfoErrorKind;
 use ruststream_core::{AckPolicy, ConsumerFacts, Descriptor, MountPolicy};
 
+use super::overlaps::check_overlaps;
 use super::startup::{StartError, server_error};
 use crate::api::handler::Handler;
 use crate::api::mount::Mount;
@@ -92,6 +93,7 @@ pub(crate) async fn check_mounts<R: Runtime>(
                 dead_letters,
             });
         }
+        check_overlaps(&js, &checked).await?;
         // Once `start` returns, the server has processed every subscription: a message
         // published after that reaches the mounts.
         round_trip::<R>(client).await?;

@@ -67,6 +67,19 @@ pub enum StartError {
         /// What is wrong.
         reason: String,
     },
+    /// A mount's subjects overlap a stream's, or another mount's, in a way that cannot work
+    /// (issue 41): a Core mount that answers requests on a subject a stream stores, copies or
+    /// dead letters that a stream and another mount of the app, or another Core mount, would
+    /// take as new work. The message names the mount, the stream or other mount, and the
+    /// subjects. Overlaps that only have side effects (a Core mount on a stored subject that
+    /// does not reply, copies stored by a stream nobody consumes) are logged as warnings.
+    #[error("mount `{mount}`: {reason}")]
+    Overlap {
+        /// The mount's name.
+        mount: String,
+        /// What overlaps, and what would go wrong.
+        reason: String,
+    },
     /// The server refused or lacks what a mount needs (its stream, its consumer, a
     /// subscription).
     #[error("mount `{mount}`: {reason}")]

@@ -70,11 +70,7 @@ impl Consumer {
                 subject: subject.clone(),
                 reason: e.to_string(),
             })?;
-            if !stream
-                .subjects()
-                .iter()
-                .any(|s| crate::model::stream::overlap(s, &filter))
-            {
+            if !stream.subjects().iter().any(|s| s.overlaps(&filter)) {
                 return Err(invalid(format!(
                     "filter subject `{subject}` does not match any of the stream's subjects"
                 )));

@@ -266,12 +266,9 @@ impl Server {
         self.streams
             .iter()
             .filter(|(_, e)| {
-                filter.as_ref().is_none_or(|f| {
-                    e.stream
-                        .subjects()
-                        .iter()
-                        .any(|s| crate::model::stream::overlap(s, f))
-                })
+                filter
+                    .as_ref()
+                    .is_none_or(|f| e.stream.subjects().iter().any(|s| s.overlaps(f)))
             })
             .map(|(name, _)| name.clone())
             .collect()

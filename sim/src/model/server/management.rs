@@ -11,7 +11,7 @@ use ruststream_core::Subject;
 use crate::model::consumer::{Consumer, ConsumerState};
 use crate::model::error::{SimError, WorkQueueRule};
 use crate::model::server::{Server, ServerVersion, StreamEntry};
-use crate::model::stream::{StoredMessage, Stream, StreamState, overlap};
+use crate::model::stream::{StoredMessage, Stream, StreamState};
 
 impl Server {
     /// Creates a stream, as `STREAM.CREATE` does (the same configuration again is no change).
@@ -30,7 +30,7 @@ impl Server {
         }
         for other in self.streams.values() {
             for mine in stream.subjects() {
-                if other.stream.subjects().iter().any(|s| overlap(s, mine)) {
+                if other.stream.subjects().iter().any(|s| s.overlaps(mine)) {
                     return Err(SimError::SubjectsOverlap {
                         stream: stream.name().to_owned(),
                         subject: mine.as_str().to_owned(),
@@ -286,7 +286,7 @@ fn check_work_queue<'c>(
         if consumer
             .filters()
             .iter()
-            .any(|mine| other.filters().iter().any(|theirs| overlap(mine, theirs)))
+            .any(|mine| other.filters().iter().any(|theirs| mine.overlaps(theirs)))
         {
             return Err(broken(WorkQueueRule::NotUnique));
         }

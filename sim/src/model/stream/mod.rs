@@ -138,7 +138,7 @@ impl Stream {
             )));
         }
         let api = Wildcard::new("$JS.API.>").map_err(|e| invalid(&e.to_string()))?;
-        if subjects.iter().any(|s| overlap(s, &api)) {
+        if subjects.iter().any(|s| s.overlaps(&api)) {
             return Err(invalid(
                 "subjects overlap with the JetStream API (`$JS.API.>`)",
             ));
@@ -251,38 +251,5 @@ impl Stream {
             self.messages.pop_first();
         }
         removed
-    }
-}
-
-/// Whether some subject matches both `a` and `b` (two streams may not share one).
-pub(crate) fn overlap(a: &Wildcard, b: &Wildcard) -> bool {
-    let mut a = a.as_str().split('.');
-    let mut b = b.as_str().split('.');
-    loop {
-        match (a.next(), b.next()) {
-            (Some(">"), Some(_)) | (Some(_), Some(">")) => return true,
-            (None, None) => return true,
-            (Some(x), Some(y)) if x == "*" || y == "*" || x == y => {}
-            _ => return false,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn w(s: &str) -> Wildcard {
-        Wildcard::new(s).expect("valid")
-    }
-
-    #[test]
-    fn overlapping_subjects() {
-        assert!(overlap(&w("orders.*"), &w("orders.new")));
-        assert!(overlap(&w("orders.>"), &w("*.new.x")));
-        assert!(overlap(&w("a.b"), &w("a.b")));
-        assert!(!overlap(&w("orders.*"), &w("orders.new.x")));
-        assert!(!overlap(&w("a.b"), &w("a.c")));
-        assert!(!overlap(&w("a"), &w("a.>")));
     }
 }
