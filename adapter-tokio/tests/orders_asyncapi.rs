@@ -6,6 +6,7 @@
 
 use ruststream_tokio::{App, Delivery, Mount, Outcome};
 use serde_json::Value;
+use std::time::Duration;
 
 #[path = "../examples/orders.rs"]
 #[allow(dead_code, unreachable_pub)]
@@ -158,6 +159,77 @@ fn a_mount_without_schemas_and_a_wildcard_are_described_too() {
         |_d: Delivery| async { Outcome::Ack },
     );
     assert!(bad.asyncapi("bad", "0").is_err());
+}
+
+/// A codec of the test's own, for a typed mount: what its content type is has to reach the
+/// document.
+struct Yaml;
+
+impl ruststream_tokio::Codec for Yaml {
+    fn name(&self) -> &'static str {
+        "YAML"
+    }
+
+    fn content_type(&self) -> &'static str {
+        "application/yaml"
+    }
+
+    fn decode<T: serde::de::DeserializeOwned>(
+        &self,
+        _payload: &[u8],
+    ) -> Result<T, ruststream_tokio::DecodeError> {
+        Err(ruststream_tokio::DecodeError::new(self.name(), "not here"))
+    }
+
+    fn encode<T: serde::Serialize + ?Sized>(
+        &self,
+        _value: &T,
+    ) -> Result<Vec<u8>, ruststream_tokio::EncodeError> {
+        Err(ruststream_tokio::EncodeError::new(self.name(), "not here"))
+    }
+}
+
+#[test]
+fn a_typed_mounts_messages_have_its_codecs_content_type() {
+    #[derive(serde::Deserialize)]
+    struct Order {}
+    let app = App::new("nats://127.0.0.1:4222")
+        .mount_typed(
+            Mount::core_subject("yaml", "orders.yaml")
+                .max_attempts(2)
+                .dead_letter("dlq.yaml"),
+            Yaml,
+            |_o: Order, _d: Delivery| async { Outcome::Ack },
+        )
+        .mount_typed_batch(
+            Mount::core_subject("yaml-batch", "orders.yaml-batch").batch(10, Duration::ZERO),
+            Yaml,
+            |_b: ruststream_tokio::Batch<Order>| async { Outcome::Ack },
+        )
+        .mount_json(
+            Mount::core_subject("json", "orders.json").publishes("orders.out", None),
+            |_o: Order, _d: Delivery| async { Outcome::Ack },
+        )
+        .mount(
+            Mount::core_subject("raw", "orders.raw"),
+            |_d: Delivery| async { Outcome::Ack },
+        );
+    let doc = app.asyncapi("codecs", "0.1.0").expect("a document");
+    let errors = errors(&doc);
+    assert!(errors.is_empty(), "{errors:#?}\n{doc:#}");
+    let content_type =
+        |message: &str| doc["components"]["messages"][message]["contentType"].clone();
+    assert_eq!(content_type("yaml.payload"), "application/yaml");
+    assert_eq!(
+        doc["channels"]["yaml.dead-letter"]["messages"]["yaml.payload"]["$ref"],
+        "#/components/messages/yaml.payload",
+        "a dead letter is the delivery as it arrived: of its codec"
+    );
+    assert_eq!(content_type("yaml-batch.payload"), "application/yaml");
+    assert_eq!(content_type("json.payload"), "application/json");
+    assert_eq!(content_type("json.publishes.0.payload"), "application/json");
+    assert_eq!(content_type("raw.payload"), "application/json");
+    assert_eq!(doc["defaultContentType"], "application/json");
 }
 
 mod nested {

@@ -32,21 +32,21 @@ pub use api::batch::{
     Batch, BatchHandled, BatchHandler, IntoBatchHandled, MAX_BATCH, Member, MemberOutcome,
 };
 pub use api::context::{Context, ContextError, ContextSource};
-pub use api::delivery::{DecodeError, Delivery, JetStreamInfo};
+pub use api::delivery::{Delivery, JetStreamInfo};
 pub use api::error_policy::ErrorPolicy;
-pub use api::handled::{Handled, IntoHandled, OutcomeFuture, Reply};
+pub use api::handled::{Handled, IntoHandled, OutcomeFuture, Reply, ReplyAs};
 pub use api::handler::{HandledFuture, Handler, HandlerSlot};
 pub use api::handler_fn::{ContextFn, DeliveryFn, IntoHandler};
 pub use api::health::{
     ConnectionState, Health, HealthClosed, HealthWatch, LIVENESS_LIMIT, MountHealth, MountState,
 };
-pub use api::json::{IntoJsonHandler, Json};
 pub use api::keyed::{Key, KeyFn};
 pub use api::mount::{
-    DEFAULT_ACK_WAIT, DEFAULT_CONCURRENCY, DEFAULT_HANDLER_TIME_LIMIT, DEFAULT_SUBSCRIPTION_BUFFER,
-    MAX_CONCURRENCY, Mount,
+    DEFAULT_ACK_WAIT, DEFAULT_ACK_WAIT_WITHOUT_LEASES, DEFAULT_CONCURRENCY,
+    DEFAULT_HANDLER_TIME_LIMIT, DEFAULT_SUBSCRIPTION_BUFFER, MAX_CONCURRENCY, Mount,
 };
 pub use api::reports::{AppFailed, CoreLosses, Recovery, Settled, ShutdownReport};
+pub use api::typed::{IntoJsonHandler, IntoTypedHandler, Json, Typed};
 pub use app::asyncapi::ASYNCAPI_VERSION;
 pub use app::running::{DEFAULT_GRACE_PERIOD, Running, ShutdownHandle};
 pub use app::startup::{StartError, connect_url};
@@ -55,6 +55,7 @@ pub use app::supervisor::{
     RECOVERY_WINDOW, SAME_SUSPECT_LIMIT,
 };
 pub use app::{App, RunError};
+pub use codec::*;
 pub use runtime::{Entered, LoopThread, NatsThread, Reactor, Runtime, ThreadStopper};
 pub use ruststream_core::{
     Attempt, Backoff, BackoffError, DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_JITTER,
@@ -83,6 +84,30 @@ pub mod dead_letters {
 }
 pub use support::metrics;
 
+/// The built-in ops endpoint (cargo feature `ops`): `OpsEndpoint`, given to `App::ops`, serves
+/// `/metrics`, `/healthz`, `/readyz` and, when asked, `/asyncapi.json`. Empty without the
+/// feature. Also at the crate's root, and at the root of each runtime crate.
+pub mod ops {
+    #[cfg(feature = "ops")]
+    pub use crate::app::ops::{DURATION_BUCKETS, OpsEndpoint};
+}
+// Empty without the feature.
+#[allow(unused_imports, unreachable_pub)]
+pub use ops::*;
+
+/// The codecs typed handlers decode with and handlers publish and reply with ([`Codec`]):
+/// [`JsonCodec`] always; `MessagePack` with the cargo feature `msgpack` (rmp-serde), `Cbor` with
+/// the cargo feature `cbor` (ciborium); and their errors. Also at the crate's root, and at the
+/// root of each runtime crate (`ruststream_tokio::MessagePack`), which re-exports this module's
+/// items whatever features this crate was built with.
+pub mod codec {
+    #[cfg(feature = "cbor")]
+    pub use crate::api::codec::Cbor;
+    #[cfg(feature = "msgpack")]
+    pub use crate::api::codec::MessagePack;
+    pub use crate::api::codec::{Codec, DecodeError, EncodeError, JsonCodec};
+}
+
 /// Re-exported so applications can build [`App::with_options`] and read headers without
 /// naming async-nats themselves.
 pub use async_nats;
@@ -102,20 +127,29 @@ macro_rules! reexport_api {
         /// bound of [`AppOn`]: implemented by `ruststream-tokio`'s, `ruststream-smol`'s and
         /// `ruststream-sim`'s `Runtime`.
         pub use $crate::Runtime as AnyRuntime;
+        /// The codecs: `Codec`, `JsonCodec`, their errors, and `MessagePack` and `Cbor` when
+        /// `ruststream-adapter` is built with its `msgpack` and `cbor` features (this crate's
+        /// features of those names turn them on).
+        pub use $crate::codec::*;
+        /// The built-in ops endpoint (`OpsEndpoint`, for `App::ops`) when `ruststream-adapter`
+        /// is built with its `ops` feature (this crate's feature of that name turns it on).
+        #[allow(unused_imports, unreachable_pub)]
+        pub use $crate::ops::*;
         pub use $crate::{
             ASYNCAPI_VERSION, AppFailed, Attempt, Backoff, BackoffError, Batch, BatchHandled,
             BatchHandler, CONSUMER_REREAD, ConnectionState, Context, ContextError, ContextFn,
-            ContextSource, CoreLosses, DEFAULT_ACK_WAIT, DEFAULT_BACKOFF_FACTOR,
-            DEFAULT_BACKOFF_JITTER, DEFAULT_CONCURRENCY, DEFAULT_DISCONNECTED_LIMIT,
-            DEFAULT_GRACE_PERIOD, DEFAULT_HANDLER_TIME_LIMIT, DEFAULT_SUBSCRIPTION_BUFFER,
-            DeclarationError, DeclarationErrorKind, DecodeError, Delivery, DeliveryFn, Descriptor,
-            Disposition, ErrorPolicy, Handled, HandledFuture, Handler, HandlerSlot, Health,
-            HealthClosed, HealthWatch, IntoBatchHandled, IntoHandled, IntoHandler, IntoJsonHandler,
-            JetStreamInfo, Json, Key, KeyFn, LIVENESS_LIMIT, MAX_BATCH, MAX_CONCURRENCY,
-            MAX_RECOVERIES, Member, MemberOutcome, Mount, MountHealth, MountPolicy, MountState,
-            Outcome, OutcomeFuture, RECOVERIES_KEPT, RECOVERY_LIMIT, RECOVERY_WINDOW, Recovery,
-            Reply, RunError, SAME_SUSPECT_LIMIT, Settled, ShutdownHandle, ShutdownReport,
-            StartError, async_nats, connect_url, dead_letters,
+            ContextSource, CoreLosses, DEFAULT_ACK_WAIT, DEFAULT_ACK_WAIT_WITHOUT_LEASES,
+            DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_JITTER, DEFAULT_CONCURRENCY,
+            DEFAULT_DISCONNECTED_LIMIT, DEFAULT_GRACE_PERIOD, DEFAULT_HANDLER_TIME_LIMIT,
+            DEFAULT_SUBSCRIPTION_BUFFER, DeclarationError, DeclarationErrorKind, DecodeError,
+            Delivery, DeliveryFn, Descriptor, Disposition, ErrorPolicy, Handled, HandledFuture,
+            Handler, HandlerSlot, Health, HealthClosed, HealthWatch, IntoBatchHandled, IntoHandled,
+            IntoHandler, IntoJsonHandler, IntoTypedHandler, JetStreamInfo, Json, Key, KeyFn,
+            LIVENESS_LIMIT, MAX_BATCH, MAX_CONCURRENCY, MAX_RECOVERIES, Member, MemberOutcome,
+            Mount, MountHealth, MountPolicy, MountState, Outcome, OutcomeFuture, RECOVERIES_KEPT,
+            RECOVERY_LIMIT, RECOVERY_WINDOW, Recovery, Reply, ReplyAs, RunError,
+            SAME_SUSPECT_LIMIT, Settled, ShutdownHandle, ShutdownReport, StartError, Typed,
+            async_nats, connect_url, dead_letters,
         };
     };
 }

@@ -22,8 +22,9 @@
 //!   `ruststream_adapter::reexport_api!()` re-exports (`Mount`, `Delivery`, `Outcome`,
 //!   `StartError`, `Backoff`, `async_nats`, `connect_url`, ...) and its own `App` and
 //!   `Running`. The crate MUST be a dev-dependency of `tests/Cargo.toml`, and its adapter
-//!   built with the `otel` feature (`trace.rs` reads a handler's trace context): the tokio and
-//!   smol crates turn it on there, and the simulator's adapter has it through them, as the
+//!   built with the `otel` feature (`trace.rs` reads a handler's trace context) and the
+//!   `msgpack` and `cbor` features (`codecs.rs` uses `MessagePack` and `Cbor`): the tokio and
+//!   smol crates turn them on there, and the simulator's adapter has `otel` through them, as the
 //!   workspace builds one `ruststream-adapter` for all three.
 //! - `run`: `fn run<F: std::future::Future<Output = ()>>(scenario: F)`. It drives one
 //!   scenario's future to its end on the adapter's runtime, blocking the calling thread (the
@@ -89,6 +90,7 @@
 //! runtime built with `.start_paused(true)`, and an `on_real_server!` that expands to nothing.
 
 mod batches;
+mod codecs;
 pub(crate) mod common;
 mod connection;
 mod context;

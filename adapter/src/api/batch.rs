@@ -32,8 +32,9 @@ use ruststream_core::Outcome;
 use serde::de::DeserializeOwned;
 use tokio::sync::{Semaphore, oneshot, watch};
 
+use super::codec::{Codec, DecodeError};
 use super::context::{Context, ContextSource, Standing};
-use super::delivery::{DecodeError, Delivery};
+use super::delivery::Delivery;
 use super::handled::Handled;
 use super::handler::{HandledFuture, Handler};
 use super::timer::Timer;
@@ -45,6 +46,7 @@ pub const MAX_BATCH: usize = 100_000;
 
 /// One member of a [`Batch`]: its payload as the handler takes it (`T`: the payload's
 /// [`Bytes`] for [`App::mount_batch`](crate::App::mount_batch), the decoded value for
+/// [`App::mount_typed_batch`](crate::App::mount_typed_batch) and
 /// [`App::mount_json_batch`](crate::App::mount_json_batch)), and the delivery.
 #[derive(Debug, Clone)]
 pub struct Member<T> {
@@ -366,13 +368,18 @@ impl<T: Send + 'static> Drop for Leading<'_, T> {
 }
 
 /// A batch handler: gathers its mount's deliveries into batches and runs `f` on each (see the
-/// module docs). Built by [`App::mount_batch`](crate::App::mount_batch) and
+/// module docs). Built by [`App::mount_batch`](crate::App::mount_batch),
+/// [`App::mount_typed_batch`](crate::App::mount_typed_batch) and
 /// [`App::mount_json_batch`](crate::App::mount_json_batch).
 pub struct BatchHandler<T, F> {
     f: Arc<F>,
-    decode: fn(&Delivery) -> Result<T, DecodeError>,
+    decode: Decode<T>,
     gathering: Arc<Gathering<T>>,
 }
+
+/// How a batch handler makes a member's value of its delivery: [`raw`], or [`typed`] with the
+/// mount's codec.
+pub(crate) type Decode<T> = Box<dyn Fn(&Delivery) -> Result<T, DecodeError> + Send + Sync>;
 
 impl<T, F> std::fmt::Debug for BatchHandler<T, F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -385,13 +392,13 @@ impl<T, F> std::fmt::Debug for BatchHandler<T, F> {
 }
 
 /// A raw member's value: its payload (a reference count, no copy).
-pub(crate) fn raw(delivery: &Delivery) -> Result<Bytes, DecodeError> {
-    Ok(delivery.payload.clone())
+pub(crate) fn raw() -> Decode<Bytes> {
+    Box::new(|delivery| Ok(delivery.payload.clone()))
 }
 
-/// A typed member's value: its payload decoded as JSON.
-pub(crate) fn json<T: DeserializeOwned>(delivery: &Delivery) -> Result<T, DecodeError> {
-    Ok(serde_json::from_slice(&delivery.payload)?)
+/// A typed member's value: its payload decoded with `codec`.
+pub(crate) fn typed<C: Codec, T: DeserializeOwned>(codec: C) -> Decode<T> {
+    Box::new(move |delivery| codec.decode(&delivery.payload))
 }
 
 impl<T, F, Fut> BatchHandler<T, F>
@@ -403,11 +410,7 @@ where
 {
     /// A handler that decodes each member with `decode` and runs `f` on batches made by
     /// `terms`.
-    pub(crate) fn new(
-        f: F,
-        decode: fn(&Delivery) -> Result<T, DecodeError>,
-        terms: BatchTerms,
-    ) -> Self {
+    pub(crate) fn new(f: F, decode: Decode<T>, terms: BatchTerms) -> Self {
         Self {
             f: Arc::new(f),
             decode,

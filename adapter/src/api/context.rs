@@ -9,6 +9,7 @@ use async_nats::{Client, HeaderMap, Subject};
 use bytes::Bytes;
 use ruststream_core::MountPolicy;
 
+use super::codec::{Codec, EncodeError, JsonCodec};
 use super::delivery::Delivery;
 use super::turns::HeldTurn;
 use ruststream_core::LeasedDelivery;
@@ -244,9 +245,12 @@ pub enum ContextError {
     /// A request got no reply: no one answers the subject, or none in time.
     #[error("request failed: {0}")]
     Request(#[from] async_nats::RequestError),
-    /// A value to send does not encode as JSON.
-    #[error("does not encode as JSON: {0}")]
-    Encode(#[from] serde_json::Error),
+    /// A value to send does not encode with the codec it was given (JSON for the `*_json`
+    /// calls): `does not encode as <codec>: …`. `?` on an [`EncodeError`] (a
+    /// [`Codec::encode`] of your own) gives this variant, and so does `?` on a
+    /// `serde_json::Error`, as the JSON codec's.
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
     /// [`Context::respond`] on a Core delivery that was published without a reply subject: it
     /// was not a request, and there is no one to answer.
     #[error("mount `{mount}`: the delivery has no reply subject (it was not a request)")]
@@ -264,6 +268,14 @@ pub enum ContextError {
         /// The mount's name.
         mount: &'static str,
     },
+}
+
+/// A serde_json error as [`ContextError::Encode`], the JSON codec's [`EncodeError`]: `?` on
+/// `serde_json::to_vec` in a handler that returns `Result<_, ContextError>`.
+impl From<serde_json::Error> for ContextError {
+    fn from(error: serde_json::Error) -> Self {
+        Self::Encode(error.into())
+    }
 }
 
 impl Context {
@@ -341,7 +353,8 @@ impl Context {
             .map_err(|e| self.failed(e))
     }
 
-    /// [`publish`](Self::publish) of `value` as JSON.
+    /// [`publish`](Self::publish) of `value` as JSON: [`publish_encoded`](Self::publish_encoded)
+    /// with [`JsonCodec`].
     ///
     /// # Errors
     /// [`ContextError::Encode`] when `value` does not encode; as [`publish`](Self::publish).
@@ -350,7 +363,24 @@ impl Context {
         subject: impl ToSubject,
         value: &T,
     ) -> Result<(), ContextError> {
-        self.publish(subject, serde_json::to_vec(value)?).await
+        self.publish_encoded(subject, &JsonCodec, value).await
+    }
+
+    /// [`publish`](Self::publish) of `value` encoded with `codec`
+    /// (`cx.publish_encoded("orders.accepted", &MessagePack, &order)`, with the cargo feature
+    /// `msgpack`). With headers (a `Content-Type` of your own, say), encode first:
+    /// `cx.publish_with_headers(subject, headers, codec.encode(&value)?)`.
+    ///
+    /// # Errors
+    /// [`ContextError::Encode`] when `value` does not encode (naming the codec); as
+    /// [`publish`](Self::publish).
+    pub async fn publish_encoded<C: Codec, T: serde::Serialize + ?Sized>(
+        &self,
+        subject: impl ToSubject,
+        codec: &C,
+        value: &T,
+    ) -> Result<(), ContextError> {
+        self.publish(subject, codec.encode(value)?).await
     }
 
     /// Publishes `payload` to the stream that stores `subject`, and waits for the stream's
@@ -402,7 +432,8 @@ impl Context {
         ack.await.map_err(|e| self.failed(e))
     }
 
-    /// [`jetstream_publish`](Self::jetstream_publish) of `value` as JSON.
+    /// [`jetstream_publish`](Self::jetstream_publish) of `value` as JSON:
+    /// [`jetstream_publish_encoded`](Self::jetstream_publish_encoded) with [`JsonCodec`].
     ///
     /// # Errors
     /// [`ContextError::Encode`] when `value` does not encode; as
@@ -412,8 +443,24 @@ impl Context {
         subject: impl ToSubject,
         value: &T,
     ) -> Result<async_nats::jetstream::publish::PublishAck, ContextError> {
-        self.jetstream_publish(subject, serde_json::to_vec(value)?)
+        self.jetstream_publish_encoded(subject, &JsonCodec, value)
             .await
+    }
+
+    /// [`jetstream_publish`](Self::jetstream_publish) of `value` encoded with `codec`
+    /// (`cx.jetstream_publish_encoded("events.accepted", &Cbor, &event)`, with the cargo
+    /// feature `cbor`).
+    ///
+    /// # Errors
+    /// [`ContextError::Encode`] when `value` does not encode (naming the codec); as
+    /// [`jetstream_publish`](Self::jetstream_publish).
+    pub async fn jetstream_publish_encoded<C: Codec, T: serde::Serialize + ?Sized>(
+        &self,
+        subject: impl ToSubject,
+        codec: &C,
+        value: &T,
+    ) -> Result<async_nats::jetstream::publish::PublishAck, ContextError> {
+        self.jetstream_publish(subject, codec.encode(value)?).await
     }
 
     /// Sends a request and waits for its reply, within the client's request timeout (10 s by
@@ -476,7 +523,8 @@ impl Context {
         }
     }
 
-    /// [`respond`](Self::respond) with `value` as JSON.
+    /// [`respond`](Self::respond) with `value` as JSON: [`respond_encoded`](Self::respond_encoded)
+    /// with [`JsonCodec`].
     ///
     /// # Errors
     /// [`ContextError::Encode`] when `value` does not encode; as [`respond`](Self::respond).
@@ -484,7 +532,20 @@ impl Context {
         &self,
         value: &T,
     ) -> Result<(), ContextError> {
-        self.respond(serde_json::to_vec(value)?).await
+        self.respond_encoded(&JsonCodec, value).await
+    }
+
+    /// [`respond`](Self::respond) with `value` encoded with `codec`.
+    ///
+    /// # Errors
+    /// [`ContextError::Encode`] when `value` does not encode (naming the codec), before
+    /// anything is sent; as [`respond`](Self::respond).
+    pub async fn respond_encoded<C: Codec, T: serde::Serialize + ?Sized>(
+        &self,
+        codec: &C,
+        value: &T,
+    ) -> Result<(), ContextError> {
+        self.respond(codec.encode(value)?).await
     }
 
     /// Whether the delivery can be answered: a Core delivery with a reply subject.

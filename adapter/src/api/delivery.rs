@@ -54,8 +54,3 @@ pub struct Delivery {
     /// The JetStream metadata; `None` on Core.
     pub jetstream: Option<JetStreamInfo>,
 }
-
-/// Why a typed handler could not be given a delivery.
-#[derive(Debug, thiserror::Error)]
-#[error("payload does not decode: {0}")]
-pub struct DecodeError(#[from] pub serde_json::Error);

@@ -1,11 +1,13 @@
-//! What a handler returns: an [`Outcome`], a [`Reply`], or a `Result` of either, as the
-//! runtime takes it ([`Handled`]).
+//! What a handler returns: an [`Outcome`], a [`Reply`] (or [`ReplyAs`]), or a `Result` of
+//! either, as the runtime takes it ([`Handled`]).
 
 use std::future::Future;
 use std::pin::Pin;
 
 use bytes::Bytes;
 use ruststream_core::Outcome;
+
+use super::codec::{Codec, JsonCodec};
 
 /// A boxed future of an outcome: what a handler written as a closure may return when its
 /// futures differ in type (an [`Outcome`] is an [`IntoHandled`]).
@@ -63,10 +65,12 @@ impl<O: IntoHandled, E: std::fmt::Display + Send + 'static> IntoHandled for Resu
 }
 
 /// A handler's answer to a Core request, FastStream-style: `T` is encoded as JSON and published to
-/// the delivery's reply subject, then the delivery is settled as [`Outcome::Ack`].
+/// the delivery's reply subject, then the delivery is settled as [`Outcome::Ack`]. JSON whatever
+/// the mount's codec: [`ReplyAs`] answers with another.
 ///
 /// - A value that does not encode is a handler error (the mount's
-///   [`ErrorPolicy`](crate::ErrorPolicy)), and so is a reply the client could not take.
+///   [`ErrorPolicy`](crate::ErrorPolicy)), its text `the reply does not encode as JSON: …`, and so
+///   is a reply the client could not take.
 /// - A delivery without a reply subject (published, not requested) is acked, and the reply dropped
 ///   with a debug log line: there is no one to answer.
 /// - A mount whose handler returns `Reply` cannot be a JetStream mount: refused at start-up, naming
@@ -81,9 +85,29 @@ impl<T: serde::Serialize + Send + 'static> IntoHandled for Reply<T> {
     const REPLIES: bool = true;
 
     fn into_handled(self) -> Handled {
-        match serde_json::to_vec(&self.0) {
+        ReplyAs(JsonCodec, self.0).into_handled()
+    }
+}
+
+/// A handler's answer to a Core request encoded with the codec `C`: as [`Reply`], with `T`
+/// encoded by `C` (`ReplyAs(MessagePack, value)`, with the cargo feature `msgpack`) rather than
+/// as JSON. `Reply(value)` is `ReplyAs(JsonCodec, value)`.
+///
+/// A value that does not encode is a handler error (the mount's
+/// [`ErrorPolicy`](crate::ErrorPolicy)), its text `the reply does not encode as <codec>: …`
+/// ([`EncodeError`](crate::EncodeError)); the rest is as [`Reply`]: acked once the client took
+/// it, dropped (and acked) without a reply subject, refused at start-up on a JetStream mount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplyAs<C, T>(pub C, pub T);
+
+impl<C: Codec, T: serde::Serialize + Send + 'static> IntoHandled for ReplyAs<C, T> {
+    const REPLIES: bool = true;
+
+    fn into_handled(self) -> Handled {
+        match self.0.encode(&self.1) {
             Ok(payload) => Handled::Reply(payload.into()),
-            Err(e) => Handled::Error(format!("the reply does not encode as JSON: {e}")),
+            // "the reply does not encode as <codec>: …"
+            Err(e) => Handled::Error(format!("the reply {e}")),
         }
     }
 }

@@ -4,8 +4,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use super::codec::DecodeError;
 use super::context::ContextSource;
-use super::delivery::{DecodeError, Delivery};
+use super::delivery::Delivery;
 use super::handled::Handled;
 
 /// A boxed future of what a handler returned: what [`Handler::call`] gives the runtime.
@@ -15,16 +16,16 @@ pub type HandledFuture = Pin<Box<dyn Future<Output = Handled> + Send + 'static>>
 /// in the mount loop's [`HandlerSlot`] (see [`slot`](Self::slot)).
 ///
 /// Applications rarely implement it: [`App::mount`](crate::App::mount) takes async functions (see
-/// [`IntoHandler`](crate::IntoHandler)) and [`App::mount_json`](crate::App::mount_json) typed ones,
-/// and builds it. A handler that panics is caught and counts as
-/// [`Outcome::None`](crate::Outcome::None) (rule 13).
+/// [`IntoHandler`](crate::IntoHandler)) and [`App::mount_typed`](crate::App::mount_typed) (or
+/// [`App::mount_json`](crate::App::mount_json)) typed ones, and builds it. A handler that panics
+/// is caught and counts as [`Outcome::None`](crate::Outcome::None) (rule 13).
 pub trait Handler: Send + Sync + 'static {
     /// Starts handling one delivery. `context` gives the delivery's [`Context`](crate::Context),
     /// for a handler that wants one.
     ///
     /// # Errors
     /// [`DecodeError`] when the payload cannot be given to the handler at all; the runtime then
-    /// sends the delivery straight to the at-limit path (see [`Json`](crate::Json)).
+    /// sends the delivery straight to the at-limit path (see [`Typed`](crate::Typed)).
     fn call(
         &self,
         delivery: Delivery,
@@ -45,7 +46,7 @@ pub trait Handler: Send + Sync + 'static {
     /// run that waits leaves as that future, and the slot stays. A handler of your own needs
     /// nothing more, and pays what it did before this method existed: one allocation a delivery.
     /// The handlers this crate builds from functions ([`IntoHandler`](crate::IntoHandler),
-    /// [`Json`](crate::Json)) override it to keep their future unboxed in the slot and use its
+    /// [`Typed`](crate::Typed)) override it to keep their future unboxed in the slot and use its
     /// storage again for the next delivery: no allocation and no dynamic call a delivery that
     /// finishes at once; a run that waits leaves with the slot it is kept in, and the loop asks for
     /// a new one (one allocation a run that waits). Issue 13.

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use ruststream_core::Outcome;
 
+use super::codec::DecodeError;
 use super::context::{Context, ContextSource};
-use super::delivery::{DecodeError, Delivery};
+use super::delivery::Delivery;
 use super::handled::{Handled, IntoHandled};
 use super::handler::{HandledFuture, Handler, HandlerSlot, in_place};
 

@@ -34,8 +34,9 @@ use std::time::Duration;
 
 use ruststream_core::Outcome;
 
+use super::codec::DecodeError;
 use super::context::ContextSource;
-use super::delivery::{DecodeError, Delivery};
+use super::delivery::Delivery;
 use super::handled::Handled;
 use super::handler::{HandledFuture, Handler};
 use super::timer::Timer;

@@ -61,7 +61,8 @@ pub struct Mount {
     /// `max` and `max_wait` of a batch mount ([`Mount::batch`]).
     pub(crate) batch: Option<(usize, Duration)>,
     /// Whether its handler takes batches (mounted with
-    /// [`App::mount_batch`](crate::App::mount_batch) or
+    /// [`App::mount_batch`](crate::App::mount_batch),
+    /// [`App::mount_typed_batch`](crate::App::mount_typed_batch) or
     /// [`App::mount_json_batch`](crate::App::mount_json_batch)).
     pub(crate) takes_batches: bool,
     /// What its deliveries are ordered by ([`Mount::key`]).
@@ -81,6 +82,9 @@ pub(crate) struct Described {
     pub(crate) payload: Option<serde_json::Value>,
     /// The subjects its handlers publish to, each with its payloads' JSON Schema if given.
     pub(crate) publishes: Vec<(String, Option<serde_json::Value>)>,
+    /// The content type of its deliveries' payloads: its codec's, for a typed mount
+    /// ([`App::mount_typed`](crate::App::mount_typed)); `None` (said as JSON) otherwise.
+    pub(crate) content_type: Option<&'static str>,
 }
 
 impl Mount {
@@ -249,7 +253,8 @@ impl Mount {
     }
 
     /// Makes this a batch mount (rule 23): its handler, mounted with
-    /// [`App::mount_batch`](crate::App::mount_batch) or
+    /// [`App::mount_batch`](crate::App::mount_batch),
+    /// [`App::mount_typed_batch`](crate::App::mount_typed_batch) or
     /// [`App::mount_json_batch`](crate::App::mount_json_batch), is given up to `max`
     /// deliveries at once, as soon as `max` have arrived or `max_wait` has passed since the
     /// first (or the app's shutdown has begun). Each member is settled as a single delivery

@@ -99,7 +99,7 @@ fn check_batch(mount: &Mount) -> Result<(), StartError> {
     };
     match (mount.batch, mount.takes_batches) {
         (None, false) => Ok(()),
-        (Some(_), false) => refuse("it declares a batch (`Mount::batch`), but its handler takes single deliveries: mount it with `App::mount_batch` or `App::mount_json_batch`, or remove `batch`".to_owned()),
+        (Some(_), false) => refuse("it declares a batch (`Mount::batch`), but its handler takes single deliveries: mount it with `App::mount_batch`, `App::mount_json_batch` or `App::mount_typed_batch`, or remove `batch`".to_owned()),
         (None, true) => refuse("its handler takes batches, but the mount declares no batch size: add `Mount::batch(max, max_wait)`".to_owned()),
         (Some((0, _)), true) => refuse("its batch max is 0: a batch holds at least one delivery".to_owned()),
         (Some((max, _)), true) if max > MAX_BATCH => refuse(format!(

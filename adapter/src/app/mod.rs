@@ -28,15 +28,16 @@ use self::running::{DEFAULT_GRACE_PERIOD, Running};
 use self::startup::{Connect, StartError, connect};
 use self::streams::{check_all, declare};
 use self::supervisor::{CONSUMER_REREAD, DEFAULT_DISCONNECTED_LIMIT, Supervisor};
-use crate::api::batch::{self, Batch, BatchHandler, BatchTerms, IntoBatchHandled};
+use crate::api::batch::{self, Batch, BatchHandler, BatchTerms, Decode, IntoBatchHandled};
+use crate::api::codec::{Codec, JsonCodec};
 use crate::api::handler::Handler;
 use crate::api::handler_fn::IntoHandler;
 use crate::api::health::{HealthBoard, HealthWatch, MountState};
-use crate::api::json::IntoJsonHandler;
 use crate::api::keyed::{KeyTerms, Keyed};
 use crate::api::mount::Mount;
 use crate::api::reports::{AppFailed, Observer, Settled, ShutdownReport};
 use crate::api::timer::Timer;
+use crate::api::typed::{IntoJsonHandler, IntoTypedHandler};
 use crate::loops::delay_loop::delay_loop;
 use crate::loops::launch::Launcher;
 use crate::loops::lease_loop::lease_loop;
@@ -184,12 +185,43 @@ impl<R: Runtime> App<R> {
     /// Mounts a typed handler: the payload is decoded as JSON into `T`. A payload that does not
     /// decode goes straight to the at-limit path (dead-lettered if the mount has a dead-letter
     /// subject, otherwise `+TERM` on JetStream and let go on Core); see [`Json`](crate::Json).
+    /// It is [`mount_typed`](Self::mount_typed) with [`JsonCodec`](crate::JsonCodec).
     ///
     /// `handler` is `|value: T, d: Delivery|` or `|value: T, d: Delivery, cx: Context|` (see
     /// [`IntoJsonHandler`]).
     #[must_use]
-    pub fn mount_json<T, Args>(self, mount: Mount, handler: impl IntoJsonHandler<T, Args>) -> Self {
+    pub fn mount_json<T, Args>(
+        self,
+        mut mount: Mount,
+        handler: impl IntoJsonHandler<T, Args>,
+    ) -> Self {
+        mount.described.content_type = Some(JsonCodec.content_type());
         self.mount(mount, handler.into_json_handler())
+    }
+
+    /// Mounts a typed handler whose payloads are decoded into `T` with `codec`
+    /// (`app.mount_typed(mount, MessagePack, |order: Order, d: Delivery| async move { … })`,
+    /// with the cargo feature `msgpack`; [`Codec`](crate::Codec) lists the codecs). A payload
+    /// that does not decode goes straight to the at-limit path, as with
+    /// [`mount_json`](Self::mount_json): dead-lettered if the mount has a dead-letter subject
+    /// (`Ruststream-Reason: undecodable`), otherwise `+TERM` on JetStream and let go on Core,
+    /// whatever the attempt; see [`Typed`](crate::Typed). The app's AsyncAPI document gives
+    /// the mount's messages the codec's content type.
+    ///
+    /// `handler` is `|value: T, d: Delivery|` or `|value: T, d: Delivery, cx: Context|` (see
+    /// [`IntoTypedHandler`]). What it publishes through its [`Context`](crate::Context) and
+    /// replies is encoded as it says there, not with the mount's codec:
+    /// [`Context::publish_encoded`](crate::Context::publish_encoded) and
+    /// [`ReplyAs`](crate::ReplyAs) take a codec.
+    #[must_use]
+    pub fn mount_typed<C: Codec, T, Args>(
+        self,
+        mut mount: Mount,
+        codec: C,
+        handler: impl IntoTypedHandler<C, T, Args>,
+    ) -> Self {
+        mount.described.content_type = Some(codec.content_type());
+        self.mount(mount, handler.into_typed_handler(codec))
     }
 
     /// Mounts a batch handler on a batch mount (one that declares [`Mount::batch`]): `handler`
@@ -204,13 +236,14 @@ impl<R: Runtime> App<R> {
         Fut: Future + Send + 'static,
         Fut::Output: IntoBatchHandled,
     {
-        self.batch_handler(mount, handler, batch::raw)
+        self.batch_handler(mount, handler, batch::raw())
     }
 
     /// Mounts a typed batch handler on a batch mount (one that declares [`Mount::batch`]):
     /// each member's payload is decoded as JSON into `T` (`|batch: Batch<Payment>| async move {
     /// … }`). A member whose payload does not decode never joins a batch: it takes the at-limit
-    /// path alone (rule 17), and the rest go on. See [`mount_batch`](Self::mount_batch).
+    /// path alone (rule 17), and the rest go on. See [`mount_batch`](Self::mount_batch). It is
+    /// [`mount_typed_batch`](Self::mount_typed_batch) with [`JsonCodec`](crate::JsonCodec).
     #[must_use]
     pub fn mount_json_batch<T, F, Fut>(self, mount: Mount, handler: F) -> Self
     where
@@ -219,16 +252,30 @@ impl<R: Runtime> App<R> {
         Fut: Future + Send + 'static,
         Fut::Output: IntoBatchHandled,
     {
-        self.batch_handler(mount, handler, batch::json::<T>)
+        self.mount_typed_batch(mount, JsonCodec, handler)
+    }
+
+    /// Mounts a typed batch handler on a batch mount (one that declares [`Mount::batch`]):
+    /// each member's payload is decoded into `T` with `codec`, as in
+    /// [`mount_typed`](Self::mount_typed) (`app.mount_typed_batch(mount, Cbor, |batch:
+    /// Batch<Payment>| async move { … })`, with the cargo feature `cbor`). A member whose
+    /// payload does not decode never joins a batch: it takes the at-limit path alone (rule
+    /// 17), and the rest go on. See [`mount_batch`](Self::mount_batch).
+    #[must_use]
+    pub fn mount_typed_batch<C, T, F, Fut>(self, mut mount: Mount, codec: C, handler: F) -> Self
+    where
+        C: Codec,
+        T: serde::de::DeserializeOwned + Send + 'static,
+        F: Fn(Batch<T>) -> Fut + Send + Sync + 'static,
+        Fut: Future + Send + 'static,
+        Fut::Output: IntoBatchHandled,
+    {
+        mount.described.content_type = Some(codec.content_type());
+        self.batch_handler(mount, handler, batch::typed(codec))
     }
 
     /// Mounts `handler` as a [`BatchHandler`] whose members are decoded by `decode`.
-    fn batch_handler<T, F, Fut>(
-        self,
-        mut mount: Mount,
-        handler: F,
-        decode: fn(&crate::api::delivery::Delivery) -> Result<T, crate::api::delivery::DecodeError>,
-    ) -> Self
+    fn batch_handler<T, F, Fut>(self, mut mount: Mount, handler: F, decode: Decode<T>) -> Self
     where
         T: Send + 'static,
         F: Fn(Batch<T>) -> Fut + Send + Sync + 'static,

@@ -7,8 +7,9 @@ use std::task::{Context, Poll};
 
 use ruststream_core::{Delivery as CoreDelivery, Event, Outcome};
 
+use crate::api::codec::DecodeError;
 use crate::api::context::ContextSource;
-use crate::api::delivery::{DecodeError, Delivery, JetStreamInfo};
+use crate::api::delivery::{Delivery, JetStreamInfo};
 use crate::api::handled::Handled;
 use crate::api::handler::{HandlerSlot, PendingRun};
 use crate::api::turns::HeldTurn;
