@@ -23,7 +23,8 @@
 //!                           mount, stream, consumer, stream sequence, attempt, reason, and
 //!                           the handler's error text for the "error" payload)
 //!   --queue-group GROUP     Core queue group
-//!   --ack-wait-ms MS        ack_wait of a consumer the service creates (default 30000)
+//!   --ack-wait-ms MS        ack_wait of a consumer the service creates (default 10000; 30000
+//!                           with --no-leases)
 //!   --no-leases             do not renew a running JetStream handler's lease with +WPI
 //!   --handler-time-limit-ms MS   cancel a handler that runs longer (default 300000)
 //!   --subscription-buffer N Core messages held while every handler slot is busy; more are

@@ -236,3 +236,55 @@ fn rule_16_leases_follow_a_consumer_whose_ack_wait_changes() {
         app.shutdown().await;
     });
 }
+
+/// Issue 41: a consumer the runtime creates gets a short `ack_wait` where leases make it
+/// safe, so that a crashed instance's messages come back within 10 s: 10 s with leases on
+/// (the default), the server's 30 s with them off, and the one given when given. What it
+/// costs: a handler that runs 11 s is renewed twice (at 5 s and at 10 s), then acked, and
+/// runs once; one that finishes at once is never renewed.
+#[test]
+fn rule_16_a_created_consumer_gets_a_short_ack_wait_and_a_long_handler_its_renewals() {
+    run(async {
+        let (server, tc, acks, r, ev) = js_case().await;
+        let elsewhere = "orders.elsewhere";
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::jetstream("leased-10s", "ORDERS", "w10"),
+                slow(&r, |_| Duration::from_secs(11), |_| Outcome::Ack),
+            )
+            .mount(
+                Mount::jetstream("unleased-30s", "ORDERS", "w30")
+                    .leases(false)
+                    .filter_subject(elsewhere),
+                |_d: Delivery| async { Outcome::Ack },
+            )
+            .mount(
+                Mount::jetstream("given-7s", "ORDERS", "w7")
+                    .ack_wait(Duration::from_secs(7))
+                    .filter_subject(elsewhere),
+                |_d: Delivery| async { Outcome::Ack },
+            )
+        })
+        .await;
+        for (consumer, ack_wait) in [
+            ("w10", adapter::DEFAULT_ACK_WAIT),
+            ("w30", adapter::DEFAULT_ACK_WAIT_WITHOUT_LEASES),
+            ("w7", Duration::from_secs(7)),
+        ] {
+            let info = tc.consumer_info("ORDERS", consumer).await;
+            assert_eq!(info.config.ack_wait, ack_wait, "{consumer}");
+        }
+        assert_eq!(adapter::DEFAULT_ACK_WAIT, Duration::from_secs(10));
+        tc.js_publish("orders.new", HeaderMap::new(), b"long").await;
+        // Past the second renewal; the ack comes at 11 s.
+        quiet(10_500).await;
+        eventually("the +ACK", || {
+            acks.payloads().iter().any(|p| p == "+ACK").then_some(())
+        })
+        .await;
+        assert_eq!(acks.payloads(), ["+WPI", "+WPI", "+ACK"]);
+        assert_eq!(attempts(&r), [1], "one run, no redelivery while it ran");
+        assert_eq!(dispositions(&ev), [Disposition::Acked]);
+        app.shutdown().await;
+    });
+}

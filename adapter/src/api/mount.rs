@@ -8,9 +8,21 @@ use ruststream_core::MountDeclaration;
 use super::error_policy::ErrorPolicy;
 use super::keyed::Key;
 
-/// The `ack_wait` given to a JetStream consumer the runtime creates: 30 seconds, the server's
-/// own default.
-pub const DEFAULT_ACK_WAIT: Duration = Duration::from_secs(30);
+/// The `ack_wait` given to a JetStream consumer the runtime creates for a mount with
+/// [leases](Mount::leases) on (the default): 10 seconds.
+///
+/// `ack_wait` is how long a crashed instance's messages stay with it: the server delivers a
+/// message again only when neither an acknowledgement nor a `+WPI` came within it. With leases
+/// a handler that runs longer is renewed every half `ack_wait` (rule 16), so a short one costs
+/// nothing in correctness: one `+WPI` every 5 s per delivery whose handler runs (or waits for a
+/// slot) past 5 s, and none for one that finishes sooner. A crashed instance's messages then
+/// come back within 10 s instead of the server's default 30 s.
+pub const DEFAULT_ACK_WAIT: Duration = Duration::from_secs(10);
+
+/// The `ack_wait` given to a JetStream consumer the runtime creates for a mount with leases
+/// off: 30 seconds, the server's own default. Without renewals a handler that runs longer than
+/// `ack_wait` has its message delivered again, so the longer default stays.
+pub const DEFAULT_ACK_WAIT_WITHOUT_LEASES: Duration = Duration::from_secs(30);
 
 /// How many deliveries of one mount are handled at once, by default.
 pub const DEFAULT_CONCURRENCY: usize = 64;
@@ -51,7 +63,8 @@ pub struct Mount {
     pub(crate) declaration: MountDeclaration,
     pub(crate) queue_group: Option<String>,
     pub(crate) concurrency: NonZeroUsize,
-    pub(crate) ack_wait: Duration,
+    /// The `ack_wait` given, if any ([`ack_wait_or_default`](Self::ack_wait_or_default)).
+    pub(crate) ack_wait: Option<Duration>,
     pub(crate) filter_subject: Option<String>,
     pub(crate) leases: bool,
     pub(crate) handler_time_limit: Duration,
@@ -93,7 +106,7 @@ impl Mount {
             declaration,
             queue_group: None,
             concurrency: NonZeroUsize::new(DEFAULT_CONCURRENCY).unwrap_or(NonZeroUsize::MIN),
-            ack_wait: DEFAULT_ACK_WAIT,
+            ack_wait: None,
             filter_subject: None,
             leases: true,
             handler_time_limit: DEFAULT_HANDLER_TIME_LIMIT,
@@ -391,14 +404,27 @@ impl Mount {
         self
     }
 
-    /// The `ack_wait` of a consumer the runtime creates (default [`DEFAULT_ACK_WAIT`]); an
-    /// existing consumer keeps its own. Zero is refused at start-up
+    /// The `ack_wait` of a consumer the runtime creates (default [`DEFAULT_ACK_WAIT`], 10 s,
+    /// with leases on; [`DEFAULT_ACK_WAIT_WITHOUT_LEASES`], 30 s, with them off); an existing
+    /// consumer keeps its own (rule 11). It is how long a crashed instance's messages wait
+    /// before the server delivers them again. Zero is refused at start-up
     /// ([`StartError::Setting`](crate::StartError::Setting)): nats-server would take it as
     /// unset and use its own default.
     #[must_use]
     pub fn ack_wait(mut self, ack_wait: Duration) -> Self {
-        self.ack_wait = ack_wait;
+        self.ack_wait = Some(ack_wait);
         self
+    }
+
+    /// The `ack_wait` a consumer the runtime creates for this mount gets: the one given, or
+    /// the default for its leases ([`DEFAULT_ACK_WAIT`] or
+    /// [`DEFAULT_ACK_WAIT_WITHOUT_LEASES`]).
+    pub(crate) fn ack_wait_or_default(&self) -> Duration {
+        match (self.ack_wait, self.leases) {
+            (Some(given), _) => given,
+            (None, true) => DEFAULT_ACK_WAIT,
+            (None, false) => DEFAULT_ACK_WAIT_WITHOUT_LEASES,
+        }
     }
 
     /// The filter subject of a consumer the runtime creates. An existing consumer keeps its

@@ -70,7 +70,9 @@ pub(super) fn validate(
                 reason: "strict order needs `max_attempts`: without a limit a delivery that always retries would hold its key for ever".to_owned(),
             });
         }
-        if mount.ack_wait.is_zero() && matches!(policy.descriptor(), Descriptor::JetStream { .. }) {
+        if mount.ack_wait_or_default().is_zero()
+            && matches!(policy.descriptor(), Descriptor::JetStream { .. })
+        {
             return Err(StartError::Setting {
                 mount: mount.name().to_owned(),
                 reason: "ack_wait is zero: nats-server would take it as unset and give the consumer its own default (30 s); give a positive duration, or leave the runtime's default".to_owned(),

@@ -157,7 +157,7 @@ async fn bind_consumer(
     let config = pull::Config {
         durable_name: Some(consumer.to_owned()),
         ack_policy: JsAckPolicy::Explicit,
-        ack_wait: mount.ack_wait,
+        ack_wait: mount.ack_wait_or_default(),
         max_deliver: -1,
         filter_subject: mount.filter_subject.clone().unwrap_or_default(),
         ..Default::default()
