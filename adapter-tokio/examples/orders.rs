@@ -1,7 +1,8 @@
 //! The orders service: JSON orders from a stream, validated, a transient failure retried with
 //! backoff, an `order.accepted` event published with the stream's confirmation, a Core request
-//! `orders.count` answered, dead letters with provenance, and its AsyncAPI document served at
-//! `http://127.0.0.1:9465/asyncapi.json` (`ASYNCAPI_ADDR` to change it).
+//! `orders.count` answered, dead letters with provenance, and the ops endpoint at
+//! `http://127.0.0.1:9465`: `/metrics`, `/healthz`, `/readyz` and its AsyncAPI document at
+//! `/asyncapi.json` (`OPS_ADDR` to change it).
 //!
 //! `NATS_URL=nats://127.0.0.1:4222 cargo run -p ruststream-tokio --example orders`
 
@@ -14,7 +15,9 @@ use std::time::Duration;
 use ruststream_tokio::async_nats::HeaderMap;
 use ruststream_tokio::async_nats::header::NATS_MESSAGE_ID;
 use ruststream_tokio::async_nats::jetstream::stream;
-use ruststream_tokio::{AnyRuntime, App, AppOn, Backoff, Context, Delivery, Mount, Outcome, Reply};
+use ruststream_tokio::{
+    AnyRuntime, App, AppOn, Backoff, Context, Delivery, Mount, OpsEndpoint, Outcome, Reply,
+};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -131,12 +134,9 @@ async fn main() -> ExitCode {
         )
         .init();
     let url = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".to_owned());
-    let app = orders_service(App::new(&url));
-    let http = std::env::var("ASYNCAPI_ADDR").unwrap_or_else(|_| "127.0.0.1:9465".to_owned());
-    match app.asyncapi("orders", "1.0.0") {
-        Ok(document) => serve_json(&http, "/asyncapi.json", document.to_string()),
-        Err(e) => eprintln!("no AsyncAPI document: {e}"),
-    }
+    let ops = std::env::var("OPS_ADDR").unwrap_or_else(|_| "127.0.0.1:9465".to_owned());
+    let app =
+        orders_service(App::new(&url)).ops(OpsEndpoint::bind(&ops).asyncapi("orders", "1.0.0"));
     match app.run().await {
         Ok(report) => {
             eprintln!("stopped: {report}");
@@ -147,25 +147,4 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// Serves `body` as JSON at `path` on `addr`, on a thread of its own (tiny_http).
-fn serve_json(addr: &str, path: &'static str, body: String) {
-    let server = match tiny_http::Server::http(addr) {
-        Ok(server) => server,
-        Err(e) => return eprintln!("cannot serve {path} on {addr}: {e}"),
-    };
-    eprintln!("serving http://{addr}{path}");
-    std::thread::spawn(move || {
-        for request in server.incoming_requests() {
-            let json = "Content-Type: application/json".parse::<tiny_http::Header>();
-            let response = match (request.url() == path, json) {
-                (true, Ok(header)) => tiny_http::Response::from_string(body.clone())
-                    .with_header(header)
-                    .boxed(),
-                _ => tiny_http::Response::empty(404).boxed(),
-            };
-            let _ = request.respond(response);
-        }
-    });
 }

@@ -7,6 +7,8 @@ pub(crate) mod asyncapi;
 mod declarations;
 mod grace_period;
 mod mount_checks;
+#[cfg(feature = "ops")]
+pub(crate) mod ops;
 mod overlaps;
 pub(crate) mod running;
 pub(crate) mod startup;
@@ -58,6 +60,9 @@ pub struct App<R> {
     disconnected_limit: Duration,
     subscription_capacity: Option<NonZeroUsize>,
     health: HealthBoard,
+    /// The ops endpoint to serve, if any (feature `ops`).
+    #[cfg(feature = "ops")]
+    ops: Option<ops::OpsEndpoint>,
     runtime: PhantomData<fn() -> R>,
 }
 
@@ -90,6 +95,8 @@ impl<R: Runtime> App<R> {
             disconnected_limit: DEFAULT_DISCONNECTED_LIMIT,
             subscription_capacity: None,
             health: HealthBoard::new(R::now),
+            #[cfg(feature = "ops")]
+            ops: None,
             runtime: PhantomData,
         }
     }
@@ -422,7 +429,42 @@ impl<R: Runtime> App<R> {
         self.health.watch()
     }
 
+    /// Serves `/metrics`, `/healthz` and `/readyz` (and `/asyncapi.json` when asked) on the
+    /// endpoint's address from the start of [`start`](Self::start) until the app's
+    /// [`Running`] is shut down or dropped: a readiness probe sees 503 while the app starts. See
+    /// [`OpsEndpoint`](crate::OpsEndpoint) for what each path answers.
+    ///
+    /// ```no_run
+    /// # use ruststream_adapter::{App, OpsEndpoint};
+    /// # fn with_ops<R: ruststream_adapter::Runtime>(app: App<R>) -> App<R> {
+    /// app.ops(OpsEndpoint::bind("0.0.0.0:9464"))
+    /// # }
+    /// ```
+    ///
+    /// Start-up fails with [`StartError::Ops`] when the address cannot be bound, or the
+    /// process installed a `metrics` recorder of its own (the endpoint installs a Prometheus
+    /// one, shared by every app of the process that has an endpoint).
+    #[cfg(feature = "ops")]
+    #[must_use]
+    pub fn ops(mut self, endpoint: ops::OpsEndpoint) -> Self {
+        self.ops = Some(endpoint);
+        self
+    }
+
     async fn start_here(mut self, reactor: R::Reactor) -> Result<Running<R>, StartError> {
+        // First, so that probes see the app start, and the recorder is there before any
+        // mount registers its metrics.
+        #[cfg(feature = "ops")]
+        let ops = match self.ops.take() {
+            Some(endpoint) => {
+                let document = match endpoint.asyncapi_info() {
+                    Some((title, version)) => Some(self.asyncapi(title, version)?.to_string()),
+                    None => None,
+                };
+                Some(endpoint.serve(self.health.watch(), document)?)
+            }
+            None => None,
+        };
         let declared = validate(self.mounts)?;
         if let (Some(capacity), Connect::Url { options, .. }) =
             (self.subscription_capacity, &mut self.connect)
@@ -535,6 +577,8 @@ impl<R: Runtime> App<R> {
             lost: lost_rx,
             grace: self.grace,
             health: self.health.clone(),
+            #[cfg(feature = "ops")]
+            ops,
         })
     }
 

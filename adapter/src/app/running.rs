@@ -67,6 +67,9 @@ pub struct Running<R: Runtime> {
     pub(crate) grace: Duration,
     /// Where the app's health is told.
     pub(crate) health: HealthBoard,
+    /// The ops endpoint, serving until this is dropped (feature `ops`).
+    #[cfg(feature = "ops")]
+    pub(crate) ops: Option<super::ops::OpsServer>,
 }
 
 impl<R: Runtime> std::fmt::Debug for Running<R> {
@@ -85,6 +88,14 @@ impl<R: Runtime> Running<R> {
     /// replaced a dead client (rule 20), this is the new one.
     pub fn client(&self) -> Client {
         self.clients.borrow().clone()
+    }
+
+    /// The address the ops endpoint listens on ([`App::ops`](crate::App::ops), feature
+    /// `ops`): the one given, with the port the system chose for port 0; `None` without an
+    /// endpoint.
+    #[cfg(feature = "ops")]
+    pub fn ops_addr(&self) -> Option<std::net::SocketAddr> {
+        self.ops.as_ref().map(super::ops::OpsServer::addr)
     }
 
     /// A watch on the app's [`Health`](crate::Health) (as [`App::health`](crate::App::health)
@@ -353,6 +364,9 @@ impl<R: Runtime> Running<R> {
         }
         self.reactor.stop();
         health.stopped(report.failure.clone());
+        // The ops endpoint stops with the app: once this returns, nothing listens there.
+        #[cfg(feature = "ops")]
+        drop(self.ops);
         tracing::info!("ruststream stopped");
         report
     }

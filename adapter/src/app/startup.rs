@@ -80,6 +80,10 @@ pub enum StartError {
         /// What overlaps, and what would go wrong.
         reason: String,
     },
+    /// The ops endpoint (`App::ops`, feature `ops`) cannot be served: its
+    /// address cannot be bound, or the process installed a `metrics` recorder of its own.
+    #[error("ops endpoint: {0}")]
+    Ops(String),
     /// The server refused or lacks what a mount needs (its stream, its consumer, a
     /// subscription).
     #[error("mount `{mount}`: {reason}")]
