@@ -33,7 +33,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The decisions are made by `ruststream-core`'s planner; `ruststream-adapter` executes its
+//! The decisions are made by `ruststream-settlement`'s planner; `ruststream-adapter` executes its
 //! plans over async-nats, with one `match` per action. This crate gives it its runtime: tokio
 //! (`runtime.rs`, the only source file besides this one).
 //!

@@ -1,7 +1,7 @@
 //! # ruststream-adapter
 //!
 //! The part of ruststream's adapters that does not depend on the async runtime: the app and
-//! its start-up checks, the mount loops, handlers, and the execution of `ruststream-core`'s
+//! its start-up checks, the mount loops, handlers, and the execution of `ruststream-settlement`'s
 //! plans over async-nats. It is generic over a small [`Runtime`] trait (spawn, timers, the
 //! clock, signals, and the Tokio [`Reactor`] async-nats needs), in the style of quinn's.
 //!
@@ -11,7 +11,7 @@
 //! switching runtime means changing the crate name and the executor, nothing else. The crate
 //! docs of `ruststream-tokio` describe the behaviour; it is the same on every runtime.
 //!
-//! The decisions are made by `ruststream-core`'s planner: this crate only executes its plans
+//! The decisions are made by `ruststream-settlement`'s planner: this crate only executes its plans
 //! over async-nats, with one `match` per action.
 
 #![warn(missing_docs)]
@@ -57,7 +57,7 @@ pub use app::supervisor::{
 pub use app::{App, RunError};
 pub use codec::*;
 pub use runtime::{Entered, LoopThread, NatsThread, Reactor, Runtime, ThreadStopper};
-pub use ruststream_core::{
+pub use ruststream_settlement::{
     Attempt, Backoff, BackoffError, DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_JITTER,
     DeclarationError, DeclarationErrorKind, Descriptor, Disposition, MountPolicy, Outcome,
 };
@@ -77,7 +77,7 @@ pub mod dead_letters {
         DeadLetter, DeadLetterError, DeadLetters, READ_STALL, Scanned,
     };
     pub use crate::tools::replay::{ReplayEvent, ReplayOptions, ReplaySummary, Sent};
-    pub use ruststream_core::{
+    pub use ruststream_settlement::{
         DEAD_LETTER_MSG_ID_PREFIX, DeadLetterFilter, DeadLetterReason, DeadLetterRecord,
         REPLAY_MSG_ID_PREFIX, Subject, Wildcard, replay_msg_id, restored_headers, rfc3339,
     };

@@ -33,7 +33,7 @@ pub(crate) async fn connect(connection: &Connection) -> Result<Client, CliError>
     let tls = connection.tls || connection.tls_ca.is_some() || connection.tls_cert.is_some();
     options = options
         .require_tls(tls)
-        .name("ruststream-cli")
+        .name("ruststream-tools")
         // No retrying at the start: an operator's command says at once that it cannot
         // connect. A connection lost later is tried again a few times.
         .max_reconnects(Some(3))

@@ -1,4 +1,4 @@
-//! # ruststream-cli
+//! # ruststream-tools
 //!
 //! The `ruststream` command: an operator's tools for services built on ruststream.
 //!

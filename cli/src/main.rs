@@ -1,4 +1,4 @@
-//! `ruststream`: the operator's command (see the crate docs of `ruststream_cli`).
+//! `ruststream`: the operator's command (see the crate docs of `ruststream_tools`).
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -6,7 +6,7 @@ use std::process::ExitCode;
 #[tokio::main]
 async fn main() -> ExitCode {
     let terminal = std::io::stderr().is_terminal();
-    let code = ruststream_cli::run(
+    let code = ruststream_tools::run(
         std::env::args_os(),
         &mut std::io::stdout().lock(),
         &mut std::io::stderr(),

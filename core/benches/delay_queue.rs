@@ -2,7 +2,7 @@
 //! measurement of the memory each pending copy takes (payload excluded, since it is shared
 //! with the delivered message).
 //!
-//! Run: `cargo bench -p ruststream-core --bench delay_queue`. Results: BENCHMARKS.md.
+//! Run: `cargo bench -p ruststream-settlement --bench delay_queue`. Results: BENCHMARKS.md.
 
 #![allow(
     missing_docs,
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use ruststream_core::{DelayQueue, Headers, Message, PendingCopy, RetryCount};
+use ruststream_settlement::{DelayQueue, Headers, Message, PendingCopy, RetryCount};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
 #[global_allocator]

@@ -1,6 +1,6 @@
 //! Criterion benchmarks of the planner and the two parsers.
 //!
-//! Run: `cargo bench -p ruststream-core --bench planner`. Results: BENCHMARKS.md.
+//! Run: `cargo bench -p ruststream-settlement --bench planner`. Results: BENCHMARKS.md.
 
 #![allow(missing_docs, clippy::disallowed_methods, clippy::unwrap_used)]
 
@@ -8,7 +8,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use ruststream_core::{
+use ruststream_settlement::{
     AckReply, Delivery, Event, MountDeclaration, Outcome, RetryCount, RetryCountReading, plan,
 };
 

@@ -1,4 +1,4 @@
-//! # ruststream-core
+//! # ruststream-settlement
 //!
 //! Every delivery a NATS handler gets is settled by exactly one plan: this crate decides it.
 //! Given a delivery's metadata, what its handler returned, the mount's policy and the current
@@ -32,7 +32,7 @@
 //!
 //! ```
 //! use std::time::{Duration, Instant};
-//! use ruststream_core::{
+//! use ruststream_settlement::{
 //!     Action, AckReply, Delivery, Event, MountDeclaration, Outcome, plan,
 //! };
 //!

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use ruststream_core::{
+use ruststream_settlement::{
     AckReply, Action, Attempt, Backoff, BackoffError, DeclarationErrorKind, Delivery, Event,
     MountDeclaration, Outcome, RetryCount, RetryCountReading, Settlement, plan,
 };

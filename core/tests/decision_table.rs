@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use ruststream_core::{
+use ruststream_settlement::{
     AckError, AckReply, Action, DeadLetterReason, Delivery, Disposition, Event, Log, MAX_NAK_DELAY,
     MountDeclaration, MountPolicy, Outcome, RetryCount, RetryCountReading, Settlement, Subject,
     plan,

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use ruststream_core::{LeaseDue, LeaseEnd, LeaseKey, LeaseTerms, Leases};
+use ruststream_settlement::{LeaseDue, LeaseEnd, LeaseKey, LeaseTerms, Leases};
 
 #[derive(Debug, Clone)]
 enum Step {

@@ -9,7 +9,7 @@ use std::alloc::System;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use ruststream_core::{AckReply, Delivery, Event, MountDeclaration, Outcome, plan};
+use ruststream_settlement::{AckReply, Delivery, Event, MountDeclaration, Outcome, plan};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
 #[global_allocator]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use proptest::prelude::*;
-use ruststream_core::{
+use ruststream_settlement::{
     AckReply, Action, DROPPED_DIRECTIVE_PREFIXES, DROPPED_DIRECTIVES, DeadLetterReason, DelayQueue,
     Delivery, Disposition, Event, Headers, Message, MountDeclaration, MountPolicy, Outcome,
     Provenance, RETRY_COUNT_HEADER, RetryCount, RetryCountReading, Settlement, Subject, plan,
@@ -146,8 +146,8 @@ proptest! {
         now in now(),
     ) {
         // A Core delivery on a JetStream mount (an adapter bug) is not a case of rule 24.
-        if matches!(policy.descriptor(), ruststream_core::Descriptor::JetStream { .. })
-            != matches!(d.model, ruststream_core::Model::JetStream(_))
+        if matches!(policy.descriptor(), ruststream_settlement::Descriptor::JetStream { .. })
+            != matches!(d.model, ruststream_settlement::Model::JetStream(_))
         {
             return Ok(());
         }
@@ -164,7 +164,7 @@ proptest! {
         match (in_place, planned.settlement()) {
             // The wire clamps a delay (rule 12); in place it is kept as it is.
             (Some(delay), Some(Settlement::NakWithDelay(nak))) => {
-                prop_assert_eq!(delay.min(ruststream_core::MAX_NAK_DELAY), nak)
+                prop_assert_eq!(delay.min(ruststream_settlement::MAX_NAK_DELAY), nak)
             }
             (Some(delay), Some(Settlement::Nak)) => prop_assert!(delay.is_zero()),
             _ => {}
@@ -180,8 +180,8 @@ proptest! {
         policy in policy(),
         now in now(),
     ) {
-        if matches!(policy.descriptor(), ruststream_core::Descriptor::JetStream { .. })
-            != matches!(d.model, ruststream_core::Model::JetStream(_))
+        if matches!(policy.descriptor(), ruststream_settlement::Descriptor::JetStream { .. })
+            != matches!(d.model, ruststream_settlement::Model::JetStream(_))
         {
             return Ok(());
         }
@@ -214,7 +214,7 @@ proptest! {
             payload: Bytes::from(payload),
         };
         let subject = Subject::new("orders.retry").expect("valid");
-        let pending = ruststream_core::PendingCopy::new(mount, &message, RetryCount(retry_count));
+        let pending = ruststream_settlement::PendingCopy::new(mount, &message, RetryCount(retry_count));
         prop_assert_eq!(pending.mount(), mount);
         prop_assert_eq!(
             pending.into_publication(&subject),
@@ -244,8 +244,8 @@ proptest! {
         }
         // Core deliveries never get a settlement; JetStream ones never get a copy.
         match d.model {
-            ruststream_core::Model::Core(_) => prop_assert!(settles.is_empty()),
-            ruststream_core::Model::JetStream(_) => {
+            ruststream_settlement::Model::Core(_) => prop_assert!(settles.is_empty()),
+            ruststream_settlement::Model::JetStream(_) => {
                 let copies = actions.iter().any(|a| matches!(a, Action::PublishCopy { .. } | Action::ScheduleCopy { .. }));
                 prop_assert!(!copies, "copy on JetStream: {:?}", actions);
             }
@@ -294,7 +294,7 @@ proptest! {
                 }
                 Action::PublishDeadLetter { subject, .. } => prop_assert_eq!(Some(subject), p.dead_letter()),
                 Action::Settle(Settlement::NakWithDelay(delay)) => {
-                    prop_assert!(!delay.is_zero() && delay <= ruststream_core::MAX_NAK_DELAY);
+                    prop_assert!(!delay.is_zero() && delay <= ruststream_settlement::MAX_NAK_DELAY);
                 }
                 Action::Settle(_) | Action::Log(_) => {}
             }

@@ -13,7 +13,7 @@ use std::num::NonZeroUsize;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use ruststream_core::{PREFETCH_PER_SLOT, PULL_EXPIRES, PULL_GRACE, PullAccounting, Receipt};
+use ruststream_settlement::{PREFETCH_PER_SLOT, PULL_EXPIRES, PULL_GRACE, PullAccounting, Receipt};
 
 #[derive(Debug, Clone)]
 enum Step {

@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use arbitrary::{Arbitrary, Unstructured};
-use ruststream_core::{
+use ruststream_settlement::{
     AckError, AckReply, Action, DeadLetterReason, Delivery, Disposition, Event, Log, MAX_NAK_DELAY,
     Model, MountDeclaration, MountPolicy, Outcome, RETRY_COUNT_HEADER, RetryCount,
     RetryCountReading, Settlement, plan,
@@ -111,13 +111,13 @@ pub fn check_ack_reply(data: &[u8]) {
 }
 
 /// Target `header_block`: arbitrary bytes as a stored message's header block
-/// ([`Headers::parse_block`](ruststream_core::Headers::parse_block)). A block that reads
+/// ([`Headers::parse_block`](ruststream_settlement::Headers::parse_block)). A block that reads
 /// renders back (`NATS/1.0`, a `name: value` line each, an empty line) to the same headers;
 /// what a dead letter says of itself reads from them without a panic, and the headers its
-/// replay carries ([`restored_headers`](ruststream_core::restored_headers)) are some of them,
+/// replay carries ([`restored_headers`](ruststream_settlement::restored_headers)) are some of them,
 /// in order.
 pub fn check_header_block(data: &[u8]) {
-    let Some(headers) = ruststream_core::Headers::parse_block(data) else {
+    let Some(headers) = ruststream_settlement::Headers::parse_block(data) else {
         return;
     };
     let mut block = b"NATS/1.0\r\n".to_vec();
@@ -128,11 +128,11 @@ pub fn check_header_block(data: &[u8]) {
         block.extend_from_slice(b"\r\n");
     }
     block.extend_from_slice(b"\r\n");
-    let again = ruststream_core::Headers::parse_block(&block)
+    let again = ruststream_settlement::Headers::parse_block(&block)
         .unwrap_or_else(|| panic!("the rendered block {block:?} does not read"));
     assert_eq!(headers, again, "round trip through {block:?}");
-    let _ = ruststream_core::DeadLetterRecord::read(headers.iter());
-    let restored = ruststream_core::restored_headers(headers.iter());
+    let _ = ruststream_settlement::DeadLetterRecord::read(headers.iter());
+    let restored = ruststream_settlement::restored_headers(headers.iter());
     let mut all = headers.iter();
     for pair in &restored {
         assert!(

@@ -57,7 +57,7 @@
 //! bring down the async-nats client they reach ([`Publish::unreadable_headers`]): a poison
 //! message.
 //!
-//! The model is sans-io in the way `ruststream-core` is: no async, no clock, no network.
+//! The model is sans-io in the way `ruststream-settlement` is: no async, no clock, no network.
 //! Every input takes the current instant, [`Server::poll_timeout`] says when something next
 //! falls due and [`Server::handle_timeout`] lets it happen, and what the server sends waits in
 //! an outbox ([`Server::poll_delivered`]), as async-nats messages. The same inputs give the

@@ -1,6 +1,6 @@
 //! `ruststream dlq` end to end against a real nats-server (issue 40): dead letters made by a
 //! running app, then listed, shown, replayed and purged by the command, run in the process
-//! (`ruststream_cli::run`) with its output captured; what it did is read back from the server.
+//! (`ruststream_tools::run`) with its output captured; what it did is read back from the server.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -42,7 +42,7 @@ async fn cli_with(server: &NatsServer, args: &[&str], input: &str) -> Ran {
     full.extend(args.iter().map(|a| (*a).to_owned()));
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let mut input = input.as_bytes();
-    let code = ruststream_cli::run(full, &mut out, &mut err, &mut input, false).await;
+    let code = ruststream_tools::run(full, &mut out, &mut err, &mut input, false).await;
     Ran {
         code,
         out: String::from_utf8(out).unwrap(),
@@ -304,7 +304,7 @@ fn bad_input_gets_an_error_naming_what_is_wrong() {
         let mut args = vec!["ruststream", "--url", "nats://user:secret@127.0.0.1:1"];
         args.extend(["dlq", "list", "DLQ"]);
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        let code = ruststream_cli::run(args, &mut out, &mut err, &mut &b""[..], false).await;
+        let code = ruststream_tools::run(args, &mut out, &mut err, &mut &b""[..], false).await;
         let err = String::from_utf8(err).unwrap();
         assert_eq!(code, 1, "{err}");
         assert!(err.contains("cannot connect"), "{err}");

@@ -28,7 +28,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ruststream_core::Outcome;
+use ruststream_settlement::Outcome;
 use serde::de::DeserializeOwned;
 use tokio::sync::{Semaphore, oneshot, watch};
 
@@ -738,7 +738,7 @@ mod tests {
             reply: None,
             headers: None,
             payload: Bytes::from(vec![n]),
-            attempt: ruststream_core::Attempt::FIRST,
+            attempt: ruststream_settlement::Attempt::FIRST,
             jetstream: None,
         }
     }

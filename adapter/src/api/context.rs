@@ -7,12 +7,12 @@ use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::subject::ToSubject;
 use async_nats::{Client, HeaderMap, Subject};
 use bytes::Bytes;
-use ruststream_core::MountPolicy;
+use ruststream_settlement::MountPolicy;
 
 use super::codec::{Codec, EncodeError, JsonCodec};
 use super::delivery::Delivery;
 use super::turns::HeldTurn;
-use ruststream_core::LeasedDelivery;
+use ruststream_settlement::LeasedDelivery;
 
 /// What a mount's handlers publish with, built once per mount and client (at start-up, and
 /// again when a lost client is replaced, rule 20).

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use async_nats::{HeaderMap, Subject};
 use bytes::Bytes;
-use ruststream_core::Attempt;
+use ruststream_settlement::Attempt;
 
 /// What a JetStream delivery's ack reply subject says about it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! What a mount does with a handler's `Err`.
 
-use ruststream_core::Outcome;
+use ruststream_settlement::Outcome;
 
 /// What a mount does with a handler's `Err` (see [`IntoHandled`](crate::IntoHandled)): the outcome
 /// it stands for. The error is logged at warning level with the mount, subject and attempt first.

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use bytes::Bytes;
-use ruststream_core::Outcome;
+use ruststream_settlement::Outcome;
 
 use super::codec::{Codec, JsonCodec};
 

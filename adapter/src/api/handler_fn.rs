@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use ruststream_core::Outcome;
+use ruststream_settlement::Outcome;
 
 use super::codec::DecodeError;
 use super::context::{Context, ContextSource};

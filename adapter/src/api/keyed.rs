@@ -16,7 +16,7 @@
 //!
 //! With strict order ([`Mount::strict_order`](crate::Mount::strict_order)) the delivery keeps
 //! its turn (in a [`HeldTurn`] its flow holds) until it is settled: the flow asks the core
-//! whether a retry runs again in place (`ruststream_core::retry_in_place`), waits its delay
+//! whether a retry runs again in place (`ruststream_settlement::retry_in_place`), waits its delay
 //! with its lease renewed, and calls this handler again, which then runs at once.
 //!
 //! # Memory
@@ -32,7 +32,7 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ruststream_core::Outcome;
+use ruststream_settlement::Outcome;
 
 use super::codec::DecodeError;
 use super::context::ContextSource;
@@ -239,7 +239,7 @@ mod tests {
             reply: None,
             headers,
             payload: bytes::Bytes::new(),
-            attempt: ruststream_core::Attempt::FIRST,
+            attempt: ruststream_settlement::Attempt::FIRST,
             jetstream: None,
         }
     }

@@ -3,7 +3,7 @@
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
-use ruststream_core::MountDeclaration;
+use ruststream_settlement::MountDeclaration;
 
 use super::error_policy::ErrorPolicy;
 use super::keyed::Key;
@@ -177,7 +177,7 @@ impl Mount {
     /// backoff that cannot be used (a zero first delay, fixed or exponential; a base above its
     /// cap; a factor below 1; a jitter of 1 or more) stops start-up with [`DeclarationErrorKind::Backoff`](crate::DeclarationErrorKind).
     #[must_use]
-    pub fn backoff(mut self, backoff: ruststream_core::Backoff) -> Self {
+    pub fn backoff(mut self, backoff: ruststream_settlement::Backoff) -> Self {
         self.declaration = self.declaration.backoff(backoff);
         self
     }
@@ -189,7 +189,7 @@ impl Mount {
     /// after the delivery's own headers, which are kept as they arrived; a dead letter that
     /// would then be larger than the server's `max_payload` goes without them (logged), as
     /// the delivery arrived. Off by default: the dead letter is the delivery as it arrived.
-    /// See `ruststream_core::Provenance`.
+    /// See `ruststream_settlement::Provenance`.
     #[must_use]
     pub fn provenance(mut self) -> Self {
         self.declaration = self.declaration.provenance(true);
@@ -506,15 +506,15 @@ impl Mount {
     }
 
     /// The mount's settlement settings, validated as start-up validates them: its source
-    /// ([`Descriptor`](ruststream_core::Descriptor)), `max_attempts`, dead-letter subject,
+    /// ([`Descriptor`](ruststream_settlement::Descriptor)), `max_attempts`, dead-letter subject,
     /// backoff and provenance.
     ///
     /// # Errors
-    /// The [`DeclarationError`](ruststream_core::DeclarationError) that
+    /// The [`DeclarationError`](ruststream_settlement::DeclarationError) that
     /// [`App::start`](crate::App::start) would refuse the mount with.
     pub fn policy(
         &self,
-    ) -> Result<ruststream_core::MountPolicy, ruststream_core::DeclarationError> {
+    ) -> Result<ruststream_settlement::MountPolicy, ruststream_settlement::DeclarationError> {
         self.declaration.validate()
     }
 

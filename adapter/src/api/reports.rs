@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use ruststream_core::{Disposition, Outcome};
+use ruststream_settlement::{Disposition, Outcome};
 
 /// What a graceful shutdown left behind.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -175,7 +175,7 @@ pub struct Settled {
     pub undecodable: bool,
     /// What the plan amounted to.
     pub disposition: Disposition,
-    /// What went on the wire, as [`Plan`](ruststream_core::Plan)'s `Display` gives it; followed by
+    /// What went on the wire, as [`Plan`](ruststream_settlement::Plan)'s `Display` gives it; followed by
     /// `(settlement not sent)` when its settlement could not be sent (see
     /// [`settlement_sent`](Self::settlement_sent)).
     pub wire: String,

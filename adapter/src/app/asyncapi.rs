@@ -34,7 +34,7 @@ use super::App;
 use super::startup::StartError;
 use crate::runtime::Runtime;
 use crate::support::servers::ServerList;
-use ruststream_core::{Descriptor, Subject};
+use ruststream_settlement::{Descriptor, Subject};
 
 /// The AsyncAPI version of the document: 3.0.0.
 pub const ASYNCAPI_VERSION: &str = "3.0.0";

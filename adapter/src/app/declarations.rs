@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use ruststream_core::{Descriptor, MountPolicy};
+use ruststream_settlement::{Descriptor, MountPolicy};
 
 use super::startup::StartError;
 use crate::api::batch::MAX_BATCH;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_nats::Client;
 use async_nats::jetstream::consumer::{AckPolicy as JsAckPolicy, pull};
 use async_nats::jetstream::context::ConsumerInfoErrorKind;
-use ruststream_core::{AckPolicy, ConsumerFacts, Descriptor, MountPolicy};
+use ruststream_settlement::{AckPolicy, ConsumerFacts, Descriptor, MountPolicy};
 
 use super::overlaps::check_overlaps;
 use super::startup::{StartError, server_error};
@@ -76,7 +76,7 @@ pub(crate) async fn check_mounts<R: Runtime>(
             }
             let filter = config.map(|c| c.filter_subject.as_str());
             let confirm_within =
-                config.map(|c| ruststream_core::dead_letter_confirm_within(c.ack_wait));
+                config.map(|c| ruststream_settlement::dead_letter_confirm_within(c.ack_wait));
             let dead_letters = dead_letter_sink(&js, &policy, filter, confirm_within).await?;
             tracing::debug!(mount = %mount.name(), "mount checked");
             // Every Core mount subscribes before any loop starts, so that a refused

@@ -4,7 +4,7 @@
 //! ([`find_overlaps`]).
 
 use futures_util::StreamExt;
-use ruststream_core::{
+use ruststream_settlement::{
     Descriptor, MountSubjects, OverlapSeverity, StoredSubjects, Wildcard, find_overlaps,
 };
 

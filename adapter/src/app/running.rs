@@ -41,7 +41,7 @@ impl ShutdownHandle {
 /// a shutdown leaves an app nothing can shut down: its mounts stop consuming (each logs so, at
 /// warn level), and what they received is still handled and settled: what a JetStream
 /// mount's outstanding pull requests bring within
-/// [`PULL_EXPIRES`](ruststream_core::PULL_EXPIRES), 1 s, and every delivery still running,
+/// [`PULL_EXPIRES`](ruststream_settlement::PULL_EXPIRES), 1 s, and every delivery still running,
 /// whose lease is renewed and whose handler time limit holds as before. Each mount then
 /// flushes the client and ends, and the app's NATS thread with the last of them. There is no
 /// grace period and no report: a delayed Core copy not yet due when the last mount ends is
@@ -255,7 +255,7 @@ impl<R: Runtime> Running<R> {
             self.grace
         };
         let mut grace_period = GracePeriod {
-            deadline: ruststream_core::deadline(R::now(), grace),
+            deadline: ruststream_settlement::deadline(R::now(), grace),
             cut: std::pin::pin!(cut.fuse()),
         };
         self.shutdown.send_replace(true);

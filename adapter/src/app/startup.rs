@@ -1,7 +1,7 @@
 //! Start-up: why an app did not start ([`StartError`]), and its connection to NATS.
 
 use async_nats::{Client, ConnectOptions};
-use ruststream_core::DeclarationError;
+use ruststream_settlement::DeclarationError;
 
 use crate::support::servers::ServerList;
 

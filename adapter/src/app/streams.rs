@@ -4,7 +4,7 @@
 use async_nats::jetstream::context::GetStreamErrorKind;
 use async_nats::jetstream::stream::Config;
 use async_nats::jetstream::{self, ErrorCode};
-use ruststream_core::Wildcard;
+use ruststream_settlement::Wildcard;
 
 use super::mount_checks::jetstream_error;
 use super::startup::StartError;

@@ -2,7 +2,7 @@
 //! the mount asks for them, published and confirmed before anything else of its plan.
 
 use async_nats::Subject;
-use ruststream_core::{DeadLetterReason, Delivery as CoreDelivery, Publication};
+use ruststream_settlement::{DeadLetterReason, Delivery as CoreDelivery, Publication};
 
 use super::publish::{PublishFailed, Unpublished, core_message, header_map};
 use crate::state::mount_context::{DeadLetterSink, MountContext};
@@ -18,7 +18,7 @@ pub(crate) async fn dead_letter(
     ctx: &MountContext,
     msg: &Incoming,
     delivery: &CoreDelivery<'_>,
-    subject: &ruststream_core::Subject,
+    subject: &ruststream_settlement::Subject,
     reason: DeadLetterReason,
     error: Option<&str>,
 ) -> Result<(), PublishFailed> {
@@ -51,14 +51,14 @@ fn letter(
     ctx: &MountContext,
     msg: &Incoming,
     delivery: &CoreDelivery<'_>,
-    subject: &ruststream_core::Subject,
+    subject: &ruststream_settlement::Subject,
     reason: DeadLetterReason,
     error: Option<&str>,
 ) -> Publication {
     let message = core_message(msg);
     let max = ctx.client.max_payload();
     if ctx.policy.provenance() {
-        let provenance = ruststream_core::Provenance::new(ctx.name, reason, error);
+        let provenance = ruststream_settlement::Provenance::new(ctx.name, reason, error);
         let letter = message.dead_letter(subject, delivery, Some(&provenance));
         if letter.wire_len() <= max {
             return letter;
@@ -88,7 +88,7 @@ async fn publish(ctx: &MountContext, p: Publication) -> Result<(), PublishFailed
     let own_id = p
         .headers
         .iter()
-        .find(|(name, _)| *name == ruststream_core::MSG_ID_HEADER.as_bytes())
+        .find(|(name, _)| *name == ruststream_settlement::MSG_ID_HEADER.as_bytes())
         .map(|(_, id)| String::from_utf8_lossy(id).into_owned());
     let headers = header_map(&p.headers);
     match &ctx.dead_letters {

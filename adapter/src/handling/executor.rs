@@ -1,6 +1,6 @@
 //! The executor: the one place a plan is carried out.
 //!
-//! A delivery's plan, as `ruststream-core`'s planner makes it, is handed to [`execute`] once.
+//! A delivery's plan, as `ruststream-settlement`'s planner makes it, is handed to [`execute`] once.
 //! It carries out at once, on the caller's task and awaiting nothing, every action that needs
 //! no reply (logs, copies handed to the delay queue), and gives back what is left, if
 //! anything: the plan's last action when it is a publish ([`Execution::Publish`], a Core copy
@@ -21,7 +21,7 @@
 
 use std::time::Instant;
 
-use ruststream_core::{Action, Delivery as CoreDelivery, Log, PendingCopy, Plan, RetryCount};
+use ruststream_settlement::{Action, Delivery as CoreDelivery, Log, PendingCopy, Plan, RetryCount};
 
 use super::dead_letter::dead_letter;
 use super::publish::{
@@ -295,10 +295,10 @@ fn arrival_logs(ctx: &MountContext, msg: &Incoming, delivery: &CoreDelivery<'_>,
 /// `ack_wait` instead of the delay it asked for. An `+ACK` or a `+TERM` is still
 /// handed over: either ends the message, which is what was decided. Found by the explorer's
 /// seed 3982.
-fn withheld(ctx: &MountContext, settlement: ruststream_core::Settlement) -> bool {
+fn withheld(ctx: &MountContext, settlement: ruststream_settlement::Settlement) -> bool {
     matches!(
         settlement,
-        ruststream_core::Settlement::Nak | ruststream_core::Settlement::NakWithDelay(_)
+        ruststream_settlement::Settlement::Nak | ruststream_settlement::Settlement::NakWithDelay(_)
     ) && ctx.client.connection_state() != async_nats::connection::State::Connected
 }
 
@@ -342,7 +342,7 @@ fn log_otherwise(ctx: &MountContext, msg: &Incoming, delivery: &CoreDelivery<'_>
         Log::RetryCountIgnored { values } => {
             // Every value of the header as it came, so the bad ones can be seen.
             let header: Vec<String> = header_pairs(msg)
-                .filter(|(name, _)| ruststream_core::is_retry_count(name))
+                .filter(|(name, _)| ruststream_settlement::is_retry_count(name))
                 .map(|(_, value)| String::from_utf8_lossy(value).into_owned())
                 .collect();
             tracing::warn!(
@@ -365,7 +365,7 @@ fn log_otherwise(ctx: &MountContext, msg: &Incoming, delivery: &CoreDelivery<'_>
 fn schedule_copy(
     ctx: &MountContext,
     msg: &Incoming,
-    subject: &ruststream_core::Subject,
+    subject: &ruststream_settlement::Subject,
     retry_count: RetryCount,
     at: Instant,
 ) -> Result<(), PublishFailed> {

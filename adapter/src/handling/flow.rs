@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use ruststream_core::{Delivery as CoreDelivery, Event, Plan, plan_with_clock};
+use ruststream_settlement::{Delivery as CoreDelivery, Event, Plan, plan_with_clock};
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 

@@ -5,7 +5,7 @@ use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use ruststream_core::{Delivery as CoreDelivery, Event, Outcome};
+use ruststream_settlement::{Delivery as CoreDelivery, Event, Outcome};
 
 use crate::api::codec::DecodeError;
 use crate::api::context::ContextSource;
@@ -26,7 +26,7 @@ pub(crate) fn handler_delivery(
     core: &CoreDelivery<'_>,
 ) -> Delivery {
     let jetstream = match (core.model, ctx.jetstream_names) {
-        (ruststream_core::Model::JetStream(r), Some((stream, consumer))) => Some(JetStreamInfo {
+        (ruststream_settlement::Model::JetStream(r), Some((stream, consumer))) => Some(JetStreamInfo {
             stream,
             consumer,
             delivered: r.delivered,
@@ -145,10 +145,10 @@ pub(crate) fn start_handler(
     match std::panic::catch_unwind(AssertUnwindSafe(|| {
         let source = ContextSource::holding(&ctx.handler_context, held);
         let source = match delivery.model {
-            ruststream_core::Model::JetStream(r) => {
-                source.leased(ruststream_core::LeasedDelivery::of(ctx.index, &r))
+            ruststream_settlement::Model::JetStream(r) => {
+                source.leased(ruststream_settlement::LeasedDelivery::of(ctx.index, &r))
             }
-            ruststream_core::Model::Core(_) => source,
+            ruststream_settlement::Model::Core(_) => source,
         };
         slot.start(handler_delivery(ctx, msg, delivery), source)
     })) {

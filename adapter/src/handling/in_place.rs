@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use ruststream_core::{Delivery as CoreDelivery, Event, LeaseEnd, deadline, retry_in_place};
+use ruststream_settlement::{Delivery as CoreDelivery, Event, LeaseEnd, deadline, retry_in_place};
 
 use super::handler_run::{HandlerRun, start_handler};
 use super::lease::{Lease, Leased, WaitEnd, WaitLease, renew, run_leased};

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::{Client, Subject};
 use futures_util::FutureExt;
-use ruststream_core::{
+use ruststream_settlement::{
     AckReply, Delivery as CoreDelivery, Event, LeaseEnd, LeaseTerms, LeasedDelivery, Outcome,
     WORK_IN_PROGRESS,
 };
@@ -39,7 +39,7 @@ pub(crate) struct Leased {
 pub(crate) struct Lease {
     room: Arc<LeaseRoom>,
     /// `None` once ended.
-    key: Option<ruststream_core::LeaseKey>,
+    key: Option<ruststream_settlement::LeaseKey>,
     cancelled: oneshot::Receiver<()>,
     started: Instant,
 }
@@ -141,13 +141,13 @@ pub(crate) fn renew(clients: &watch::Receiver<Client>, reply: Subject) -> bool {
 
 /// How long a prefetched message that waits for a handler slot is renewed at most: a day. Its
 /// handler's own time limit starts when it starts; the prefetch is sized so that a message
-/// waits a small share of its deadline (`ruststream_core::PREFETCH_WAIT_SHARE`).
+/// waits a small share of its deadline (`ruststream_settlement::PREFETCH_WAIT_SHARE`).
 const WAIT_RENEWAL_LIMIT: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// The lease of a prefetched JetStream message that waits in its pull loop for a handler slot:
 /// renewed with `+WPI` at half its span by the lease loop, as a running handler's is, so that
 /// it cannot expire and be delivered again while it waits (rule 16 and the pull prefetch in
-/// `ruststream_core::PullAccounting`). On a mount with leases off it is not renewed, and only
+/// `ruststream_settlement::PullAccounting`). On a mount with leases off it is not renewed, and only
 /// keeps the message's deadline and the deliveries of it that come after: a message that
 /// waited past its deadline, or was delivered again while it waited, is not run (its result
 /// would be a late one). Ended by [`WaitLease::end`], or, on any other way out (a loop that
@@ -156,7 +156,7 @@ const WAIT_RENEWAL_LIMIT: Duration = Duration::from_secs(24 * 60 * 60);
 pub(crate) struct WaitLease {
     room: Arc<LeaseRoom>,
     /// `None` once ended.
-    key: Option<ruststream_core::LeaseKey>,
+    key: Option<ruststream_settlement::LeaseKey>,
     since: Instant,
     span: Duration,
     /// Whether it is renewed (the mount's leases are on).
@@ -194,7 +194,7 @@ impl WaitLease {
         let (span, renew) = {
             let settings = ctx.lease_settings();
             (
-                ruststream_core::lease_span(settings.ack_wait?, &settings.backoff, delivered),
+                ruststream_settlement::lease_span(settings.ack_wait?, &settings.backoff, delivered),
                 settings.renew,
             )
         };

@@ -9,7 +9,7 @@ use std::str::FromStr;
 use async_nats::header::{HeaderName, HeaderValue};
 use async_nats::{Client, HeaderMap, Subject};
 use bytes::Bytes;
-use ruststream_core::{
+use ruststream_settlement::{
     Headers, Message, Publication, RETRY_COUNT_HEADER, RetryCount, is_dropped_directive,
     is_retry_count, wire_len,
 };
@@ -55,7 +55,7 @@ impl PublishFailed {
 }
 
 /// Refuses a Core copy that the server would refuse for its size (rule 21): its headers and
-/// payload (`size`, as [`ruststream_core::wire_len`] counts them) over the connection's
+/// payload (`size`, as [`ruststream_settlement::wire_len`] counts them) over the connection's
 /// `max_payload`.
 pub(super) fn check_copy_size(client: &Client, size: usize) -> Result<(), PublishFailed> {
     let max = client.max_payload();
@@ -183,7 +183,7 @@ impl Publish {
     pub(crate) fn copy(
         ctx: &MountContext,
         msg: &Incoming,
-        subject: &ruststream_core::Subject,
+        subject: &ruststream_settlement::Subject,
         retry_count: RetryCount,
     ) -> Result<Self, PublishFailed> {
         let (headers, size) = copy_headers(msg, retry_count);
@@ -370,7 +370,7 @@ mod tests {
             let msg = message(headers);
             for count in [1, 9, 1_000_000] {
                 let retry_count = RetryCount(count);
-                let subject = ruststream_core::Subject::new("orders.new").expect("a subject");
+                let subject = ruststream_settlement::Subject::new("orders.new").expect("a subject");
                 let core = core_message(&msg).copy(&subject, retry_count);
                 let (map, size) = copy_headers(&msg, retry_count);
                 let ours: Vec<(&[u8], &[u8])> = map

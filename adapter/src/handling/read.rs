@@ -1,7 +1,7 @@
 //! Reading a delivered message into what the core needs to know of it: its attempt and, on
 //! JetStream, its metadata.
 
-use ruststream_core::{AckReply, Delivery as CoreDelivery, RetryCountReading};
+use ruststream_settlement::{AckReply, Delivery as CoreDelivery, RetryCountReading};
 
 use super::publish::header_pairs;
 use crate::state::mount_context::MountContext;
@@ -92,13 +92,13 @@ fn read_jetstream_noting<'m>(
 pub(crate) fn arrived(ctx: &MountContext, reply: &AckReply<'_>) {
     ctx.received.note(reply.stream_sequence);
     ctx.leases
-        .delivered(ruststream_core::LeasedDelivery::of(ctx.index, reply));
+        .delivered(ruststream_settlement::LeasedDelivery::of(ctx.index, reply));
 }
 
 /// The delivery's stream sequence, on JetStream.
 pub(crate) fn stream_sequence(delivery: &CoreDelivery<'_>) -> Option<u64> {
     match delivery.model {
-        ruststream_core::Model::JetStream(r) => Some(r.stream_sequence),
-        ruststream_core::Model::Core(_) => None,
+        ruststream_settlement::Model::JetStream(r) => Some(r.stream_sequence),
+        ruststream_settlement::Model::Core(_) => None,
     }
 }

@@ -1,7 +1,7 @@
 //! The end of a plan's execution: the recovery from a publish that failed, and the report of
 //! the settlement ([`conclude`]).
 
-use ruststream_core::{Delivery as CoreDelivery, Disposition, Event, Plan, plan_with_clock};
+use ruststream_settlement::{Delivery as CoreDelivery, Disposition, Event, Plan, plan_with_clock};
 
 use super::executor::carry_out;
 use super::publish::{PublishFailed, Unpublished};

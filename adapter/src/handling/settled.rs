@@ -4,7 +4,7 @@
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 
-use ruststream_core::{Delivery as CoreDelivery, Disposition, Event, Outcome, Plan};
+use ruststream_settlement::{Delivery as CoreDelivery, Disposition, Event, Outcome, Plan};
 
 use super::read::stream_sequence;
 use crate::api::reports::{Observer, Settled};

@@ -65,7 +65,7 @@ enum Next {
     Finish(tracing::Span, Stage),
     /// A delivery whose last publish (a copy) the client could not take at once, in its span:
     /// the publish is pending in the loop's slot; the delivery's event, for the report.
-    Sending(tracing::Span, Option<ruststream_core::Event>),
+    Sending(tracing::Span, Option<ruststream_settlement::Event>),
 }
 
 /// At most this many Core deliveries are handled in one poll of a mount's task, so that a

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use ruststream_core::{PendingCopy, Subject};
+use ruststream_settlement::{PendingCopy, Subject};
 use tokio::sync::{mpsc, watch};
 
 use crate::handling::publish::{Unpublished, publish_plain};
@@ -45,7 +45,7 @@ pub(crate) async fn delay_loop<R: Runtime>(
     copy_subjects: Vec<Option<Subject>>,
     names: Vec<&'static str>,
 ) -> Vec<usize> {
-    let mut queue = ruststream_core::DelayQueue::new();
+    let mut queue = ruststream_settlement::DelayQueue::new();
     // The mounts' senders close with their loops, at shutdown, before the deadline is set:
     // copies already queued are still published until then.
     let mut open = true;

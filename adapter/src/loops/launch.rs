@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use async_nats::Client;
 use futures_util::FutureExt;
-use ruststream_core::{Descriptor, PendingCopy};
+use ruststream_settlement::{Descriptor, PendingCopy};
 use tokio::sync::{Semaphore, mpsc, watch};
 
 use super::core_loop::{core_loop, spawned_slots};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::Client;
-use ruststream_core::LeaseDue;
+use ruststream_settlement::LeaseDue;
 use tokio::sync::watch;
 
 use crate::handling::lease::renew;

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ruststream_core::PullAccounting;
+use ruststream_settlement::PullAccounting;
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::handling::flow::{Starts, start_delivery};
@@ -102,7 +102,7 @@ pub(super) async fn start_waiting<R: Runtime>(
 pub(super) fn wait<R: Runtime>(ctx: &MountContext, msg: Incoming) -> Prefetched {
     // Read once, for both (the ack reply subject is parsed once more when the message starts).
     let lease = match &msg.reply {
-        Some(subject) => match ruststream_core::AckReply::parse(subject.as_bytes()) {
+        Some(subject) => match ruststream_settlement::AckReply::parse(subject.as_bytes()) {
             Ok(reply) => {
                 arrived(ctx, &reply);
                 WaitLease::hold_read::<R>(ctx, subject, &reply)

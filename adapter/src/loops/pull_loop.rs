@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{FutureExt, StreamExt};
-use ruststream_core::{PENDING_MESSAGES_HEADER, PullAccounting, Receipt};
+use ruststream_settlement::{PENDING_MESSAGES_HEADER, PullAccounting, Receipt};
 use tokio::sync::{Semaphore, watch};
 
 use super::prefetch::{Held, Prefetched, prefetch_deadline, start_waiting, wait};
@@ -33,7 +33,7 @@ const DEAD_CLIENT_CHECK: Duration = Duration::from_millis(200);
 /// requests count as lost at once: the server forgot them.
 ///
 /// At shutdown no new request goes out; outstanding ones are received to their end (at most
-/// [`PULL_EXPIRES`](ruststream_core::PULL_EXPIRES), or a grace period later for lost ones) and
+/// [`PULL_EXPIRES`](ruststream_settlement::PULL_EXPIRES), or a grace period later for lost ones) and
 /// their messages handled, so none waits for `ack_wait`.
 pub(crate) async fn pull_loop<R: Runtime>(
     ctx: Arc<MountContext>,

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use ruststream_core::MountPolicy;
+use ruststream_settlement::MountPolicy;
 
 use super::lease_room::LeaseSettings;
 use super::mount_context::DeadLetterSink;

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_nats::Subject;
-use ruststream_core::{
+use ruststream_settlement::{
     Delivery as CoreDelivery, LeaseEnd, LeaseKey, LeaseTerms, LeasedDelivery, Leases, Model,
     lease_span,
 };

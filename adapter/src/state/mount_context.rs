@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use async_nats::Client;
-use ruststream_core::{Descriptor, MountPolicy, PendingCopy};
+use ruststream_settlement::{Descriptor, MountPolicy, PendingCopy};
 use tokio::sync::mpsc;
 
 use super::careful::Careful;
@@ -106,7 +106,7 @@ impl LiteralSubject {
     /// every delivery on it shares it for free.
     pub(crate) fn of(policy: &MountPolicy) -> Self {
         let kept =
-            |s: &ruststream_core::Subject| async_nats::Subject::from_static(intern(s.as_str()));
+            |s: &ruststream_settlement::Subject| async_nats::Subject::from_static(intern(s.as_str()));
         match policy.descriptor() {
             Descriptor::CoreSubject(s) => Self::EveryDelivery(kept(s)),
             Descriptor::CoreWildcard { copy_subject, .. } => Self::Copies(kept(copy_subject)),

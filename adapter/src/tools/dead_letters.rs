@@ -5,7 +5,7 @@
 //! messages is a dead letter: the delivery as it arrived, with provenance headers when the
 //! mount asked for them (rule 19) and, from a JetStream mount, the runtime's `Nats-Msg-Id`
 //! (rule 9). What a dead letter says of itself is read by the core
-//! ([`DeadLetterRecord`](ruststream_core::DeadLetterRecord)).
+//! ([`DeadLetterRecord`](ruststream_settlement::DeadLetterRecord)).
 //!
 //! Reading goes through an ordered consumer of the stream's own (ephemeral, in memory, acked
 //! by nobody), from the first message the filter can take up to the stream's last message
@@ -20,7 +20,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
 use futures_util::StreamExt;
-use ruststream_core::{DeadLetterFilter, DeadLetterRecord, Headers};
+use ruststream_settlement::{DeadLetterFilter, DeadLetterRecord, Headers};
 use serde::Deserialize;
 
 /// How long a read waits for the stream's next message before it gives up: 10 s.

@@ -12,10 +12,10 @@
 //!    both works.) A dead letter deleted between the selection and its turn (by another
 //!    replay or purge) is skipped.
 //! 2. **What.** Its payload unchanged, and its headers without what its dead-lettering added
-//!    ([`restored_headers`](ruststream_core::restored_headers)): provenance, the runtime's
+//!    ([`restored_headers`](ruststream_settlement::restored_headers)): provenance, the runtime's
 //!    `Nats-Msg-Id`.
 //! 3. **How.** Into a stream (one stores the target subject): a JetStream publish carrying a
-//!    `Nats-Msg-Id` made from the dead letter ([`replay_msg_id`](ruststream_core::replay_msg_id)),
+//!    `Nats-Msg-Id` made from the dead letter ([`replay_msg_id`](ruststream_settlement::replay_msg_id)),
 //!    confirmed by the stream's acknowledgement. A replay run again within the target stream's
 //!    duplicate window (its `duplicate_window`, 2 minutes by default) is stored once: the
 //!    stream answers `duplicate`, counted as [`ReplaySummary::duplicates`]. **Outside the
@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::context::{GetStreamByNameErrorKind, PublishErrorKind};
 use async_nats::{HeaderMap, HeaderName, HeaderValue, Subject};
-use ruststream_core::{DeadLetterFilter, MSG_ID_HEADER, replay_msg_id, restored_headers};
+use ruststream_settlement::{DeadLetterFilter, MSG_ID_HEADER, replay_msg_id, restored_headers};
 
 use super::dead_letters::{DeadLetter, DeadLetterError, DeadLetters};
 
@@ -46,7 +46,7 @@ pub struct ReplayOptions {
     /// Which dead letters.
     pub filter: DeadLetterFilter,
     /// Send every one to this subject instead of its original subject.
-    pub to: Option<ruststream_core::Subject>,
+    pub to: Option<ruststream_settlement::Subject>,
     /// Say what would be sent; send and delete nothing.
     pub dry_run: bool,
     /// At most this many replays a second.
@@ -242,7 +242,7 @@ impl DeadLetters {
                 None => Stop::Skip(why),
             });
         }
-        if ruststream_core::Subject::new(&target).is_err() {
+        if ruststream_settlement::Subject::new(&target).is_err() {
             return Err(Stop::Skip(format!(
                 "its original subject `{target}` is not a subject one can publish to: replay it with --to SUBJECT"
             )));

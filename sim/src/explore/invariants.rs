@@ -783,7 +783,7 @@ fn dead_letters_before_term(
             .observed
             .iter()
             .filter(|o| o.settled.mount == name)
-            .filter(|o| o.settled.disposition == ruststream_core::Disposition::DeadLettered);
+            .filter(|o| o.settled.disposition == ruststream_settlement::Disposition::DeadLettered);
         if !spec.is_jetstream() {
             let reported: Vec<_> = reported.collect();
             let at_a_close = reported
@@ -897,9 +897,9 @@ fn dead_letters_as_delivered(trace: &Trace, facts: &Facts, found: &mut Vec<Viola
                     .iter()
                     .any(|(n, _)| n.eq_ignore_ascii_case(name))
             };
-            let provenance = has(ruststream_core::PROVENANCE_MOUNT)
-                && has(ruststream_core::PROVENANCE_REASON)
-                && has(ruststream_core::PROVENANCE_ATTEMPT);
+            let provenance = has(ruststream_settlement::PROVENANCE_MOUNT)
+                && has(ruststream_settlement::PROVENANCE_REASON)
+                && has(ruststream_settlement::PROVENANCE_ATTEMPT);
             if provenance != spec.provenance {
                 found.push(Violation {
                     invariant: "rule 19: provenance headers on request",
@@ -1040,7 +1040,7 @@ fn retry_count(publication: &Publication) -> Option<u64> {
     publication
         .headers
         .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case(ruststream_core::RETRY_COUNT_HEADER))
+        .find(|(n, _)| n.eq_ignore_ascii_case(ruststream_settlement::RETRY_COUNT_HEADER))
         .and_then(|(_, v)| v.parse().ok())
 }
 

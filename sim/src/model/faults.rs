@@ -1,6 +1,6 @@
 //! Switches that make the modelled server misbehave, one message at a time.
 
-use ruststream_core::{Subject, Wildcard};
+use ruststream_settlement::{Subject, Wildcard};
 
 use crate::model::error::SimError;
 

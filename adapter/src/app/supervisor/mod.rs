@@ -156,7 +156,7 @@ impl<R: Runtime> Supervisor<R> {
     /// [`run`](Self::run)'s loop.
     async fn watch_until_stopped(&mut self, watch: &mut Watch) {
         let mut health = R::now() + HEALTH_EVERY;
-        let mut reread = ruststream_core::deadline(R::now(), self.consumer_reread);
+        let mut reread = ruststream_settlement::deadline(R::now(), self.consumer_reread);
         let mut stop = self.shutdown.clone();
         loop {
             if *stop.borrow_and_update() {
@@ -172,7 +172,7 @@ impl<R: Runtime> Supervisor<R> {
                         Some(self.health(watch).await)
                     }
                     () = R::sleep_until(reread) => {
-                        reread = ruststream_core::deadline(R::now(), self.consumer_reread);
+                        reread = ruststream_settlement::deadline(R::now(), self.consumer_reread);
                         self.reread_consumers().await;
                         Some(Ok(()))
                     }

@@ -5,7 +5,7 @@ use std::sync::PoisonError;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::pull;
-use ruststream_core::Descriptor;
+use ruststream_settlement::Descriptor;
 
 use super::{PATIENCE, Supervisor};
 use crate::runtime::Runtime;

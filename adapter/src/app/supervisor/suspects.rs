@@ -7,7 +7,7 @@
 use std::sync::PoisonError;
 use std::time::Duration;
 
-use ruststream_core::Descriptor;
+use ruststream_settlement::Descriptor;
 
 use super::reread::consumer_info;
 use super::{PATIENCE, Supervisor, Watch};
@@ -131,7 +131,7 @@ impl<R: Runtime> Supervisor<R> {
         let received = self.records[index].received.snapshot();
         let filter = match info.config.filter_subject.as_str() {
             "" => None,
-            f => ruststream_core::Wildcard::new(f).ok(),
+            f => ruststream_settlement::Wildcard::new(f).ok(),
         };
         let Some(Ok(stream)) = R::timeout(PATIENCE, js.get_stream(stream)).await else {
             return None;
@@ -151,7 +151,7 @@ impl<R: Runtime> Supervisor<R> {
                 Some(Err(_)) => return Some((sequence, true)),
                 None => continue,
             };
-            let on_filter = match (&filter, ruststream_core::Subject::new(&stored.subject)) {
+            let on_filter = match (&filter, ruststream_settlement::Subject::new(&stored.subject)) {
                 (None, _) => true,
                 (Some(filter), Ok(subject)) => filter.matches(&subject),
                 (Some(_), Err(_)) => true,

@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::consumer::pull::Config;
-use ruststream_core::Wildcard;
+use ruststream_settlement::Wildcard;
 
 use crate::model::ids::ConnectionId;
 use crate::model::stream::Stream;

@@ -262,7 +262,7 @@ impl Server {
 
     /// The streams, in name order; with `filter`, those storing a subject it matches.
     fn stream_names(&self, filter: Option<&str>) -> Vec<String> {
-        let filter = filter.and_then(|f| ruststream_core::Wildcard::new(f).ok());
+        let filter = filter.and_then(|f| ruststream_settlement::Wildcard::new(f).ok());
         self.streams
             .iter()
             .filter(|(_, e)| {

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use ruststream_core::{ACK_PREFIX, AckReply, Subject};
+use ruststream_settlement::{ACK_PREFIX, AckReply, Subject};
 
 use crate::model::consumer::{Consumer, Send};
 use crate::model::error::SimError;

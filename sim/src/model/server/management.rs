@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use async_nats::jetstream::consumer::{AckPolicy, pull};
 use async_nats::jetstream::stream;
-use ruststream_core::Subject;
+use ruststream_settlement::Subject;
 
 use crate::model::consumer::{Consumer, ConsumerState};
 use crate::model::error::{SimError, WorkQueueRule};

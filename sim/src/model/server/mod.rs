@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ruststream_core::{ACK_PREFIX, Subject, Wildcard};
+use ruststream_settlement::{ACK_PREFIX, Subject, Wildcard};
 
 use crate::model::consumer::Consumer;
 use crate::model::error::SimError;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use async_nats::{HeaderMap, StatusCode};
 use bytes::Bytes;
-use ruststream_core::Subject;
+use ruststream_settlement::Subject;
 
 use crate::model::ids::SubscriptionId;
 use crate::model::journal::{Delivered, Publish};

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use async_nats::HeaderMap;
 use async_nats::jetstream::stream::{Config, RetentionPolicy};
 use bytes::Bytes;
-use ruststream_core::{Subject, Wildcard};
+use ruststream_settlement::{Subject, Wildcard};
 
 use crate::model::error::SimError;
 

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use async_nats::HeaderMap;
 use async_nats::jetstream::stream::DiscardPolicy;
-use ruststream_core::{MSG_ID_HEADER, Subject};
+use ruststream_settlement::{MSG_ID_HEADER, Subject};
 
 use crate::model::error::SimError;
 use crate::model::journal::Publish;
