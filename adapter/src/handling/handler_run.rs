@@ -26,15 +26,17 @@ pub(crate) fn handler_delivery(
     core: &CoreDelivery<'_>,
 ) -> Delivery {
     let jetstream = match (core.model, ctx.jetstream_names) {
-        (ruststream_settlement::Model::JetStream(r), Some((stream, consumer))) => Some(JetStreamInfo {
-            stream,
-            consumer,
-            delivered: r.delivered,
-            stream_sequence: r.stream_sequence,
-            consumer_sequence: r.consumer_sequence,
-            timestamp: r.timestamp,
-            pending: r.pending,
-        }),
+        (ruststream_settlement::Model::JetStream(r), Some((stream, consumer))) => {
+            Some(JetStreamInfo {
+                stream,
+                consumer,
+                delivered: r.delivered,
+                stream_sequence: r.stream_sequence,
+                consumer_sequence: r.consumer_sequence,
+                timestamp: r.timestamp,
+                pending: r.pending,
+            })
+        }
         _ => None,
     };
     Delivery {

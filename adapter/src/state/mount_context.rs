@@ -105,8 +105,9 @@ impl LiteralSubject {
     /// subject, or a wildcard's copy subject), kept once per process like the names, so that
     /// every delivery on it shares it for free.
     pub(crate) fn of(policy: &MountPolicy) -> Self {
-        let kept =
-            |s: &ruststream_settlement::Subject| async_nats::Subject::from_static(intern(s.as_str()));
+        let kept = |s: &ruststream_settlement::Subject| {
+            async_nats::Subject::from_static(intern(s.as_str()))
+        };
         match policy.descriptor() {
             Descriptor::CoreSubject(s) => Self::EveryDelivery(kept(s)),
             Descriptor::CoreWildcard { copy_subject, .. } => Self::Copies(kept(copy_subject)),

@@ -151,7 +151,10 @@ impl<R: Runtime> Supervisor<R> {
                 Some(Err(_)) => return Some((sequence, true)),
                 None => continue,
             };
-            let on_filter = match (&filter, ruststream_settlement::Subject::new(&stored.subject)) {
+            let on_filter = match (
+                &filter,
+                ruststream_settlement::Subject::new(&stored.subject),
+            ) {
                 (None, _) => true,
                 (Some(filter), Ok(subject)) => filter.matches(&subject),
                 (Some(_), Err(_)) => true,
