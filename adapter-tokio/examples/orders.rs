@@ -12,8 +12,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use ruststream_tokio::async_nats::HeaderMap;
-use ruststream_tokio::async_nats::header::NATS_MESSAGE_ID;
 use ruststream_tokio::async_nats::jetstream::stream;
 use ruststream_tokio::{
     AnyRuntime, App, AppOn, Backoff, Context, Delivery, Mount, OpsEndpoint, Outcome, Reply,
@@ -103,13 +101,10 @@ pub fn orders_service<R: AnyRuntime>(app: AppOn<R>) -> AppOn<R> {
                         quantity: order.quantity,
                     };
                     // Stored, or Err. A redelivery (its +ACK lost, the process killed after
-                    // this line) publishes the event again: its Nats-Msg-Id makes the EVENTS
-                    // stream keep one within its duplicate window (2 min by default).
-                    let mut headers = HeaderMap::new();
-                    headers.insert(NATS_MESSAGE_ID, format!("order-{}-accepted", order.id));
-                    let json = serde_json::to_vec(&event)?;
-                    cx.jetstream_publish_with_headers("order.accepted", headers, json)
-                        .await?;
+                    // this line) publishes the event again: the Nats-Msg-Id the runtime gives
+                    // it (made from the delivery) makes the EVENTS stream keep one within its
+                    // duplicate window (2 min by default).
+                    cx.jetstream_publish_json("order.accepted", &event).await?;
                     accepted.fetch_add(1, Ordering::Relaxed);
                     Ok::<_, Box<dyn Error + Send + Sync>>(Outcome::Ack)
                 }

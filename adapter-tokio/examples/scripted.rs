@@ -64,7 +64,11 @@
 //! `{"outcome":"retry_after","delay_ms":200}`, `{"outcome":"drop"}`, `{"outcome":"reject"}`,
 //! `{"outcome":"error"}` (the handler returns `Err`; `--on-error` says what it stands for), `"none"` (or
 //! `{"outcome":"none"}`: no outcome) and `"panic"` (or `{"outcome":"panic"}`: the handler
-//! panics). Anything else is `unreadable` and dropped. An object may add `"sleep_ms": N`: the
+//! panics). Anything else is `unreadable` and dropped. An object may add `"publish": "SUBJECT"`:
+//! the handler first publishes the payload to the stream that stores SUBJECT through its
+//! context (`jetstream_publish`, with the runtime's publish id) and prints
+//! `mount=<name> published=<subject> stream_sequence=<n> duplicate=<bool>`. It may add
+//! `"sleep_ms": N`: the
 //! handler sleeps that long before it returns its outcome (to watch a lease: with
 //! `--ack-wait-ms 2000`, `{"outcome":"ack","sleep_ms":5000}` runs once, and `+WPI` goes out on
 //! its ack reply subject every second until the `+ACK`).
@@ -156,7 +160,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ruststream_adapter::async_nats::ConnectOptions;
-use ruststream_tokio::{Backoff, Batch, Delivery, ErrorPolicy, Key, Mount, Outcome};
+use ruststream_tokio::{Backoff, Batch, Context, Delivery, ErrorPolicy, Key, Mount, Outcome};
 
 /// How long a batch waits for more members after its first, when `--batch` gives no WAIT_MS.
 const DEFAULT_BATCH_WAIT_MS: u64 = 100;
@@ -489,6 +493,16 @@ fn scripted_outcome(payload: &[u8]) -> (Scripted, String) {
     }
 }
 
+/// Where the payload asks the handler to publish it to a stream, before it sleeps:
+/// `"publish": "SUBJECT"`.
+fn scripted_publish(payload: &[u8]) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_slice(payload).ok()?;
+    value
+        .get("publish")
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_owned)
+}
+
 /// How long the payload asks the handler to sleep before it returns: `"sleep_ms": N`.
 fn scripted_sleep(payload: &[u8]) -> Option<Duration> {
     let value: serde_json::Value = serde_json::from_slice(payload).ok()?;
@@ -519,7 +533,7 @@ fn key_field(d: &Delivery, key_token: Option<usize>) -> String {
 }
 
 /// A delivery's handler: its outcome from its payload; `key_token`: `--key-token`'s N.
-async fn handle(d: Delivery, key_token: Option<usize>) -> Result<Outcome, String> {
+async fn handle(d: Delivery, cx: Context, key_token: Option<usize>) -> Result<Outcome, String> {
     let (outcome, name) = scripted_outcome(&d.payload);
     let sleep = scripted_sleep(&d.payload);
     let line = format!(
@@ -530,6 +544,17 @@ async fn handle(d: Delivery, key_token: Option<usize>) -> Result<Outcome, String
         key_field(&d, key_token)
     );
     print_lines(&line);
+    if let Some(subject) = scripted_publish(&d.payload) {
+        // To a stream, through the context: with the runtime's publish id.
+        let ack = cx
+            .jetstream_publish(subject.clone(), d.payload.clone())
+            .await
+            .map_err(|e| e.to_string())?;
+        print_lines(&format!(
+            "mount={} published={subject} stream_sequence={} duplicate={}\n",
+            d.mount, ack.sequence, ack.duplicate
+        ));
+    }
     if let Some(sleep) = sleep {
         // Both adapters run handlers inside a Tokio context.
         tokio::time::sleep(sleep).await;
@@ -659,7 +684,9 @@ async fn serve<R: ruststream_adapter::Runtime>(
     let key_token = shape.key_token;
     let app = match shape.batched {
         true => app.mount_batch(mount, move |batch: Batch| handle_batch(batch, key_token)),
-        false => app.mount(mount, move |d: Delivery| handle(d, key_token)),
+        false => app.mount(mount, move |d: Delivery, cx: Context| {
+            handle(d, cx, key_token)
+        }),
     };
     match app.run().await {
         Ok(report) => {

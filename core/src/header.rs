@@ -69,6 +69,44 @@ pub fn dead_letter_msg_id(
     format!("ruststream.dead-letter.{stream}.{consumer}.{stream_sequence}.{stored}")
 }
 
+/// The prefix of the `Nats-Msg-Id` a handler's JetStream publish carries by default
+/// ([`publish_msg_id`]).
+pub const PUBLISH_MSG_ID_PREFIX: &str = "ruststream.publish.";
+
+/// The `Nats-Msg-Id` of the `index`-th JetStream publish (from 0) of a handler run for the
+/// delivery of stream `stream`'s message `stream_sequence` (stored at `stored`, nanoseconds)
+/// by consumer `consumer`, of `payload` to `subject`:
+/// `ruststream.publish.<stream>.<consumer>.<stream sequence>.<stored>.<index>.<hash>`, where
+/// `<hash>` is 16 hex digits of a 64-bit FNV-1a hash ([`key_of`](crate::key_of)) of the
+/// subject, a `0xFF` byte and the payload (headers are left out: a trace context differs from
+/// run to run).
+///
+/// A run of the same delivery that publishes the same thing at the same place gets the same
+/// id, so that a stream drops what a redelivered handler publishes again within its duplicate
+/// window: a handler that published, then crashed (or lost its connection) before its `+ACK`,
+/// stores its events once. Something else published at that place (another subject, another
+/// payload) gets another id and is stored: an id never makes a stream drop what was not
+/// stored before. So a payload that differs from run to run (the time of the run in it) is
+/// stored again, as without an id. The stored time keeps ids apart across a stream deleted
+/// and made again, whose sequences start over; the consumer keeps apart the runs of two
+/// services that consume one stream.
+pub fn publish_msg_id(
+    stream: &str,
+    consumer: &str,
+    stream_sequence: u64,
+    stored: u64,
+    index: u32,
+    subject: &[u8],
+    payload: &[u8],
+) -> String {
+    // 0xFF never occurs in a subject: it ends the subject, so that no two pairs hash as one.
+    let hash = crate::key_of(crate::KEY_SEED, subject);
+    let hash = crate::key_of(crate::key_of(hash, &[0xFF]), payload);
+    format!(
+        "{PUBLISH_MSG_ID_PREFIX}{stream}.{consumer}.{stream_sequence}.{stored}.{index}.{hash:016x}"
+    )
+}
+
 /// Prefixes of JetStream publish directives that copies and dead letters never carry (rule 9):
 /// every `Nats-Schedule*` header (message schedules: `Nats-Schedule`, `-TTL`, `-Target`,
 /// `-Time-Zone`, `-Rollup`, `-Source`) and every `Nats-Batch-*` header (atomic batches:
@@ -270,6 +308,40 @@ impl<N: Into<Bytes>, V: Into<Bytes>> FromIterator<(N, V)> for Headers {
                 .map(|(n, v)| (n.into(), v.into()))
                 .collect(),
         )
+    }
+}
+
+#[cfg(test)]
+mod publish_id_tests {
+    use super::publish_msg_id;
+
+    #[test]
+    fn a_publish_id_names_the_delivery_the_place_and_what_is_published() {
+        let id = |index, subject: &[u8], payload: &[u8]| {
+            publish_msg_id(
+                "ORDERS",
+                "worker",
+                42,
+                1_700_000_000_000_000_000,
+                index,
+                subject,
+                payload,
+            )
+        };
+        let first = id(0, b"order.accepted", b"{\"id\":42}");
+        assert!(
+            first.starts_with("ruststream.publish.ORDERS.worker.42.1700000000000000000.0."),
+            "{first}"
+        );
+        assert_eq!(first.rsplit('.').next().map(str::len), Some(16), "{first}");
+        // The same publish at the same place: the same id, whatever run makes it.
+        assert_eq!(first, id(0, b"order.accepted", b"{\"id\":42}"));
+        // Another place, subject or payload: another id.
+        assert_ne!(first, id(1, b"order.accepted", b"{\"id\":42}"));
+        assert_ne!(first, id(0, b"order.rejected", b"{\"id\":42}"));
+        assert_ne!(first, id(0, b"order.accepted", b"{\"id\":43}"));
+        // The boundary between subject and payload counts.
+        assert_ne!(id(0, b"ab", b"c"), id(0, b"a", b"bc"));
     }
 }
 

@@ -93,9 +93,9 @@ pub use backoff::{
 };
 pub use delivery::{Attempt, Delivery, Model};
 pub use header::{
-    DROPPED_DIRECTIVE_PREFIXES, DROPPED_DIRECTIVES, Headers, MSG_ID_HEADER, RETRY_COUNT_HEADER,
-    RetryCount, RetryCountReading, dead_letter_msg_id, is_dropped_directive, is_retry_count,
-    parse_retry_count,
+    DROPPED_DIRECTIVE_PREFIXES, DROPPED_DIRECTIVES, Headers, MSG_ID_HEADER, PUBLISH_MSG_ID_PREFIX,
+    RETRY_COUNT_HEADER, RetryCount, RetryCountReading, dead_letter_msg_id, is_dropped_directive,
+    is_retry_count, parse_retry_count, publish_msg_id,
 };
 pub use lease::{LeaseDue, LeaseEnd, LeaseKey, LeaseTerms, LeasedDelivery, Leases, lease_span};
 pub use message::{Message, Publication, wire_len};

@@ -278,3 +278,108 @@ fn context_says_when_the_app_is_shutting_down() {
         }
     });
 }
+
+/// Effectively-once publishes (issue 41): a handler publishes its events to a stream, then
+/// settles nothing, as a process killed between its publishes and its `+ACK` would; the
+/// message comes back after `ack_wait` and the handler runs again, publishing the same
+/// events. With the runtime's publish ids (the default) the stream keeps each event once, and
+/// the second run's acknowledgements say `duplicate`; an event whose payload differs between
+/// the runs is stored again (an id never drops what was not stored); with `publish_ids(false)`
+/// every event is stored twice, as without ids.
+#[test]
+fn context_jetstream_publishes_of_a_redelivered_run_are_stored_once() {
+    run(async {
+        let (server, tc, acks, _r, ev) = js_case().await;
+        tc.stream("EVENTS", &["events.>"]).await;
+        let duplicates = Arc::new(Mutex::new(Vec::new()));
+        let app = start(&server, &ev, |a| {
+            let seen = duplicates.clone();
+            let with_ids = move |order: Order, d: Delivery, cx: Context| {
+                let seen = seen.clone();
+                async move {
+                    let attempt = d.attempt.get();
+                    let first = cx.jetstream_publish_json("events.accepted", &order).await?;
+                    let second = cx.jetstream_publish_json("events.reserved", &order).await?;
+                    // The run's own time in the payload: a different event each run.
+                    let timed = cx
+                        .jetstream_publish("events.timed", format!("run {attempt}"))
+                        .await?;
+                    seen.lock().unwrap().push((
+                        d.mount,
+                        attempt,
+                        [first.duplicate, second.duplicate, timed.duplicate],
+                    ));
+                    Ok::<_, ContextError>(match attempt {
+                        // A crash before the +ACK: nothing settled, redelivered.
+                        1 => Outcome::None,
+                        _ => Outcome::Ack,
+                    })
+                }
+            };
+            a.mount_json(
+                js_mount("ids-on").filter_subject("orders.on"),
+                with_ids.clone(),
+            )
+            .mount_json(
+                Mount::jetstream("ids-off", "ORDERS", "off")
+                    .ack_wait(Duration::from_millis(700))
+                    .filter_subject("orders.off")
+                    .publish_ids(false),
+                with_ids,
+            )
+        })
+        .await;
+        tc.js_publish("orders.on", HeaderMap::new(), b"{\"id\":1}")
+            .await;
+        let acked = |ev: &Events| {
+            dispositions(ev)
+                .iter()
+                .filter(|d| **d == Disposition::Acked)
+                .count()
+        };
+        eventually("both runs of ids-on", || (acked(&ev) == 1).then_some(())).await;
+        let stored = tc.stored("EVENTS").await;
+        let subjects: Vec<&str> = stored.iter().map(|(s, _, _)| s.as_str()).collect();
+        assert_eq!(
+            subjects,
+            [
+                "events.accepted",
+                "events.reserved",
+                "events.timed",
+                "events.timed"
+            ],
+            "each event once; the timed one, different each run, twice"
+        );
+        assert_eq!(
+            *duplicates.lock().unwrap(),
+            [
+                ("ids-on", 1, [false, false, false]),
+                ("ids-on", 2, [true, true, false])
+            ]
+        );
+        let ids: Vec<String> = stored
+            .iter()
+            .map(|(_, h, _)| {
+                h.iter()
+                    .find(|(n, _)| n == "Nats-Msg-Id")
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_default()
+            })
+            .collect();
+        assert!(
+            ids[0].starts_with("ruststream.publish.ORDERS.worker.1.") && ids[0].contains(".0."),
+            "{ids:?}"
+        );
+        assert!(ids[1].contains(".1."), "{ids:?}");
+        tc.js_publish("orders.off", HeaderMap::new(), b"{\"id\":2}")
+            .await;
+        eventually("both runs of ids-off", || (acked(&ev) == 2).then_some(())).await;
+        assert_eq!(
+            tc.stored("EVENTS").await.len(),
+            4 + 6,
+            "without ids, each run's three events are stored"
+        );
+        drop(acks);
+        app.shutdown().await;
+    });
+}

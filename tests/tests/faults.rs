@@ -981,3 +981,98 @@ fn a_core_copy_stuck_on_a_server_that_stopped_reading_is_reported_at_shutdown() 
         );
     });
 }
+
+/// Effectively-once publishes across a real crash (issue 41): the `scripted` service publishes
+/// an event to a stream from its handler, then sleeps; it is killed (SIGKILL) after the
+/// publish and before its `+ACK`. A second process gets the message again after `ack_wait`,
+/// runs the handler again and publishes the same event: the stream keeps one, the second
+/// publish's acknowledgement says `duplicate`, and the message is acked once.
+fn killed_between_publish_and_ack(runtime: &str) {
+    tokio_runtime().block_on(async {
+        let server = NatsServer::start();
+        let tc = TestClient::connect(&server).await;
+        tc.file_stream("WORK", &["work.>"]).await;
+        tc.file_stream("EVENTS", &["events.>"]).await;
+        let url = server.url();
+        let args = [
+            "--runtime",
+            runtime,
+            "--url",
+            &url,
+            "--name",
+            "once",
+            "--stream",
+            "WORK",
+            "--durable",
+            "once",
+            "--ack-wait-ms",
+            "1000",
+        ];
+        let mut first = Scripted::spawn(&args, &[("RUST_LOG", "info")]);
+        first.wait_for("ruststream started").await;
+        tc.js
+            .publish(
+                "work.order",
+                r#"{"outcome":"ack","publish":"events.accepted","sleep_ms":3000}"#.into(),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        first
+            .wait_for("mount=once published=events.accepted stream_sequence=1 duplicate=false")
+            .await;
+        first.kill();
+        let mut second = Scripted::spawn(&args, &[("RUST_LOG", "warn")]);
+        second
+            .wait_for("mount=once published=events.accepted stream_sequence=1 duplicate=true")
+            .await;
+        let info = info_of(&tc.js, "WORK", "once", |i| {
+            i.ack_floor.stream_sequence == 1 && i.num_ack_pending == 0
+        })
+        .await;
+        assert_eq!(info.num_pending, 0, "{runtime}: {info:#?}");
+        assert_eq!(tc.stream_len("EVENTS").await, 1, "{runtime}: the event stored once");
+        second.terminate();
+        assert_eq!(
+            second.exit_code(Duration::from_secs(10)).await,
+            0,
+            "{runtime}:\n{}",
+            printed(&second)
+        );
+        eprintln!("{runtime}: killed between publish and +ACK: the event stored once, the message acked once");
+    });
+}
+
+/// Waits (at most 30 s) until consumer `consumer` of `stream` satisfies `ok`.
+async fn info_of(
+    js: &jetstream::Context,
+    stream: &str,
+    consumer: &str,
+    ok: impl Fn(&Info) -> bool,
+) -> Info {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let info = js
+            .get_stream(stream)
+            .await
+            .unwrap()
+            .consumer_info(consumer)
+            .await
+            .unwrap();
+        if ok(&info) || Instant::now() > deadline {
+            return info;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[test]
+fn publishes_are_stored_once_when_the_service_is_killed_between_publish_and_ack_on_tokio() {
+    killed_between_publish_and_ack("tokio");
+}
+
+#[test]
+fn publishes_are_stored_once_when_the_service_is_killed_between_publish_and_ack_on_smol() {
+    killed_between_publish_and_ack("smol");
+}

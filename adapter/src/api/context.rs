@@ -2,7 +2,9 @@
 //! request, answer a Core request, and read its mount.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
+use async_nats::header::NATS_MESSAGE_ID;
 use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::subject::ToSubject;
 use async_nats::{Client, HeaderMap, Subject};
@@ -34,6 +36,9 @@ pub(crate) struct ContextShared {
     pub(crate) stands: Arc<dyn Stands>,
     /// Whether the app's shutdown has begun: what a failure then is said to be.
     pub(crate) stopping: tokio::sync::watch::Receiver<bool>,
+    /// Whether a JetStream delivery's context gives its JetStream publishes a `Nats-Msg-Id`
+    /// ([`Mount::publish_ids`](crate::Mount::publish_ids)).
+    publish_ids: bool,
 }
 
 impl ContextShared {
@@ -43,6 +48,7 @@ impl ContextShared {
         client: &Client,
         stopping: tokio::sync::watch::Receiver<bool>,
         stands: Arc<dyn Stands>,
+        publish_ids: bool,
     ) -> Arc<Self> {
         let runtime = tokio::runtime::Handle::try_current().ok();
         let jetstream = std::sync::OnceLock::new();
@@ -57,6 +63,7 @@ impl ContextShared {
             runtime,
             stopping,
             stands,
+            publish_ids,
         })
     }
 
@@ -143,6 +150,16 @@ impl<'a> ContextSource<'a> {
     /// The context of `delivery`: one reference count and the delivery's reply subject.
     pub fn context(self, delivery: &Delivery) -> Context {
         Context {
+            origin: match &delivery.jetstream {
+                Some(js) if self.shared.publish_ids => Some(Arc::new(PublishOrigin {
+                    stream: js.stream,
+                    consumer: js.consumer,
+                    stream_sequence: js.stream_sequence,
+                    stored: js.timestamp,
+                    next: AtomicU32::new(0),
+                })),
+                _ => None,
+            },
             shared: self.shared.clone(),
             reply: match delivery.jetstream {
                 // A JetStream delivery's reply subject is its ack reply subject: never answered
@@ -164,6 +181,7 @@ impl ContextSource<'_> {
         Context {
             shared: self.shared.clone(),
             reply: Reply::None,
+            origin: None,
         }
     }
 }
@@ -209,6 +227,37 @@ enum Reply {
 pub struct Context {
     shared: Arc<ContextShared>,
     reply: Reply,
+    /// A JetStream delivery's identity, for the ids of its JetStream publishes; `None` for a
+    /// Core delivery, a batch, or a mount with [`publish_ids`](crate::Mount::publish_ids)
+    /// off. Shared by the context's clones, so that each publish takes its own place.
+    origin: Option<Arc<PublishOrigin>>,
+}
+
+/// What the `Nats-Msg-Id` of a JetStream delivery's publishes is made from
+/// ([`publish_msg_id`](ruststream_settlement::publish_msg_id)), and the next publish's place.
+#[derive(Debug)]
+struct PublishOrigin {
+    stream: &'static str,
+    consumer: &'static str,
+    stream_sequence: u64,
+    stored: u64,
+    next: AtomicU32,
+}
+
+impl PublishOrigin {
+    /// The id of the next JetStream publish, of `payload` to `subject`.
+    fn next_id(&self, subject: &Subject, payload: &[u8]) -> String {
+        let index = self.next.fetch_add(1, Ordering::Relaxed);
+        ruststream_settlement::publish_msg_id(
+            self.stream,
+            self.consumer,
+            self.stream_sequence,
+            self.stored,
+            index,
+            subject.as_bytes(),
+            payload,
+        )
+    }
 }
 
 impl std::fmt::Debug for Context {
@@ -387,6 +436,13 @@ impl Context {
     /// acknowledgement (its sequence, and whether it was a duplicate): when this returns `Ok`,
     /// the message is stored. Within the client's request timeout (10 s by default).
     ///
+    /// **Effectively once.** From a JetStream delivery's handler it carries a `Nats-Msg-Id`
+    /// made from the delivery, its place among the run's JetStream publishes and what it
+    /// publishes ([`Mount::publish_ids`](crate::Mount::publish_ids), on by default): a run of
+    /// a redelivered message that publishes it again is dropped by the stream within its
+    /// duplicate window (the acknowledgement then says `duplicate`), so an event published
+    /// before a crash and before the `+ACK` is stored once.
+    ///
     /// # Errors
     /// [`ContextError::JetStreamPublish`] when no stream stores `subject`, the stream refused
     /// it, or the acknowledgement did not come in time.
@@ -396,9 +452,12 @@ impl Context {
         payload: impl Into<Bytes>,
     ) -> Result<async_nats::jetstream::publish::PublishAck, ContextError> {
         #[cfg(feature = "otel")]
-        if let Some(headers) = crate::support::trace::inject(None) {
+        let traced = true;
+        #[cfg(not(feature = "otel"))]
+        let traced = false;
+        if traced || self.origin.is_some() {
             return self
-                .jetstream_publish_with_headers(subject, headers, payload)
+                .jetstream_publish_with_headers(subject, HeaderMap::new(), payload)
                 .await;
         }
         let ack: PublishAckFuture = self
@@ -410,8 +469,10 @@ impl Context {
         ack.await.map_err(|e| self.failed(e))
     }
 
-    /// [`jetstream_publish`](Self::jetstream_publish) with headers (a `Nats-Msg-Id` among them
-    /// makes the stream drop a duplicate within its window).
+    /// [`jetstream_publish`](Self::jetstream_publish) with headers. A `Nats-Msg-Id` among them
+    /// makes the stream drop a duplicate within its window, and is kept as given; without one,
+    /// a JetStream delivery's publish gets the runtime's own
+    /// ([`Mount::publish_ids`](crate::Mount::publish_ids)).
     ///
     /// # Errors
     /// As [`jetstream_publish`](Self::jetstream_publish).
@@ -423,13 +484,30 @@ impl Context {
     ) -> Result<async_nats::jetstream::publish::PublishAck, ContextError> {
         #[cfg(feature = "otel")]
         let headers = crate::support::trace::inject(Some(headers)).unwrap_or_default();
+        let (subject, payload) = (subject.to_subject(), payload.into());
+        let mut headers = headers;
+        let mut own_id = None;
+        if let Some(origin) = &self.origin {
+            let id = origin.next_id(&subject, &payload);
+            if headers.get(NATS_MESSAGE_ID).is_none() {
+                headers.insert(NATS_MESSAGE_ID, id.as_str());
+                own_id = Some(id);
+            }
+        }
         let ack = self
             .shared
             .jetstream()
-            .publish_with_headers(subject, headers, payload.into())
+            .publish_with_headers(subject, headers, payload)
             .await
             .map_err(|e| self.failed(e))?;
-        ack.await.map_err(|e| self.failed(e))
+        let ack = ack.await.map_err(|e| self.failed(e))?;
+        if ack.duplicate
+            && let Some(id) = own_id
+        {
+            tracing::debug!(mount = self.shared.mount, stream = %ack.stream, sequence = ack.sequence, %id,
+                "published already by an earlier run of this delivery: the stream kept the first");
+        }
+        Ok(ack)
     }
 
     /// [`jetstream_publish`](Self::jetstream_publish) of `value` as JSON:

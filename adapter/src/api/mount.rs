@@ -67,6 +67,9 @@ pub struct Mount {
     pub(crate) ack_wait: Option<Duration>,
     pub(crate) filter_subject: Option<String>,
     pub(crate) leases: bool,
+    /// Whether a handler's JetStream publishes carry a `Nats-Msg-Id` made from the delivery
+    /// ([`publish_ids`](Self::publish_ids)).
+    pub(crate) publish_ids: bool,
     pub(crate) handler_time_limit: Duration,
     /// `None`: [`DEFAULT_SUBSCRIPTION_BUFFER`].
     pub(crate) subscription_buffer: Option<NonZeroUsize>,
@@ -109,6 +112,7 @@ impl Mount {
             ack_wait: None,
             filter_subject: None,
             leases: true,
+            publish_ids: true,
             handler_time_limit: DEFAULT_HANDLER_TIME_LIMIT,
             subscription_buffer: None,
             on_error: ErrorPolicy::Retry,
@@ -453,6 +457,41 @@ impl Mount {
     #[must_use]
     pub fn leases(mut self, on: bool) -> Self {
         self.leases = on;
+        self
+    }
+
+    /// Whether what a handler of this JetStream mount publishes to a stream through its
+    /// [`Context`](crate::Context) (`jetstream_publish` and its `_json`, `_encoded` and
+    /// `_with_headers` forms) carries a `Nats-Msg-Id` made from the delivery (default on):
+    /// effectively-once publishes.
+    ///
+    /// The id ([`publish_msg_id`](ruststream_settlement::publish_msg_id)) names the delivery's
+    /// stream, consumer, stream sequence and stored time, the publish's place among the run's
+    /// JetStream publishes (0, 1, …), and a hash of its subject and payload. A handler that
+    /// published, then crashed or lost its connection before its `+ACK`, runs again on the
+    /// redelivery, and what it publishes again, the same at the same place, gets the same id:
+    /// the stream drops it as a duplicate within its duplicate window (2 minutes by default;
+    /// the acknowledgement says `duplicate`), so the event is stored once.
+    ///
+    /// What it does not promise:
+    /// - a payload that differs from run to run (the time of the run in it, a random id) is
+    ///   stored again, as without an id: take times from the delivery
+    ///   ([`JetStreamInfo::timestamp`](crate::JetStreamInfo)), not the clock, to have it
+    ///   dropped. A different subject or payload at the same place is never dropped: an id
+    ///   never makes a stream drop what it did not store before;
+    /// - a redelivery after the duplicate window is stored again;
+    /// - publishes made concurrently (from tasks of the handler's own) take their places in
+    ///   the order they are made, which may differ between runs;
+    /// - a `Nats-Msg-Id` the handler gives (`jetstream_publish_with_headers`) is kept as it
+    ///   is, and counts as a place;
+    /// - Core publishes (`publish`), a Core delivery's context and a batch's context
+    ///   ([`Batch::context`](crate::Batch::context), whose members differ between runs) carry
+    ///   no id.
+    ///
+    /// Off: a handler's publishes carry only what it gives.
+    #[must_use]
+    pub fn publish_ids(mut self, on: bool) -> Self {
+        self.publish_ids = on;
         self
     }
 

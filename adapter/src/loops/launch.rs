@@ -85,6 +85,7 @@ impl<R: Runtime> Launcher<R> {
                 client,
                 self.shutdown.clone(),
                 self.leases.clone(),
+                mount.publish_ids,
             ),
             policy,
             handler,
