@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::common::*;
 
 /// The mount's line of the report, or all zeros when it lost nothing.
-/// `ruststream_settlement_losses_total` of `mount` for `cause`.
+/// `ruststream_core_losses_total` of `mount` for `cause`.
 pub(crate) fn core_losses_metric(mount: &str, cause: &str) -> u64 {
     ruststream_tests::metrics::counter(
-        "ruststream_settlement_losses_total",
+        "ruststream_core_losses_total",
         &[("mount", mount), ("cause", cause)],
     )
 }

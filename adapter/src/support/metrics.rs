@@ -20,7 +20,7 @@
 //! | `ruststream_handler_errors_total` | counter | `mount` | handlers that returned `Err` (then settled by the mount's error policy, counted again under its outcome) |
 //! | `ruststream_wire_actions_total` | counter | `mount`, `action` | what went to the server: `ack` (`+ACK`), `nak` (`-NAK`), `nak_delay` (`-NAK {"delay": …}`), `term` (`+TERM`), `wpi` (`+WPI`), `copy` (a Core copy published, at once or when due), `dead_letter` (published and confirmed by its stream, or, where no stream stores its subject, flushed to the server) |
 //! | `ruststream_dead_letters_total` | counter | `mount`, `reason` | dead letters published (confirmed by their stream, or flushed to the server where none stores them), by the reason its `Ruststream-Reason` provenance header gives (rule 19), whether or not the mount asks for provenance: `limit`, `rejected`, `undecodable`, `handler-error` (a handler's `Err`, whatever outcome its error policy chose; also counted in `ruststream_handler_errors_total`), `copy-too-large` |
-//! | `ruststream_settlement_losses_total` | counter | `mount`, `cause` | Core messages lost (rule 21): `slow_consumer` (dropped, the subscription buffer full), `copy` (a copy not published), `dead_letter` (a dead letter not published), `unhandled_at_shutdown`, `copy_at_shutdown` (a delayed copy still waiting when the grace period ended) |
+//! | `ruststream_core_losses_total` | counter | `mount`, `cause` | Core messages lost (rule 21): `slow_consumer` (dropped, the subscription buffer full), `copy` (a copy not published), `dead_letter` (a dead letter not published), `unhandled_at_shutdown`, `copy_at_shutdown` (a delayed copy still waiting when the grace period ended) |
 //! | `ruststream_late_results_total` | counter | `mount` | handler results discarded (rule 16): the delivery's deadline passed without a renewal, or the mount received the message again while it ran (its renewals lost on their way) |
 //! | `ruststream_recoveries_total` | counter | `mount` | times the mount subscribed again after its connection or subscription died (rule 20) |
 //! | `ruststream_handlers_waiting` | gauge | `mount` | deliveries whose handler (or dead letter) did not finish at its first poll and has not finished yet |
@@ -138,7 +138,7 @@ impl MountMetrics {
                 counter!("ruststream_dead_letters_total", "mount" => mount, "reason" => reason.as_str())
             }),
             losses: Loss::ALL.map(|loss| {
-                counter!("ruststream_settlement_losses_total", "mount" => mount, "cause" => loss.label())
+                counter!("ruststream_core_losses_total", "mount" => mount, "cause" => loss.label())
             }),
             late: counter!("ruststream_late_results_total", "mount" => mount),
             recoveries: counter!("ruststream_recoveries_total", "mount" => mount),
@@ -267,7 +267,7 @@ fn describe() {
         describe_counter!("ruststream_handler_errors_total", Unit::Count, "Handlers that returned Err.");
         describe_counter!("ruststream_wire_actions_total", Unit::Count, "Acknowledgements, copies and dead letters sent to the server.");
         describe_counter!("ruststream_dead_letters_total", Unit::Count, "Dead letters published and confirmed, by reason.");
-        describe_counter!("ruststream_settlement_losses_total", Unit::Count, "Core messages lost, by cause (rule 21).");
+        describe_counter!("ruststream_core_losses_total", Unit::Count, "Core messages lost, by cause (rule 21).");
         describe_counter!("ruststream_late_results_total", Unit::Count, "Handler results discarded: the delivery's deadline passed without a renewal, or the message was delivered again while it ran.");
         describe_counter!("ruststream_recoveries_total", Unit::Count, "Times a mount subscribed again after its connection or subscription died.");
         describe_gauge!("ruststream_handlers_waiting", Unit::Count, "Deliveries whose handler or dead letter did not finish at its first poll, still running.");
