@@ -205,6 +205,19 @@ impl Codec for JsonCodec {
     }
 }
 
+/// `value`, decoded by codec `codec` from a payload that left `rest` unread: an error when
+/// bytes are left over after the `what` (a payload is one value, whole).
+#[cfg(any(feature = "msgpack", feature = "cbor"))]
+fn whole<T>(codec: &'static str, value: T, rest: &[u8], what: &str) -> Result<T, DecodeError> {
+    match rest.len() {
+        0 => Ok(value),
+        left => Err(DecodeError::new(
+            codec,
+            format!("{left} byte(s) left over after the {what}"),
+        )),
+    }
+}
+
 /// MessagePack (<https://msgpack.org>, its spec at
 /// <https://github.com/msgpack/msgpack/blob/master/spec.md>) with rmp-serde: named
 /// `MessagePack`, content type `application/msgpack`. Cargo feature `msgpack`.
@@ -234,13 +247,7 @@ impl Codec for MessagePack {
         let mut rest = payload;
         let value =
             rmp_serde::from_read(&mut rest).map_err(|e| DecodeError::new(self.name(), e))?;
-        match rest.len() {
-            0 => Ok(value),
-            left => Err(DecodeError::new(
-                self.name(),
-                format!("{left} byte(s) left over after the value"),
-            )),
-        }
+        whole(self.name(), value, rest, "value")
     }
 
     fn encode<T: Serialize + ?Sized>(&self, value: &T) -> Result<Vec<u8>, EncodeError> {
@@ -272,13 +279,7 @@ impl Codec for Cbor {
         let mut rest = payload;
         let value =
             ciborium::from_reader(&mut rest).map_err(|e| DecodeError::new(self.name(), e))?;
-        match rest.len() {
-            0 => Ok(value),
-            left => Err(DecodeError::new(
-                self.name(),
-                format!("{left} byte(s) left over after the data item"),
-            )),
-        }
+        whole(self.name(), value, rest, "data item")
     }
 
     fn encode<T: Serialize + ?Sized>(&self, value: &T) -> Result<Vec<u8>, EncodeError> {
