@@ -113,13 +113,13 @@ impl Message {
         let mut headers = self.headers.for_dead_letter();
         if let Some(provenance) = provenance {
             // The delivery's own id, kept off the dead letter by rule 9, goes with its
-            // provenance (`Ruststream-Msg-Id`). Its last value, should it carry several.
+            // provenance (`Ruststream-Msg-Id`). Its first value, should it carry several: the
+            // one nats-server deduplicates on.
             let msg_id = self
                 .headers
                 .iter()
-                .filter(|(name, _)| name.eq_ignore_ascii_case(MSG_ID_HEADER.as_bytes()))
-                .map(|(_, id)| id)
-                .last();
+                .find(|(name, _)| name.eq_ignore_ascii_case(MSG_ID_HEADER.as_bytes()))
+                .map(|(_, id)| id);
             provenance.append_to(&mut headers, delivery, msg_id);
         }
         if let Model::JetStream(reply) = delivery.model {

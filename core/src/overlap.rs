@@ -14,6 +14,10 @@
 //! | a Core mount's copies published to a subject a stream stores | warned (refused when a JetStream mount of the app consumes it) | every retry is stored; a JetStream mount would handle each copy again |
 //! | a Core mount's copies received by another Core mount of the app | refused | the other mount would handle them as its own messages |
 //! | dead letters received by another mount of the app (its Core subject, or its stream and consumer filter) | refused | the dead letters would be handled again as work (the mount's own are refused by [`MountPolicy::check_dead_letter_storage`] and rule 22) |
+//! | dead letters stored by a stream with `no_ack` | refused | the stream never confirms them, and a dead letter is settled only once confirmed (rule 8): it would be tried again for ever |
+//!
+//! A stream with `no_ack` stores without answering: a replying Core mount under it gets its
+//! requests answered by itself, and is only warned about.
 
 use std::fmt::Write as _;
 
@@ -27,6 +31,10 @@ pub struct StoredSubjects<'a> {
     pub stream: &'a str,
     /// Its subjects (a stream that only mirrors or sources others has none).
     pub subjects: &'a [Wildcard],
+    /// Whether it acknowledges what is published to it: `false` for a stream with `no_ack`,
+    /// which stores silently (a request then gets its real reply, and a publish to it is
+    /// never confirmed).
+    pub acknowledges: bool,
 }
 
 /// A mount, as the overlap checks see it.
@@ -126,18 +134,25 @@ pub fn find_overlaps(mounts: &[MountSubjects<'_>], streams: &[StoredSubjects<'_>
                 if subjects.is_empty() {
                     continue;
                 }
-                match mount.replies {
-                    true => push(
+                match (mount.replies, stream.acknowledges) {
+                    (true, true) => push(
                         OverlapSeverity::Refused,
                         format!(
                             "Core mount `{name}` answers requests on `{listens}`, which stream `{}` stores (its subjects {subjects}): a request there gets the stream's publish acknowledgement as its reply before this mount answers, and is stored as a message; listen on a subject no stream stores, or take it out of the stream",
                             stream.stream
                         ),
                     ),
-                    false => push(
+                    (true, false) => push(
                         OverlapSeverity::Warned,
                         format!(
-                            "Core mount `{name}` listens on `{listens}`, which stream `{}` stores (its subjects {subjects}): each message is handled here and also stored, a request there gets the stream's publish acknowledgement as its first reply, and a consumer of the stream handles the message again",
+                            "Core mount `{name}` answers requests on `{listens}`, which stream `{}` stores without acknowledging (no_ack; its subjects {subjects}): each request is also stored, and a consumer of the stream handles it again",
+                            stream.stream
+                        ),
+                    ),
+                    (false, _) => push(
+                        OverlapSeverity::Warned,
+                        format!(
+                            "Core mount `{name}` listens on `{listens}`, which stream `{}` stores (its subjects {subjects}): each message is handled here and also stored, a request there gets the stream's publish acknowledgement as its first reply (unless the stream has no_ack), and a consumer of the stream handles the message again",
                             stream.stream
                         ),
                     ),
@@ -153,9 +168,12 @@ pub fn find_overlaps(mounts: &[MountSubjects<'_>], streams: &[StoredSubjects<'_>
                 if subjects.is_empty() {
                     continue;
                 }
-                let consumer = mounts
-                    .iter()
-                    .find(|other| other.policy.name() != name && other.receives(copy, streams));
+                // Core mounts that receive the copies are refused below, by name.
+                let consumer = mounts.iter().find(|other| {
+                    other.policy.name() != name
+                        && matches!(other.policy.descriptor(), Descriptor::JetStream { .. })
+                        && other.receives(copy, streams)
+                });
                 match consumer {
                     Some(other) => push(
                         OverlapSeverity::Refused,
@@ -194,6 +212,18 @@ pub fn find_overlaps(mounts: &[MountSubjects<'_>], streams: &[StoredSubjects<'_>
             }
         }
         if let Some(dead_letter) = mount.policy.dead_letter() {
+            for stream in streams.iter().filter(|s| !s.acknowledges) {
+                let subjects = overlapping(stream, |x| x.matches(dead_letter));
+                if !subjects.is_empty() {
+                    push(
+                        OverlapSeverity::Refused,
+                        format!(
+                            "mount `{name}` publishes its dead letters to `{dead_letter}`, which stream `{}` stores without acknowledging (no_ack; its subjects {subjects}): a dead letter is settled only once its stream confirms it (rule 8), so each would be tried again for ever; store dead letters in a stream that acknowledges",
+                            stream.stream
+                        ),
+                    );
+                }
+            }
             for (j, other) in mounts.iter().enumerate() {
                 if i == j || !other.receives(dead_letter, streams) {
                     continue;
@@ -250,6 +280,7 @@ mod tests {
         let streams = [StoredSubjects {
             stream: "PAYMENTS",
             subjects: &subjects,
+            acknowledges: true,
         }];
         let found = find_overlaps(&[view(&status, true), view(&tap, false)], &streams);
         assert_eq!(found.len(), 2, "{found:?}");
@@ -279,6 +310,7 @@ mod tests {
         let streams = [StoredSubjects {
             stream: "PAYMENTS",
             subjects: &subjects,
+            acknowledges: true,
         }];
         assert!(find_overlaps(&[view(&status, true)], &streams).is_empty());
     }
@@ -296,6 +328,7 @@ mod tests {
         let streams = [StoredSubjects {
             stream: "RETRIES",
             subjects: &subjects,
+            acknowledges: true,
         }];
         let found = find_overlaps(&[view(&region, false), view(&worker, false)], &streams);
         assert_eq!(found.len(), 1, "{found:?}");
@@ -329,6 +362,7 @@ mod tests {
         let streams = [StoredSubjects {
             stream: "RETRIES",
             subjects: &subjects,
+            acknowledges: true,
         }];
         assert!(find_overlaps(&[view(&region, false)], &streams).is_empty());
     }
@@ -366,6 +400,7 @@ mod tests {
         let streams = [StoredSubjects {
             stream: "EVENTS",
             subjects: &events_subjects,
+            acknowledges: true,
         }];
         let found = find_overlaps(&[view(&orders, false), view(&events, false)], &streams);
         assert_eq!(found.len(), 1, "{found:?}");
@@ -400,6 +435,7 @@ mod tests {
         let dlq = [StoredSubjects {
             stream: "DLQ",
             subjects: &dlq_subjects,
+            acknowledges: true,
         }];
         let stored_only = MountDeclaration::jetstream("orders", "ORDERS", "worker")
             .max_attempts(3)
@@ -407,5 +443,67 @@ mod tests {
             .validate()
             .expect("valid");
         assert!(find_overlaps(&[view(&stored_only, false), view(&events, false)], &dlq).is_empty());
+    }
+
+    #[test]
+    fn a_stream_without_acknowledgements_lets_replies_through_but_never_confirms_dead_letters() {
+        let status = core("status", "status.payments");
+        let audited = MountDeclaration::jetstream("orders", "ORDERS", "worker")
+            .max_attempts(2)
+            .dead_letter("audit.dead")
+            .validate()
+            .expect("valid");
+        let subjects = [w(">")];
+        let audit = [StoredSubjects {
+            stream: "AUDIT",
+            subjects: &subjects,
+            acknowledges: false,
+        }];
+        let found = find_overlaps(&[view(&status, true)], &audit);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].severity, OverlapSeverity::Warned);
+        assert!(found[0].message.contains("no_ack"), "{}", found[0].message);
+        let found = find_overlaps(&[view(&audited, false)], &audit);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].severity, OverlapSeverity::Refused);
+        for part in ["`audit.dead`", "`AUDIT`", "no_ack", "rule 8"] {
+            assert!(
+                found[0].message.contains(part),
+                "{part}: {}",
+                found[0].message
+            );
+        }
+    }
+
+    #[test]
+    fn copies_a_core_mount_receives_are_named_as_a_core_mount_even_when_stored() {
+        let region = MountDeclaration::core_wildcard("region", "region.*", Some("shared.retry"))
+            .max_attempts(2)
+            .validate()
+            .expect("valid");
+        let tap = core("tap", "shared.retry");
+        let subjects = [w("shared.>")];
+        let streams = [StoredSubjects {
+            stream: "SHARED",
+            subjects: &subjects,
+            acknowledges: true,
+        }];
+        let found = find_overlaps(&[view(&region, false), view(&tap, false)], &streams);
+        let refused: Vec<&Overlap> = found
+            .iter()
+            .filter(|o| o.severity == OverlapSeverity::Refused)
+            .collect();
+        assert_eq!(refused.len(), 1, "{found:?}");
+        assert!(
+            refused[0].message.contains("Core mount `tap`"),
+            "{}",
+            refused[0].message
+        );
+        assert!(
+            !found
+                .iter()
+                .any(|o| o.message.contains("JetStream mount `tap`")),
+            "{found:?}"
+        );
     }
 }

@@ -399,8 +399,9 @@ proptest! {
         // Rule 19: provenance is appended after the delivery's own headers, which stay as
         // they were, whatever they hold (even `Ruststream-` names of an earlier dead letter).
         if provenance {
-            // The delivery's own `Nats-Msg-Id` (its last value) goes as `Ruststream-Msg-Id`.
-            let own_id = pairs.iter().rev().find(|(n, _)| lower(n) == b"nats-msg-id").map(|(_, v)| &v[..]);
+            // The delivery's own `Nats-Msg-Id` (its first value, the one nats-server
+            // deduplicates on) goes as `Ruststream-Msg-Id`.
+            let own_id = pairs.iter().find(|(n, _)| lower(n) == b"nats-msg-id").map(|(_, v)| &v[..]);
             let mut added = Headers::new();
             origin.append_to(&mut added, &delivery, own_id);
             want.extend(added.iter().map(|(n, v)| (n.to_vec(), v.to_vec())));

@@ -619,3 +619,56 @@ fn dead_letters_and_copies_another_mount_would_take_as_work_are_refused() {
         assert!(names.is_empty(), "{names:?}");
     });
 }
+
+/// A stream with `no_ack` stores without answering (issue 41, found by a breaker): a Core
+/// mount that replies under it gets its requests answered by itself, so it starts, warned
+/// about the storing; dead letters to it would never be confirmed (rule 8) and go round for
+/// ever, so a mount that sends its dead letters there is refused.
+#[test]
+fn a_stream_without_acknowledgements_warns_a_replying_mount_and_refuses_dead_letters() {
+    run(async {
+        let (server, tc, _acks, _r, ev) = js_case().await;
+        tc.js
+            .create_stream(adapter::async_nats::jetstream::stream::Config {
+                name: "AUDIT".to_owned(),
+                subjects: vec!["audit.>".to_owned()],
+                no_ack: true,
+                storage: adapter::async_nats::jetstream::stream::StorageType::Memory,
+                ..Default::default()
+            })
+            .await
+            .expect("the AUDIT stream");
+        let status = |_d: Delivery| async { adapter::Reply("ok") };
+        let app = start(&server, &ev, |a| {
+            a.mount(
+                Mount::core_subject("audited-status", "audit.status"),
+                status,
+            )
+        })
+        .await;
+        logged(&["WARN", "mount=audited-status", "`AUDIT`", "no_ack"]).await;
+        let reply = tc
+            .client
+            .request("audit.status", bytes::Bytes::new())
+            .await
+            .expect("the mount answers");
+        assert_eq!(&reply.payload[..], b"\"ok\"");
+        app.shutdown().await;
+        let e = start_err(&server, |a| {
+            a.mount(
+                js_mount("to-audit")
+                    .max_attempts(2)
+                    .dead_letter("audit.dead"),
+                |_: Delivery| async { Outcome::Ack },
+            )
+        })
+        .await;
+        let text = e.to_string();
+        assert!(
+            matches!(&e, StartError::Overlap { mount, .. } if mount == "to-audit")
+                && text.contains("`audit.dead`")
+                && text.contains("no_ack"),
+            "{text}"
+        );
+    });
+}

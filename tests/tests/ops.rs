@@ -178,3 +178,61 @@ fn an_ops_address_taken_is_refused_at_start_up() {
         "{e}"
     );
 }
+
+/// A client that sends half a request and stops (a body shorter than its `Content-Length`)
+/// holds only its own answer: probes are still answered, a `POST` is refused with 405, and
+/// the app's shutdown returns within seconds, after which the address can be bound again at
+/// once (a breaker found the endpoint frozen and `shutdown` hung for good, issue 41).
+#[test]
+fn a_stuck_client_neither_freezes_the_ops_endpoint_nor_its_shutdown() {
+    use ruststream_tokio::{App, Delivery, Mount, OpsEndpoint, Outcome};
+    let server = NatsServer::start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let running = rt.block_on(async {
+        App::new(&server.url())
+            .mount(
+                Mount::core_subject("ops-stuck", "ops.stuck"),
+                |_d: Delivery| async { Outcome::Ack },
+            )
+            .ops(OpsEndpoint::bind("127.0.0.1:0"))
+            .start()
+            .await
+            .expect("the app starts")
+    });
+    let addr = running.ops_addr().expect("an ops endpoint");
+    let mut stuck = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        stuck,
+        "POST /readyz HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\nabc"
+    )
+    .unwrap();
+    let mut idle: Vec<std::net::TcpStream> = (0..8)
+        .map(|_| std::net::TcpStream::connect(addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    assert_eq!(get(addr, "/readyz").map(|r| r.0), Some(200));
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    let mut post = std::net::TcpStream::connect(addr).unwrap();
+    write!(post, "POST /readyz HTTP/1.0\r\nContent-Length: 0\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    post.read_to_string(&mut answer).unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.0 405") || answer.starts_with("HTTP/1.1 405"),
+        "{answer}"
+    );
+    let stopping = Instant::now();
+    rt.block_on(running.shutdown());
+    assert!(
+        stopping.elapsed() < Duration::from_secs(8),
+        "shutdown took {:?}",
+        stopping.elapsed()
+    );
+    std::net::TcpListener::bind(addr).expect("the address is free once the app has stopped");
+    idle.clear();
+    drop(stuck);
+}

@@ -205,6 +205,10 @@ impl Codec for JsonCodec {
     }
 }
 
+/// How deeply nested a MessagePack value may be: 128, serde_json's own limit.
+#[cfg(feature = "msgpack")]
+const MAX_DEPTH: usize = 128;
+
 /// `value`, decoded by codec `codec` from a payload that left `rest` unread: an error when
 /// bytes are left over after the `what` (a payload is one value, whole).
 #[cfg(any(feature = "msgpack", feature = "cbor"))]
@@ -244,10 +248,19 @@ impl Codec for MessagePack {
     }
 
     fn decode<T: DeserializeOwned>(&self, payload: &[u8]) -> Result<T, DecodeError> {
-        let mut rest = payload;
+        let mut deserializer = rmp_serde::Deserializer::new(std::io::Cursor::new(payload));
+        // As deep as serde_json goes (128), not rmp-serde's 1,024: a payload nested that deep
+        // overflows a thread's stack in a debug build before the limit is reached.
+        deserializer.set_max_depth(MAX_DEPTH);
         let value =
-            rmp_serde::from_read(&mut rest).map_err(|e| DecodeError::new(self.name(), e))?;
-        whole(self.name(), value, rest, "value")
+            T::deserialize(&mut deserializer).map_err(|e| DecodeError::new(self.name(), e))?;
+        let read = usize::try_from(deserializer.position()).unwrap_or(payload.len());
+        whole(
+            self.name(),
+            value,
+            payload.get(read..).unwrap_or_default(),
+            "value",
+        )
     }
 
     fn encode<T: Serialize + ?Sized>(&self, value: &T) -> Result<Vec<u8>, EncodeError> {
@@ -295,6 +308,28 @@ mod tests {
     use super::*;
 
     use std::collections::BTreeMap;
+
+    /// A MessagePack payload nested 100,000 arrays deep is refused as undecodable at depth
+    /// 128, not followed down until the thread's stack overflows (a breaker found the abort
+    /// in a debug build with rmp-serde's own limit of 1,024).
+    #[cfg(feature = "msgpack")]
+    #[test]
+    fn a_message_pack_payload_nested_too_deep_is_refused_not_followed() {
+        let mut payload = vec![0x91_u8; 100_000];
+        payload.push(0x01);
+        let handle = std::thread::Builder::new()
+            .stack_size(2 * 1024 * 1024)
+            .spawn(move || {
+                MessagePack
+                    .decode::<serde_json::Value>(&payload)
+                    .map(|_| ())
+            })
+            .unwrap();
+        let e = handle.join().expect("no stack overflow").unwrap_err();
+        assert!(e.to_string().contains("MessagePack"), "{e}");
+        let shallow = [&[0x91_u8; 100][..], &[0x01]].concat();
+        assert!(MessagePack.decode::<serde_json::Value>(&shallow).is_ok());
+    }
 
     #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
     struct Order {

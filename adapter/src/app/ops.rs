@@ -3,10 +3,16 @@
 //!
 //! It runs on a thread of its own (tiny_http, blocking), so it is the same on every runtime
 //! and never waits on the app's executor: a probe is answered even while every handler slot is
-//! busy. It stops when the app's [`Running`](crate::Running) is dropped or shut down.
+//! busy. Each request is answered on a short-lived thread of its own (at most
+//! [`MAX_ANSWERING`] at once), so a slow or stuck client holds one of them, not the endpoint.
+//! It stops when the app's [`Running`](crate::Running) is dropped or shut down. It is meant
+//! for probes and scrapers on a network you trust: it has no authentication and no limits
+//! beyond tiny_http's own (bind it to an internal address).
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
@@ -89,15 +95,23 @@ impl OpsEndpoint {
             StartError::Ops(format!("{} is not an IP address and port", self.addr))
         })?;
         let server = Arc::new(server);
-        let serving = server.clone();
+        let stop = Arc::new(AtomicBool::new(false));
+        let answers = Answers {
+            metrics,
+            health,
+            document: document.map(Arc::from),
+            answering: Arc::default(),
+        };
+        let (serving, stopping) = (server.clone(), stop.clone());
         let thread = std::thread::Builder::new()
             .name("ruststream-ops".to_owned())
-            .spawn(move || answer_all(&serving, &metrics, &health, document.as_deref()))
+            .spawn(move || answers.serve(&serving, &stopping))
             .map_err(|e| StartError::Ops(format!("cannot start its thread: {e}")))?;
         tracing::info!(%addr, "ops endpoint serving /metrics, /healthz, /readyz");
         Ok(OpsServer {
-            server,
+            server: Some(server),
             addr,
+            stop,
             thread: Some(thread),
         })
     }
@@ -105,9 +119,12 @@ impl OpsEndpoint {
 
 /// The ops endpoint of a running app: it stops serving when dropped.
 pub(crate) struct OpsServer {
-    server: Arc<tiny_http::Server>,
+    /// The server, dropped (its listening socket closed) by [`Drop`].
+    server: Option<Arc<tiny_http::Server>>,
     addr: SocketAddr,
-    /// The thread that answers, joined on drop.
+    /// Tells the endpoint's thread to end.
+    stop: Arc<AtomicBool>,
+    /// The thread that takes the requests, waited for on drop.
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -118,16 +135,49 @@ impl OpsServer {
     }
 }
 
+/// How long dropping an [`OpsServer`] waits for its thread to end, then for its address to
+/// refuse connections: what a probe or scrape that is being answered takes, at most. A thread
+/// that does not end by then is left to end on its own.
+const STOP_PATIENCE: Duration = Duration::from_secs(2);
+
 impl Drop for OpsServer {
-    /// Ends `incoming_requests` on the endpoint's thread and waits for it (at most the answer
-    /// it is writing), so that the listening socket is closed once this returns: the server
-    /// is dropped here, its last holder.
+    /// Ends the endpoint: its thread takes no more requests, the server is dropped (tiny_http
+    /// then closes its listening socket), and this waits, at most [`STOP_PATIENCE`] each,
+    /// for the thread to end and for the address to refuse connections, so that an app
+    /// started again at once can bind it. Requests being answered finish on their own
+    /// threads.
     fn drop(&mut self) {
-        self.server.unblock();
-        if let Some(thread) = self.thread.take()
-            && thread.join().is_err()
+        self.stop.store(true, Ordering::Release);
+        let Some(server) = self.server.take() else {
+            return;
+        };
+        server.unblock();
+        let deadline = Instant::now() + STOP_PATIENCE;
+        if let Some(thread) = self.thread.take() {
+            while !thread.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            match thread.is_finished() {
+                true => {
+                    if thread.join().is_err() {
+                        tracing::warn!("the ops endpoint's thread panicked");
+                    }
+                }
+                false => tracing::warn!(addr = %self.addr,
+                    "the ops endpoint's thread did not end in time: left to end on its own"),
+            }
+        }
+        drop(server);
+        // tiny_http closes the socket on a thread of its own: wait until nothing listens.
+        let local = match self.addr.ip().is_unspecified() {
+            true => SocketAddr::new(Ipv4Addr::LOCALHOST.into(), self.addr.port()),
+            false => self.addr,
+        };
+        let deadline = Instant::now() + STOP_PATIENCE;
+        while Instant::now() < deadline
+            && std::net::TcpStream::connect_timeout(&local, Duration::from_millis(50)).is_ok()
         {
-            tracing::warn!("the ops endpoint's thread panicked");
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 }
@@ -155,37 +205,102 @@ fn prometheus() -> Result<PrometheusHandle, StartError> {
         .map_err(StartError::Ops)
 }
 
-/// Answers every request until the server is unblocked.
-fn answer_all(
-    server: &tiny_http::Server,
-    metrics: &PrometheusHandle,
-    health: &HealthWatch,
-    document: Option<&str>,
-) {
-    for request in server.incoming_requests() {
-        let path = request.url().split('?').next().unwrap_or_default();
-        let (status, content_type, body) = match path {
-            "/metrics" => {
-                metrics.run_upkeep();
-                (200, "text/plain; version=0.0.4", metrics.render())
+/// How often the Prometheus recorder's upkeep runs (it drains histogram samples; without it
+/// they pile up while nobody scrapes `/metrics`): the exporter's own default.
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// The most requests answered at once, each on a thread of its own: a client that sends a
+/// request slowly, or does not read its answer, holds one thread, not the endpoint. Past it a
+/// request is answered 503 on the endpoint's thread.
+const MAX_ANSWERING: usize = 32;
+
+/// What the endpoint answers with.
+#[derive(Clone)]
+struct Answers {
+    metrics: PrometheusHandle,
+    health: HealthWatch,
+    document: Option<Arc<str>>,
+    /// How many requests are being answered.
+    answering: Arc<AtomicUsize>,
+}
+
+impl Answers {
+    /// Takes requests until `stop`, each answered on a thread of its own, and runs the
+    /// recorder's upkeep every [`UPKEEP_EVERY`].
+    fn serve(&self, server: &tiny_http::Server, stop: &AtomicBool) {
+        let mut upkeep = Instant::now();
+        while !stop.load(Ordering::Acquire) {
+            match server.recv_timeout(UPKEEP_EVERY) {
+                Ok(Some(request)) => self.dispatch(request),
+                Ok(None) => {}
+                Err(e) => tracing::debug!(error = %e, "ops endpoint: a connection failed"),
             }
-            "/healthz" => probe(&health.get(), Health::live),
-            "/readyz" => probe(&health.get(), Health::ready),
-            "/asyncapi.json" if document.is_some() => (
-                200,
-                "application/json",
-                document.unwrap_or_default().to_owned(),
-            ),
-            _ => (404, "text/plain", not_found(document.is_some())),
-        };
-        let response = tiny_http::Response::from_string(body).with_status_code(status);
-        let response = match tiny_http::Header::from_bytes("Content-Type", content_type) {
-            Ok(header) => response.with_header(header),
-            Err(()) => response,
-        };
-        if let Err(e) = request.respond(response) {
-            tracing::debug!(error = %e, "ops endpoint: the response was not sent");
+            if upkeep.elapsed() >= UPKEEP_EVERY {
+                self.metrics.run_upkeep();
+                upkeep = Instant::now();
+            }
         }
+    }
+
+    /// Answers `request` on a thread of its own, or 503 here past [`MAX_ANSWERING`].
+    fn dispatch(&self, request: tiny_http::Request) {
+        if self.answering.fetch_add(1, Ordering::AcqRel) >= MAX_ANSWERING {
+            self.answering.fetch_sub(1, Ordering::AcqRel);
+            send(
+                request,
+                503,
+                "text/plain",
+                "busy: too many requests at once\n".to_owned(),
+            );
+            return;
+        }
+        let answers = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("ruststream-ops-answer".to_owned())
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                answers.answer(request);
+                answers.answering.fetch_sub(1, Ordering::AcqRel);
+            });
+        if let Err(e) = spawned {
+            self.answering.fetch_sub(1, Ordering::AcqRel);
+            tracing::warn!(error = %e, "ops endpoint: no thread to answer a request");
+        }
+    }
+
+    /// Answers one request: `GET` (or `HEAD`) of a path served, 404 for another path, 405 for
+    /// another method.
+    fn answer(&self, request: tiny_http::Request) {
+        if !matches!(
+            request.method(),
+            tiny_http::Method::Get | tiny_http::Method::Head
+        ) {
+            return send(request, 405, "text/plain", "only GET and HEAD\n".to_owned());
+        }
+        let path = request.url().split('?').next().unwrap_or_default();
+        let (status, content_type, body) = match (path, &self.document) {
+            ("/metrics", _) => {
+                self.metrics.run_upkeep();
+                (200, "text/plain; version=0.0.4", self.metrics.render())
+            }
+            ("/healthz", _) => probe(&self.health.get(), Health::live),
+            ("/readyz", _) => probe(&self.health.get(), Health::ready),
+            ("/asyncapi.json", Some(document)) => (200, "application/json", document.to_string()),
+            _ => (404, "text/plain", not_found(self.document.is_some())),
+        };
+        send(request, status, content_type, body);
+    }
+}
+
+/// Sends the answer to `request`.
+fn send(request: tiny_http::Request, status: u16, content_type: &str, body: String) {
+    let response = tiny_http::Response::from_string(body).with_status_code(status);
+    let response = match tiny_http::Header::from_bytes("Content-Type", content_type) {
+        Ok(header) => response.with_header(header),
+        Err(()) => response,
+    };
+    if let Err(e) = request.respond(response) {
+        tracing::debug!(error = %e, "ops endpoint: the response was not sent");
     }
 }
 

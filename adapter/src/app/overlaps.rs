@@ -47,7 +47,11 @@ pub(crate) async fn check_overlaps(
         .collect();
     let stored: Vec<StoredSubjects<'_>> = streams
         .iter()
-        .map(|(stream, subjects)| StoredSubjects { stream, subjects })
+        .map(|(stream, subjects, no_ack)| StoredSubjects {
+            stream,
+            subjects,
+            acknowledges: !no_ack,
+        })
         .collect();
     for overlap in find_overlaps(&mounts, &stored) {
         match overlap.severity {
@@ -65,10 +69,13 @@ pub(crate) async fn check_overlaps(
     Ok(())
 }
 
-/// Every stream of the account and the subjects it stores (subjects that do not parse are
-/// left out: the server would not have taken them). Empty, with a debug line, when they
-/// cannot be listed.
-async fn stored_subjects(js: &async_nats::jetstream::Context) -> Vec<(String, Vec<Wildcard>)> {
+/// A stream's name, the subjects it stores, and whether it has `no_ack`.
+type Listed = (String, Vec<Wildcard>, bool);
+
+/// Every stream of the account, the subjects it stores (subjects that do not parse are left
+/// out: the server would not have taken them) and its `no_ack`. Empty, with a debug line, when
+/// they cannot be listed.
+async fn stored_subjects(js: &async_nats::jetstream::Context) -> Vec<Listed> {
     let mut listed = js.streams();
     let mut streams = Vec::new();
     while let Some(info) = listed.next().await {
@@ -80,7 +87,7 @@ async fn stored_subjects(js: &async_nats::jetstream::Context) -> Vec<(String, Ve
                     .iter()
                     .filter_map(|s| Wildcard::new(s).ok())
                     .collect();
-                streams.push((info.config.name, subjects));
+                streams.push((info.config.name, subjects, info.config.no_ack));
             }
             Err(e) => {
                 tracing::debug!(error = %e, "the streams could not be listed: subject overlaps with streams are not checked");
@@ -104,7 +111,7 @@ async fn consumer_filters(
     js: &async_nats::jetstream::Context,
     mount: &CheckedMount,
     checked: &[CheckedMount],
-    streams: &[(String, Vec<Wildcard>)],
+    streams: &[Listed],
 ) -> Vec<Wildcard> {
     let Source::JetStream(consumer) = &mount.source else {
         return Vec::new();
@@ -129,15 +136,11 @@ async fn consumer_filters(
 
 /// Whether stream `stream` stores a dead-letter or copy subject of one of the `checked`
 /// mounts.
-fn stores_taken_subject(
-    stream: &str,
-    checked: &[CheckedMount],
-    streams: &[(String, Vec<Wildcard>)],
-) -> bool {
+fn stores_taken_subject(stream: &str, checked: &[CheckedMount], streams: &[Listed]) -> bool {
     let stored: Vec<&Wildcard> = streams
         .iter()
-        .filter(|(name, _)| name == stream)
-        .flat_map(|(_, subjects)| subjects)
+        .filter(|(name, _, _)| name == stream)
+        .flat_map(|(_, subjects, _)| subjects)
         .collect();
     checked
         .iter()
