@@ -25,7 +25,7 @@ use async_nats::{Client, ConnectOptions};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use self::declarations::validate;
-use self::mount_checks::check_mounts;
+use self::mount_checks::{Overlaps, check_mounts};
 use self::running::{DEFAULT_GRACE_PERIOD, Running};
 use self::startup::{Connect, StartError, connect};
 use self::streams::{check_all, declare};
@@ -485,7 +485,7 @@ impl<R: Runtime> App<R> {
                 declare(&js, stream).await?;
             }
         }
-        let checked = check_mounts::<R>(&client, declared.clone()).await?;
+        let checked = check_mounts::<R>(&client, declared.clone(), Overlaps::Check).await?;
 
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (finish_tx, finish_rx) = watch::channel(None);

@@ -23,12 +23,26 @@ use crate::state::mount_context::DeadLetterSink;
 /// renewal comes at half the span. Start-up warns; it does not refuse.
 const SHORTEST_LEASED_ACK_WAIT: Duration = Duration::from_millis(100);
 
+/// Whether [`check_mounts`] checks the mounts' subjects for overlaps
+/// ([`check_overlaps`](super::overlaps::check_overlaps)): at start-up, with every mount of the
+/// app; not when the supervisor subscribes some of them again (rule 20), since they passed at
+/// start-up and the app's other mounts are not among them (a stream added meanwhile would
+/// otherwise turn a recovery into a failure).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Overlaps {
+    /// Check them.
+    Check,
+    /// Leave them.
+    Skip,
+}
+
 /// Checks every mount against the server, binds or creates its durable, decides where its
 /// dead letters go, subscribes every Core mount, and waits for the server to have processed
 /// it all. A refusal removes the durables created on the way.
 pub(crate) async fn check_mounts<R: Runtime>(
     client: &Client,
     declared: Vec<(Mount, Arc<dyn Handler>, MountPolicy)>,
+    overlaps: Overlaps,
 ) -> Result<Vec<CheckedMount>, StartError> {
     let js = async_nats::jetstream::new(client.clone());
     let mut created = Vec::new();
@@ -93,7 +107,9 @@ pub(crate) async fn check_mounts<R: Runtime>(
                 dead_letters,
             });
         }
-        check_overlaps(&js, &checked).await?;
+        if overlaps == Overlaps::Check {
+            check_overlaps(&js, &checked).await?;
+        }
         // Once `start` returns, the server has processed every subscription: a message
         // published after that reaches the mounts.
         round_trip::<R>(client).await?;

@@ -42,7 +42,7 @@ pub use self::reread::CONSUMER_REREAD;
 pub use self::suspects::SAME_SUSPECT_LIMIT;
 use self::suspects::careful_span;
 use super::declarations::Declared;
-use super::mount_checks::check_mounts;
+use super::mount_checks::{Overlaps, check_mounts};
 use super::startup::connect_url;
 use crate::api::health::{HealthBoard, MountState};
 use crate::api::reports::{CoreLosses, Recovery};
@@ -297,7 +297,7 @@ impl<R: Runtime> Supervisor<R> {
             }
         }
         let declared = indices.iter().map(|&i| self.declared[i].clone()).collect();
-        let checked = check_mounts::<R>(&client, declared)
+        let checked = check_mounts::<R>(&client, declared, Overlaps::Skip)
             .await
             .map_err(|e| Retry::Later(e.to_string()))?;
         for (&index, checked) in indices.iter().zip(checked) {
