@@ -191,13 +191,32 @@ impl<R: Runtime> Running<R> {
                 tracing::info!("shutdown requested");
                 (None, false)
             }
-            signal = R::termination_signal() => {
-                match signal {
-                    Ok(name) => tracing::info!(signal = name, "shutting down"),
-                    Err(e) => tracing::error!(error = %e, "cannot listen for signals; shutting down"),
+            signal = R::termination_signal() => match signal {
+                Ok(name) => {
+                    tracing::info!(signal = name, "shutting down");
+                    (None, false)
                 }
-                (None, false)
+                // Taken up below: the NATS thread may be gone.
+                Err(e) => (Some(format!("{SIGNALS_FAILED}{e}")), false),
             }
+        };
+        // With the NATS thread gone, signals cannot be listened to either, and that can come
+        // first under load (a CI run took it for a clean stop): the thread's failure, said a
+        // moment later, is then the reason.
+        let (failure, reactor_dead) = match failure {
+            Some(e) if e.starts_with(SIGNALS_FAILED) => {
+                match R::timeout(std::time::Duration::from_secs(1), self.reactor.failed()).await {
+                    Some(why) => {
+                        tracing::error!(error = %why, "the app cannot go on; stopping");
+                        (Some(why), true)
+                    }
+                    None => {
+                        tracing::error!(error = %e, "shutting down");
+                        (None, false)
+                    }
+                }
+            }
+            failure => (failure, reactor_dead),
         };
         let supervisor_gone = reactor_dead && failure.is_none();
         let (failure, reactor_dead) = if supervisor_gone {
@@ -225,6 +244,10 @@ impl<R: Runtime> Running<R> {
         self.reactor.stop();
     }
 }
+
+/// The start of the text that says listening for signals failed, in
+/// [`Running::until_signal`]'s own bookkeeping.
+const SIGNALS_FAILED: &str = "cannot listen for signals: ";
 
 impl<R: Runtime> Running<R> {
     /// Shuts down gracefully (rule 14): stops consuming (no new pulls; Core subscriptions
