@@ -49,7 +49,13 @@
 //! retention), and pull consumers (ack policies explicit, all and none; `ack_wait`,
 //! `BackOff`, `max_deliver`, `max_ack_pending`, `+ACK`, `-NAK`, `-NAK {"delay": ns}`, `+TERM`,
 //! `+WPI`, pull requests with their idle heartbeats and their `404`/`408`/`409` ends,
-//! updates of a consumer's `ack_wait` and the like), and the publish directives
+//! updates of a consumer's `ack_wait` and the like; nats-server 2.11's consumer pause
+//! (`pause_until`, `CONSUMER.PAUSE`, [`Server::pause_consumer`]: requests wait, get their
+//! heartbeats and expire, and the consumer resumes by itself) and priority groups
+//! (`overflow` with `min_pending`/`min_ack_pending`; `pinned_client` with `Nats-Pin-Id`,
+//! `423` for a stale id, standby requests, the pin released after `priority_timeout` or by
+//! `CONSUMER.UNPIN`, [`Server::unpin_consumer`]), both checked against nats-server 2.15.1, and
+//! ignored as 2.9 ignores them under [`ServerVersion::V2_9`]), and the publish directives
 //! (`Nats-Expected-Stream`, `-Last-Sequence`, `-Last-Msg-Id`, `-Last-Subject-Sequence`);
 //! `STREAM.MSG.DELETE`; ack reply subjects in their v1 form or, as nats-server 2.14+ writes
 //! them with `js_ack_fc_v2`, their v2 form ([`Server::with_ack_replies_v2`]); and header
@@ -119,7 +125,11 @@
 //! control, accounts and TLS; stream purges, message deletes, gets by subject and stream
 //! updates that change anything: a configuration or request that asks for one is refused with
 //! [`SimError::NotModelled`] naming the setting (on the wire, a JetStream API error naming
-//! it), never silently ignored. An ephemeral consumer is not removed after its
+//! it), never silently ignored. Of the priority settings, nats-server 2.12's `prioritized`
+//! policy and a `pinned_client` consumer with more than one group (the server keeps a single
+//! pin for all of them) are refused that way; the pin ids are `SIMPIN` and a counter, not
+//! random; a poison message (unreadable headers) goes to a pinned client without its
+//! `Nats-Pin-Id`. An ephemeral consumer is not removed after its
 //! `inactive_threshold`. Messages are async-nats messages, so bytes async-nats cannot read
 //! cannot be stored. Health's `since` times are virtual: `Health::live` reads the system
 //! clock, so a test asks `live_at(sim.now())`.
@@ -144,7 +154,7 @@ mod model;
 pub use model::consumer::{
     ConsumerState, DEFAULT_MAX_ACK_PENDING, DEFAULT_MAX_WAITING, SERVER_DEFAULT_ACK_WAIT, Sequences,
 };
-pub use model::error::{SimError, WorkQueueRule};
+pub use model::error::{PriorityRule, SimError, WorkQueueRule};
 pub use model::faults::Faults;
 pub use model::ids::{ConnectionId, SubscriptionId};
 pub use model::journal::{Delivered, Publish, Published, Record};
@@ -152,7 +162,7 @@ pub use model::server::{
     ACCOUNT_HASH, DEFAULT_MAX_PAYLOAD, EPOCH_NANOS, PULL_PREFIX, Server, ServerVersion,
 };
 pub use model::stream::{DEFAULT_DUPLICATE_WINDOW, PubAck, StoredMessage, StreamState};
-pub use model::wire::{AckKind, PullRequest};
+pub use model::wire::{AckKind, PullPriority, PullRequest};
 
 pub use endpoint::access::Authorization;
 pub use endpoint::runtime::Runtime;

@@ -775,3 +775,508 @@ async fn the_model_agrees_with_nats_server_on_request_ends_and_streams() {
     let model = requests_on_model();
     assert_eq!(real, model, "server (left) and model (right) disagree");
 }
+
+/// What a priority-group and pause script saw, one line per observation, pin ids named in
+/// the order they appeared (`pin A`, `pin B`, …), as they are random on the server.
+#[derive(Default)]
+struct Lines {
+    lines: Vec<String>,
+    pins: Vec<String>,
+}
+
+impl Lines {
+    fn push(&mut self, line: String) {
+        // Idle heartbeats come on timers: one line for a run of them.
+        if self.lines.last() != Some(&line) || !line.contains("Idle Heartbeat") {
+            self.lines.push(line);
+        }
+    }
+
+    fn pin(&mut self, id: &str) -> String {
+        if id.is_empty() {
+            return "pin (empty)".into();
+        }
+        let index = match self.pins.iter().position(|p| p == id) {
+            Some(i) => i,
+            None => {
+                self.pins.push(id.to_owned());
+                self.pins.len() - 1
+            }
+        };
+        format!("pin {}", (b'A' + index as u8) as char)
+    }
+}
+
+/// The JetStream API request, its answer as one line: the error's codes, or the fields
+/// named; `no answer` when nothing comes within a second (nats-server 2.9 to
+/// `CONSUMER.PAUSE`).
+async fn api(
+    client: &async_nats::Client,
+    subject: &str,
+    body: &str,
+    fields: &[&str],
+    seen: &mut Lines,
+) -> Option<serde_json::Value> {
+    let asked = client.request(format!("$JS.API.{subject}"), Bytes::from(body.to_owned()));
+    let line = match tokio::time::timeout(Duration::from_secs(1), asked).await {
+        Err(_) => {
+            seen.push(format!("{subject}: no answer"));
+            return None;
+        }
+        Ok(Err(e)) => format!("{subject}: request failed: {:?}", e.kind()),
+        Ok(Ok(m)) => {
+            let json: serde_json::Value = serde_json::from_slice(&m.payload).unwrap();
+            let line = match json.get("error") {
+                Some(e) => format!(
+                    "{subject}: error {} {} {}",
+                    e["code"], e["err_code"], e["description"]
+                ),
+                None => {
+                    let mut line = format!("{subject}: {}", json["type"]);
+                    for field in fields {
+                        let value =
+                            field
+                                .split('.')
+                                .fold(&json, |v, key| match key.parse::<usize>() {
+                                    Ok(i) => &v[i],
+                                    Err(_) => &v[key],
+                                });
+                        let value = match value {
+                            serde_json::Value::String(s)
+                                if s.len() == 22 && field.ends_with("pinned_client_id") =>
+                            {
+                                seen.pin(s)
+                            }
+                            // A remaining time: within the pause of 700 ms asked (the
+                            // server's clock has moved on a little since).
+                            serde_json::Value::Number(n) if field.ends_with("remaining") => {
+                                let n = n.as_u64().unwrap();
+                                match n > 0 && n <= 700_000_000 {
+                                    true => "0 < r <= 700 ms".to_owned(),
+                                    false => format!("{n} ns"),
+                                }
+                            }
+                            other => other.to_string(),
+                        };
+                        line.push_str(&format!(" {field}={value}"));
+                    }
+                    line
+                }
+            };
+            seen.push(line);
+            return Some(json);
+        }
+    };
+    seen.push(line);
+    None
+}
+
+/// The script's inboxes (`_INBOX.pri.<name>`), merged: what arrives, by the inbox's name.
+type Inboxes = futures_util::stream::SelectAll<
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = (String, async_nats::Message)> + Send>>,
+>;
+
+/// Takes what arrives on the script's inboxes for `wait`: deliveries by inbox, subject,
+/// stream sequence and pin; statuses by inbox, code and description.
+async fn take(replies: &mut Inboxes, seen: &mut Lines, wait: Duration) {
+    let deadline = tokio::time::Instant::now() + wait;
+    while let Ok(Some((inbox, m))) = tokio::time::timeout_at(deadline, replies.next()).await {
+        let line = match (&m.reply, m.status) {
+            (Some(reply), _) => {
+                let (sequence, _) = counts(reply);
+                let pin = m
+                    .headers
+                    .as_ref()
+                    .and_then(|h| h.get("Nats-Pin-Id"))
+                    .map(|v| v.as_str().to_owned());
+                let pin = match pin {
+                    Some(id) => format!(" {}", seen.pin(&id)),
+                    None => String::new(),
+                };
+                format!("{inbox}: delivered {} seq {sequence}{pin}", m.subject)
+            }
+            (None, status) => {
+                let pending = m
+                    .headers
+                    .as_ref()
+                    .and_then(|h| h.get("Nats-Pending-Messages"))
+                    .map(|v| v.as_str().to_owned());
+                format!(
+                    "{inbox}: status {:?} {:?} pending {pending:?}",
+                    status.map(u16::from),
+                    m.description
+                )
+            }
+        };
+        seen.push(line);
+    }
+}
+
+/// The script of pauses and priority groups, the same on a real server and on the model (a
+/// [`Sim`](ruststream_sim::Sim) serving it, on its virtual clock): `wall_now` is the server's
+/// wall time (the model's starts at 2026-01-01).
+async fn pause_and_priority(
+    client: async_nats::Client,
+    wall_now: impl Fn() -> async_nats::datetime::DateTime,
+) -> Vec<String> {
+    let mut seen = Lines::default();
+    let s = &mut seen;
+    let js = async_nats::jetstream::new(client.clone());
+    js.create_stream(stream::Config {
+        name: "PRI".into(),
+        subjects: vec!["pri.>".into()],
+        storage: stream::StorageType::Memory,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let publish = |subject: &'static str| {
+        let js = js.clone();
+        async move {
+            js.publish(subject, "x".into())
+                .await
+                .unwrap()
+                .await
+                .unwrap()
+        }
+    };
+    let pull = |stream_consumer: &str, inbox: &str, body: &str| {
+        let client = client.clone();
+        let subject = format!("$JS.API.CONSUMER.MSG.NEXT.{stream_consumer}");
+        let inbox = format!("_INBOX.pri.{inbox}");
+        let body = Bytes::from(body.to_owned());
+        async move {
+            client
+                .publish_with_reply(subject, inbox, body)
+                .await
+                .unwrap();
+            client.flush().await.unwrap();
+        }
+    };
+    let create = |name: &str, extra: &str| {
+        format!(
+            r#"{{"stream_name":"PRI","config":{{"durable_name":"{name}","ack_policy":"explicit","filter_subject":"pri.{name}"{extra}}}}}"#
+        )
+    };
+    let mut replies = Inboxes::new();
+    for name in [
+        "pz1", "pz2", "ov1", "ov2", "ov3", "ov4", "ov5", "ov6", "ov7", "pn1", "pn2", "pn3", "pn4",
+    ] {
+        let inbox = client
+            .subscribe(format!("_INBOX.pri.{name}"))
+            .await
+            .unwrap();
+        replies.push(Box::pin(inbox.map(move |m| (name.to_owned(), m))));
+    }
+    let short = Duration::from_millis(100);
+
+    // Pause: requests wait (heartbeats, no_wait ends), delivery at the pause's end.
+    api(
+        &client,
+        "CONSUMER.CREATE.PRI.pz",
+        &create("pz", ""),
+        &["paused"],
+        s,
+    )
+    .await;
+    publish("pri.pz").await;
+    let until = wall_now() + Duration::from_millis(700);
+    let until = serde_json::to_value(pull::Config {
+        pause_until: Some(until),
+        ..Default::default()
+    })
+    .unwrap()["pause_until"]
+        .clone();
+    let body = serde_json::json!({ "pause_until": until }).to_string();
+    api(
+        &client,
+        "CONSUMER.PAUSE.PRI.pz",
+        &body,
+        &["paused", "pause_remaining"],
+        s,
+    )
+    .await;
+    api(
+        &client,
+        "CONSUMER.INFO.PRI.pz",
+        "",
+        &["paused", "pause_remaining", "num_pending"],
+        s,
+    )
+    .await;
+    pull(
+        "PRI.pz",
+        "pz1",
+        r#"{"batch":1,"expires":3000000000,"idle_heartbeat":150000000}"#,
+    )
+    .await;
+    pull("PRI.pz", "pz2", r#"{"batch":1,"no_wait":true}"#).await;
+    take(&mut replies, s, Duration::from_millis(400)).await;
+    s.push("-- the pause ends".into());
+    take(&mut replies, s, Duration::from_millis(600)).await;
+    api(
+        &client,
+        "CONSUMER.INFO.PRI.pz",
+        "",
+        &["paused", "pause_remaining", "num_pending"],
+        s,
+    )
+    .await;
+    let far = r#"{"pause_until":"2099-01-01T00:00:00Z"}"#;
+    api(
+        &client,
+        "CONSUMER.PAUSE.PRI.pz",
+        far,
+        &["paused", "pause_until"],
+        s,
+    )
+    .await;
+    api(
+        &client,
+        "CONSUMER.PAUSE.PRI.pz",
+        "",
+        &["paused", "pause_until", "pause_remaining"],
+        s,
+    )
+    .await;
+    let past = r#"{"pause_until":"2001-01-01T00:00:00Z"}"#;
+    api(
+        &client,
+        "CONSUMER.PAUSE.PRI.pz",
+        past,
+        &["paused", "pause_until"],
+        s,
+    )
+    .await;
+    api(&client, "CONSUMER.PAUSE.PRI.nope", "", &[], s).await;
+    let created_paused = create("pc", r#","pause_until":"2099-01-01T00:00:00Z""#);
+    api(
+        &client,
+        "CONSUMER.CREATE.PRI.pc",
+        &created_paused,
+        &["paused", "config.pause_until"],
+        s,
+    )
+    .await;
+
+    // Configurations refused.
+    for (name, extra) in [
+        ("b1", r#","priority_policy":"overflow""#),
+        ("b2", r#","priority_groups":["g"]"#),
+        ("b3", r#","priority_timeout":1000000000"#),
+        (
+            "b4",
+            r#","priority_policy":"overflow","priority_groups":["not valid"]"#,
+        ),
+    ] {
+        api(
+            &client,
+            &format!("CONSUMER.CREATE.PRI.{name}"),
+            &create(name, extra),
+            &["config.priority_policy"],
+            s,
+        )
+        .await;
+    }
+
+    // Overflow: a request with min_pending waits until that many are pending.
+    let overflow = r#","priority_policy":"overflow","priority_groups":["g"]"#;
+    api(
+        &client,
+        "CONSUMER.CREATE.PRI.ov",
+        &create("ov", overflow),
+        &[
+            "config.priority_policy",
+            "config.priority_groups",
+            "priority_groups",
+        ],
+        s,
+    )
+    .await;
+    pull("PRI.ov", "ov1", r#"{"batch":1,"expires":30000000000}"#).await;
+    pull(
+        "PRI.ov",
+        "ov2",
+        r#"{"batch":1,"expires":30000000000,"group":"h"}"#,
+    )
+    .await;
+    pull(
+        "PRI.ov",
+        "ov3",
+        r#"{"batch":1,"expires":30000000000,"group":"g","id":"x"}"#,
+    )
+    .await;
+    pull(
+        "PRI.ov",
+        "ov4",
+        r#"{"batch":1,"expires":30000000000,"group":"g","priority":10}"#,
+    )
+    .await;
+    take(&mut replies, s, short).await;
+    publish("pri.ov").await;
+    publish("pri.ov").await;
+    pull(
+        "PRI.ov",
+        "ov5",
+        r#"{"batch":1,"expires":30000000000,"group":"g","min_pending":3}"#,
+    )
+    .await;
+    take(&mut replies, s, Duration::from_millis(200)).await;
+    s.push("-- a third message".into());
+    publish("pri.ov").await;
+    take(&mut replies, s, short).await;
+    pull(
+        "PRI.ov",
+        "ov6",
+        r#"{"batch":1,"expires":30000000000,"group":"g","min_ack_pending":2}"#,
+    )
+    .await;
+    take(&mut replies, s, short).await;
+    pull(
+        "PRI.ov",
+        "ov7",
+        r#"{"batch":1,"expires":30000000000,"group":"g","min_ack_pending":1}"#,
+    )
+    .await;
+    take(&mut replies, s, short).await;
+
+    // Pinned client: pinned, standby, a stale id, failover after priority_timeout, unpin.
+    let pinned = r#","priority_policy":"pinned_client","priority_groups":["g"],"priority_timeout":600000000"#;
+    api(
+        &client,
+        "CONSUMER.CREATE.PRI.pn",
+        &create("pn", pinned),
+        &["config.priority_timeout", "priority_groups"],
+        s,
+    )
+    .await;
+    publish("pri.pn").await;
+    pull(
+        "PRI.pn",
+        "pn1",
+        r#"{"batch":1,"expires":30000000000,"group":"g"}"#,
+    )
+    .await;
+    take(&mut replies, s, short).await;
+    let pin_a = s.pins.first().cloned().unwrap_or_default();
+    api(
+        &client,
+        "CONSUMER.INFO.PRI.pn",
+        "",
+        &[
+            "priority_groups.0.group",
+            "priority_groups.0.pinned_client_id",
+        ],
+        s,
+    )
+    .await;
+    pull(
+        "PRI.pn",
+        "pn2",
+        r#"{"batch":1,"expires":30000000000,"group":"g"}"#,
+    )
+    .await;
+    publish("pri.pn").await;
+    take(&mut replies, s, Duration::from_millis(150)).await;
+    pull(
+        "PRI.pn",
+        "pn3",
+        r#"{"batch":1,"expires":30000000000,"group":"g","id":"stale"}"#,
+    )
+    .await;
+    take(&mut replies, s, short).await;
+    let with_a = format!(r#"{{"batch":1,"expires":30000000000,"group":"g","id":"{pin_a}"}}"#);
+    pull("PRI.pn", "pn1", &with_a).await;
+    take(&mut replies, s, short).await;
+    publish("pri.pn").await;
+    take(&mut replies, s, Duration::from_millis(150)).await;
+    s.push("-- priority_timeout passes".into());
+    take(&mut replies, s, Duration::from_millis(700)).await;
+    pull("PRI.pn", "pn1", &with_a).await;
+    take(&mut replies, s, short).await;
+    let pin_b = s.pins.get(1).cloned().unwrap_or_default();
+    api(&client, "CONSUMER.UNPIN.PRI.pn", r#"{"group":"g"}"#, &[], s).await;
+    api(
+        &client,
+        "CONSUMER.INFO.PRI.pn",
+        "",
+        &["priority_groups.0.pinned_client_id"],
+        s,
+    )
+    .await;
+    let with_b = format!(r#"{{"batch":1,"expires":30000000000,"group":"g","id":"{pin_b}"}}"#);
+    pull("PRI.pn", "pn2", &with_b).await;
+    pull(
+        "PRI.pn",
+        "pn4",
+        r#"{"batch":1,"expires":30000000000,"group":"g"}"#,
+    )
+    .await;
+    take(&mut replies, s, short).await;
+    publish("pri.pn").await;
+    take(&mut replies, s, short).await;
+    api(
+        &client,
+        "CONSUMER.INFO.PRI.pn",
+        "",
+        &["priority_groups.0.pinned_client_id", "num_waiting"],
+        s,
+    )
+    .await;
+    api(&client, "CONSUMER.UNPIN.PRI.pn", r#"{"group":"h"}"#, &[], s).await;
+    api(&client, "CONSUMER.UNPIN.PRI.pn", "", &[], s).await;
+    api(
+        &client,
+        "CONSUMER.UNPIN.PRI.nope",
+        r#"{"group":"g"}"#,
+        &[],
+        s,
+    )
+    .await;
+    take(&mut replies, s, short).await;
+    seen.lines
+}
+
+/// Pauses and priority groups (nats-server 2.11+), and how 2.9 ignores them: the same
+/// client script on the real server and on the model behind `Sim`, observed line by line.
+#[test]
+fn the_model_agrees_with_nats_server_on_pauses_and_priority_groups() {
+    let server = NatsServer::start();
+    let url = ruststream_tests::Endpoint::url(&server);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let real = runtime.block_on(async {
+        let client = async_nats::connect(url).await.unwrap();
+        pause_and_priority(client, async_nats::datetime::DateTime::now_utc).await
+    });
+    drop(runtime);
+    let model = ruststream_sim::Sim::run_with(
+        |start| Server::new(start).with_version(model_version()),
+        |sim| async move {
+            let client = async_nats::connect(sim.url()).await.unwrap();
+            let clock = sim.clone();
+            pause_and_priority(client, move || clock.with(|s| s.wall_clock(s.now()))).await
+        },
+    );
+    let width = real.iter().map(String::len).max().unwrap_or(0);
+    let side_by_side: Vec<String> = real
+        .iter()
+        .map(Some)
+        .chain(std::iter::repeat(None))
+        .zip(model.iter().map(Some).chain(std::iter::repeat(None)))
+        .take(real.len().max(model.len()))
+        .map(|(r, m)| {
+            let (r, m) = (r.map_or("", |s| s.as_str()), m.map_or("", |s| s.as_str()));
+            format!("{} {r:width$} | {m}", if r == m { ' ' } else { '!' })
+        })
+        .collect();
+    assert_eq!(
+        real,
+        model,
+        "server (left) and model (right):\n{}",
+        side_by_side.join("\n")
+    );
+}

@@ -132,7 +132,7 @@ impl Inner {
             && !subject.starts_with(PULL_PREFIX)
         {
             let body = self.server.answer_api(api, payload);
-            if let Some(reply) = reply {
+            if let (Some(reply), Some(body)) = (reply, body) {
                 self.respond(&reply, body.to_string());
             }
             return Ok(());

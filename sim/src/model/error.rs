@@ -100,6 +100,16 @@ pub enum SimError {
         /// The rule it breaks.
         rule: WorkQueueRule,
     },
+    /// Priority settings nats-server 2.11+ refuses ([`PriorityRule`] says which rule).
+    #[error("consumer `{consumer}` on stream `{stream}`: {rule}")]
+    Priority {
+        /// The stream.
+        stream: String,
+        /// The consumer.
+        consumer: String,
+        /// The rule they break.
+        rule: PriorityRule,
+    },
     /// A publish directive (`Nats-Expected-…`) the stream does not meet: nothing is stored.
     #[error("stream `{stream}`: {header}: {problem}")]
     WrongExpectation {
@@ -147,6 +157,47 @@ impl WorkQueueRule {
             Self::RequiresExplicitAck => 10098,
             Self::MultipleUnfiltered => 10099,
             Self::NotUnique => 10100,
+        }
+    }
+}
+
+/// The rules nats-server 2.11+ keeps for a consumer's priority settings; each displays as the
+/// server's own description.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PriorityRule {
+    /// A priority policy needs a group (10159).
+    #[error("Setting PriorityPolicy requires at least one PriorityGroup to be set")]
+    PolicyWithoutGroup,
+    /// A group name may not be empty (10161).
+    #[error("Group name cannot be an empty string")]
+    EmptyGroupName,
+    /// A group name is 1 to 16 of `A-Z a-z 0-9 - _ / =` (10162).
+    #[error(
+        "Valid priority group name must match A-Z, a-z, 0-9, -_/=)+ and may not exceed 16 characters"
+    )]
+    InvalidGroupName,
+    /// Groups without a policy (10196).
+    #[error("consumer can not have priority groups when policy is none")]
+    GroupsWithPolicyNone,
+    /// `priority_timeout` without a policy (10197).
+    #[error("PinnedTTL cannot be set when PriorityPolicy is none")]
+    TimeoutWithPolicyNone,
+    /// `CONSUMER.UNPIN` for a group the consumer does not have (10160).
+    #[error("Provided priority group does not exist for this consumer")]
+    UnknownGroup,
+}
+
+impl PriorityRule {
+    /// nats-server's error code for it.
+    pub fn err_code(self) -> u64 {
+        match self {
+            Self::PolicyWithoutGroup => 10159,
+            Self::UnknownGroup => 10160,
+            Self::EmptyGroupName => 10161,
+            Self::InvalidGroupName => 10162,
+            Self::GroupsWithPolicyNone => 10196,
+            Self::TimeoutWithPolicyNone => 10197,
         }
     }
 }

@@ -4,13 +4,13 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
-use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull::Config};
+use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PriorityPolicy, pull::Config};
 use ruststream_settlement::Wildcard;
 
 use crate::model::consumer::{
     Consumer, DEFAULT_MAX_ACK_PENDING, DEFAULT_MAX_WAITING, SERVER_DEFAULT_ACK_WAIT, Sequences,
 };
-use crate::model::error::SimError;
+use crate::model::error::{PriorityRule, SimError};
 use crate::model::stream::Stream;
 
 impl Consumer {
@@ -104,6 +104,23 @@ impl Consumer {
         if config.max_waiting <= 0 {
             config.max_waiting = DEFAULT_MAX_WAITING;
         }
+        if v2_9 {
+            // 2.9 knows neither priority groups nor pauses: it ignores the fields, and
+            // does not give them back.
+            config.priority_policy = PriorityPolicy::None;
+            config.priority_groups.clear();
+            config.priority_timeout = Duration::ZERO;
+            config.pause_until = None;
+        } else {
+            check_priority(&mut config).map_err(|rule| match rule {
+                Ok(rule) => SimError::Priority {
+                    stream: stream.name().to_owned(),
+                    consumer: name.clone(),
+                    rule,
+                },
+                Err(setting) => not_modelled(setting),
+            })?;
+        }
         Ok(Self {
             config,
             name,
@@ -120,6 +137,9 @@ impl Consumer {
             },
             waiting: VecDeque::new(),
             exceeded: Vec::new(),
+            resume_at: None,
+            pin: None,
+            pins: 0,
             v2_9,
         })
     }
@@ -133,7 +153,7 @@ impl Consumer {
     /// Takes `config` (checked and filled in by [`new`](Self::new) as `updated`) where it
     /// changes only what nats-server lets an update change and the model follows: `ack_wait`,
     /// `BackOff`, `max_deliver`, `max_ack_pending`, `max_waiting`, the description,
-    /// `inactive_threshold`. Pending deliveries keep their delivery time and take
+    /// `inactive_threshold`, `pause_until` (the server sets the pause from it). Pending deliveries keep their delivery time and take
     /// the new wait, as the server's next redelivery check reads them.
     ///
     /// # Errors
@@ -148,11 +168,12 @@ impl Consumer {
         unchanged.max_waiting = new.max_waiting;
         unchanged.description = new.description.clone();
         unchanged.inactive_threshold = new.inactive_threshold;
+        unchanged.pause_until = new.pause_until;
         if unchanged != new {
             return Err(SimError::NotModelled {
                 what: format!("consumer `{}`", self.name),
                 setting: "an update of a setting other than ack_wait, backoff, max_deliver, \
-                    max_ack_pending, max_waiting, description or inactive_threshold"
+                    max_ack_pending, max_waiting, description, inactive_threshold or pause_until"
                     .to_owned(),
             });
         }
@@ -172,6 +193,53 @@ impl Consumer {
         Ok(())
     }
 }
+
+/// Checks a consumer's priority settings as nats-server 2.11+ does (`checkConsumerCfg`), and
+/// fills in the default `priority_timeout` (2 minutes) of a pinned-client consumer. `Err(Ok)`:
+/// a rule the server refuses the configuration by; `Err(Err)`: a setting the model does not
+/// follow.
+fn check_priority(config: &mut Config) -> Result<(), Result<PriorityRule, String>> {
+    if config.priority_policy == PriorityPolicy::None {
+        if !config.priority_groups.is_empty() {
+            return Err(Ok(PriorityRule::GroupsWithPolicyNone));
+        }
+        if !config.priority_timeout.is_zero() {
+            return Err(Ok(PriorityRule::TimeoutWithPolicyNone));
+        }
+        return Ok(());
+    }
+    if config.priority_groups.is_empty() {
+        return Err(Ok(PriorityRule::PolicyWithoutGroup));
+    }
+    for group in &config.priority_groups {
+        if group.is_empty() {
+            return Err(Ok(PriorityRule::EmptyGroupName));
+        }
+        let valid = group.len() <= 16
+            && group
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '_' | '=' | '-'));
+        if !valid {
+            return Err(Ok(PriorityRule::InvalidGroupName));
+        }
+    }
+    if config.priority_policy == PriorityPolicy::PinnedClient {
+        if config.priority_groups.len() > 1 {
+            // The server keeps one pin for the consumer, whatever the group.
+            return Err(Err(format!(
+                "pinned_client with more than one priority group ({:?})",
+                config.priority_groups
+            )));
+        }
+        if config.priority_timeout.is_zero() {
+            config.priority_timeout = DEFAULT_PRIORITY_TIMEOUT;
+        }
+    }
+    Ok(())
+}
+
+/// nats-server's `priority_timeout` for a pinned-client consumer that sets none.
+pub(crate) const DEFAULT_PRIORITY_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The consumer's filter subjects: `filter_subject`, and `filter_subjects` where async-nats
 /// has the field (its `server_2_10` feature, which this crate does not choose: read through

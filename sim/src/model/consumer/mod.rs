@@ -17,6 +17,14 @@
 //!   its expiry with `408 Request Timeout` and `Nats-Pending-Messages`; a `no_wait` request
 //!   that finds nothing gets `404 No Messages`. One that asks for more than `max_batch` or
 //!   expires later than `max_expires` gets `409`.
+//! - Paused (`pause_until`, nats-server 2.11+), it delivers nothing until then: requests wait,
+//!   get their idle heartbeats, end at their expiry, and a `no_wait` one ends at once.
+//! - Priority groups (2.11+): a request names its group. With `overflow`, one with
+//!   `min_pending`/`min_ack_pending` is served only while the consumer has that many
+//!   pending; with `pinned_client`, the first request served is pinned (its deliveries carry
+//!   `Nats-Pin-Id`), others wait on standby, a request with another id gets `423`, and the
+//!   pin is released after `priority_timeout` without a request carrying it, or by
+//!   `CONSUMER.UNPIN`.
 //!
 //! The consumer is one state machine in four files, each an `impl Consumer` of one concern:
 //! here its state, its clock (`poll_timeout`, `handle_timeout`) and its info; its
@@ -76,6 +84,24 @@ pub struct ConsumerState {
     pub num_waiting: usize,
     /// Stored messages on its filter not yet delivered.
     pub num_pending: u64,
+    /// Paused (`pause_until` still ahead; nats-server 2.11+).
+    pub paused: bool,
+    /// How long it stays paused, while it is.
+    pub pause_remaining: Option<Duration>,
+    /// Its priority group's state, for a consumer with priority groups (as nats-server gives
+    /// it: the first group only).
+    pub priority_groups: Vec<PriorityGroupState>,
+}
+
+/// A priority group's state, as `CONSUMER.INFO` gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PriorityGroupState {
+    /// The group.
+    pub group: String,
+    /// The pinned client's `Nats-Pin-Id`, while one is pinned.
+    pub pinned_client_id: Option<String>,
+    /// When it was pinned, while one is.
+    pub pinned_at: Option<Instant>,
 }
 
 /// What a consumer sends: a message to a request's inbox, or a status ending a request.
@@ -88,6 +114,8 @@ pub(crate) enum Send {
         delivered: u64,
         consumer_sequence: u64,
         pending: u64,
+        /// `Nats-Pin-Id`, for a pinned-client consumer's deliveries.
+        pin_id: Option<String>,
     },
     Status {
         connection: ConnectionId,
@@ -105,6 +133,15 @@ struct Pending {
     deadline: Instant,
     /// Queued for redelivery (its deadline no longer counts).
     queued: bool,
+}
+
+/// The pinned client of a pinned-client consumer.
+#[derive(Debug, Clone)]
+struct Pin {
+    id: String,
+    since: Instant,
+    /// Released then, unless a request carrying the id comes first.
+    expires: Instant,
 }
 
 /// How a waiting pull request ends.
@@ -130,6 +167,8 @@ struct Waiting {
     /// `idle_heartbeat`: how often `100 Idle Heartbeat` is sent while it waits idle.
     heartbeat: Option<Duration>,
     next_heartbeat: Option<Instant>,
+    /// Its priority-group fields (`None`: not a JSON request).
+    priority: Option<crate::model::wire::PullPriority>,
 }
 
 /// One consumer of the model.
@@ -149,6 +188,12 @@ pub(crate) struct Consumer {
     waiting: VecDeque<Waiting>,
     /// Messages past `max_deliver` not yet journalled.
     exceeded: Vec<(u64, u64)>,
+    /// Paused until then (`pause_until`, on the model's clock); an instant passed: not paused.
+    resume_at: Option<Instant>,
+    /// The pinned client, for a pinned-client consumer.
+    pin: Option<Pin>,
+    /// Pin ids given so far.
+    pins: u64,
     /// Behave as nats-server 2.9 where it differs from later versions.
     v2_9: bool,
 }
@@ -180,7 +225,23 @@ impl Consumer {
         }
     }
 
-    /// The consumer's next deadline: a pending delivery's, or a request's expiry.
+    /// Pauses it until `resume_at` (`None`, or an instant not after `now`: not paused).
+    pub(crate) fn set_pause(&mut self, resume_at: Option<Instant>, now: Instant) {
+        self.resume_at = resume_at.filter(|at| *at > now);
+    }
+
+    /// Whether it is paused at `now`.
+    pub(crate) fn paused(&self, now: Instant) -> bool {
+        self.resume_at.is_some_and(|at| now < at)
+    }
+
+    /// Releases the pinned client (`CONSUMER.UNPIN`): the next request served is pinned anew.
+    pub(crate) fn unpin(&mut self) {
+        self.pin = None;
+    }
+
+    /// The consumer's next deadline: a pending delivery's, a request's expiry, the pin's
+    /// release, the end of a pause.
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
         let deliveries = self
             .pending
@@ -191,7 +252,12 @@ impl Consumer {
             .waiting
             .iter()
             .flat_map(|w| w.expires_at.into_iter().chain(w.next_heartbeat));
-        deliveries.chain(requests).min()
+        let pin = self.pin.as_ref().map(|p| p.expires);
+        deliveries
+            .chain(requests)
+            .chain(pin)
+            .chain(self.resume_at)
+            .min()
     }
 
     /// What falls due at `now`: deliveries past their deadline are queued for redelivery
@@ -200,6 +266,13 @@ impl Consumer {
     /// their expiry end with `408`, and a waiting request with `idle_heartbeat` idle for its
     /// interval gets `100 Idle Heartbeat`.
     pub(crate) fn handle_timeout(&mut self, now: Instant, out: &mut Vec<Send>) {
+        if self.pin.as_ref().is_some_and(|p| p.expires <= now) {
+            // No request carried the pin for `priority_timeout`: released.
+            self.pin = None;
+        }
+        if self.resume_at.is_some_and(|at| at <= now) {
+            self.resume_at = None;
+        }
         let due: Vec<u64> = self
             .pending
             .iter()
@@ -233,7 +306,7 @@ impl Consumer {
         }
     }
 
-    pub(crate) fn state(&self, stream: &Stream) -> ConsumerState {
+    pub(crate) fn state(&self, stream: &Stream, now: Instant) -> ConsumerState {
         ConsumerState {
             stream: stream.name().to_owned(),
             name: self.name.clone(),
@@ -247,6 +320,19 @@ impl Consumer {
             num_redelivered: self.redelivered.len(),
             num_waiting: self.waiting.len(),
             num_pending: stream.count_matching(self.next_sequence, &self.filters),
+            paused: self.paused(now),
+            pause_remaining: self.resume_at.filter(|at| now < *at).map(|at| at - now),
+            priority_groups: self
+                .config
+                .priority_groups
+                .first()
+                .map(|group| PriorityGroupState {
+                    group: group.clone(),
+                    pinned_client_id: self.pin.as_ref().map(|p| p.id.clone()),
+                    pinned_at: self.pin.as_ref().map(|p| p.since),
+                })
+                .into_iter()
+                .collect(),
         }
     }
 }

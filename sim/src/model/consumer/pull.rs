@@ -1,13 +1,22 @@
 //! A consumer's pull requests: taken, or answered at once (`404`, `409`); waiting in order;
 //! filled with deliveries, redeliveries first; ended when filled, at their expiry (`408`), when
 //! a `no_wait` request finds nothing more (`404`), or when their connection closes.
+//!
+//! nats-server 2.11+'s priority groups, after its `processNextMsgRequest` and `nextWaiting`:
+//! a request's group fields are checked when it comes (`400` for fields the consumer's policy
+//! does not take, a missing or unknown group; `423 Nats-Pin-Id mismatch` for an id other
+//! than the pinned one, while one is). At each delivery the requests are looked at in order,
+//! one passed over going to the back: with no pin, the first without an id is pinned (and one
+//! with an id ends with `423 Nats-Wrong-Pin-Id`); with a pin, only a request carrying it is
+//! served, others without an id wait, and one with another id ends with `423`. Overflow's
+//! request with `min_pending`/`min_ack_pending` is passed over unless either is reached.
 
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use async_nats::jetstream::consumer::AckPolicy;
+use async_nats::jetstream::consumer::{AckPolicy, PriorityPolicy};
 
-use crate::model::consumer::{Consumer, End, Pending, Send, Waiting};
+use crate::model::consumer::{Consumer, End, Pending, Pin, Send, Waiting};
 use crate::model::ids::ConnectionId;
 use crate::model::stream::Stream;
 use crate::model::wire::PullRequest;
@@ -50,6 +59,13 @@ impl Consumer {
             ));
             return;
         }
+        if !self.v2_9
+            && let Some(p) = &request.priority
+            && let Some((code, description)) = self.check_priority(p, now)
+        {
+            out.push(status(code, description.to_owned()));
+            return;
+        }
         if request.no_wait && request.expires.is_none() && !self.has_message(stream) {
             out.push(status(404, "No Messages".to_owned()));
             return;
@@ -67,9 +83,47 @@ impl Consumer {
             expires_at: request.expires.map(|e| now + e),
             heartbeat: request.idle_heartbeat,
             next_heartbeat: request.idle_heartbeat.map(|h| now + h),
+            priority: request.priority.clone().filter(|_| !self.v2_9),
         });
         // A `no_wait` request is filled with what is there now, then ended by `deliver`.
         self.deliver(stream, now, &mut |_, _| true, out);
+    }
+
+    /// A request's priority-group fields checked as they come, in nats-server's order: the
+    /// status that refuses it, if one does. A request carrying the pinned id keeps the pin.
+    fn check_priority(
+        &mut self,
+        p: &crate::model::wire::PullPriority,
+        now: Instant,
+    ) -> Option<(u16, &'static str)> {
+        let policy = &self.config.priority_policy;
+        if (p.min_pending != 0 || p.min_ack_pending != 0) && *policy != PriorityPolicy::Overflow {
+            return Some((400, "Bad Request - Not a Overflow Priority consumer"));
+        }
+        if !p.id.is_empty() && *policy != PriorityPolicy::PinnedClient {
+            return Some((400, "Bad Request - Not a Pinned Client Priority consumer"));
+        }
+        if !(0..=9).contains(&p.priority) {
+            return Some((400, "Bad Request - Priority must be between 0 and 9"));
+        }
+        if *policy == PriorityPolicy::None {
+            return None;
+        }
+        if p.group.is_empty() {
+            return Some((400, "Bad Request - Priority Group missing"));
+        }
+        if !self.config.priority_groups.contains(&p.group) {
+            return Some((400, "Bad Request - Invalid Priority Group"));
+        }
+        let timeout = self.config.priority_timeout;
+        if let Some(pin) = &mut self.pin {
+            if p.id == pin.id {
+                pin.expires = now + timeout;
+            } else if !p.id.is_empty() {
+                return Some((423, "Nats-Pin-Id mismatch"));
+            }
+        }
+        None
     }
 
     fn has_message(&self, stream: &Stream) -> bool {
@@ -89,7 +143,8 @@ impl Consumer {
         interested: &mut dyn FnMut(ConnectionId, &str) -> bool,
         out: &mut Vec<Send>,
     ) {
-        loop {
+        // Paused: nothing is delivered (the requests still end as below).
+        while !self.paused(now) {
             let Some(request) = self.waiting.front() else {
                 return;
             };
@@ -100,8 +155,10 @@ impl Consumer {
             let Some((sequence, delivered)) = self.next_message(stream) else {
                 break;
             };
-            let Some(mut request) = self.waiting.pop_front() else {
-                return;
+            let Some(mut request) = self.next_waiting(stream, now, interested, out) else {
+                // Nobody to give it to: it waits for the next request.
+                self.put_back(sequence, delivered);
+                break;
             };
             // Every delivery takes a new consumer sequence on the wire; a redelivery keeps
             // that of its first delivery in the pending set, for the ack floor.
@@ -128,6 +185,8 @@ impl Consumer {
                 delivered,
                 consumer_sequence,
                 pending,
+                pin_id: (self.config.priority_policy == PriorityPolicy::PinnedClient)
+                    .then(|| self.pin.as_ref().map(|p| p.id.clone()).unwrap_or_default()),
             });
             if self.config.ack_policy == AckPolicy::None {
                 // Nothing to wait for: delivered is done.
@@ -149,6 +208,117 @@ impl Consumer {
             (true, given) if given || r.expires_at.is_none() => Some(End::NoMessages),
             _ => None,
         });
+    }
+
+    /// The request the next delivery goes to, taken from the queue, as nats-server's
+    /// `nextWaiting` chooses it: requests without interest are dropped, requests passed over
+    /// (standby, overflow below its minimums) go to the back, and a request with a stale pin
+    /// id ends with `423`. Pins the request chosen when no client is pinned.
+    fn next_waiting(
+        &mut self,
+        stream: &Stream,
+        now: Instant,
+        interested: &mut dyn FnMut(ConnectionId, &str) -> bool,
+        out: &mut Vec<Send>,
+    ) -> Option<Waiting> {
+        let pinned = self.config.priority_policy == PriorityPolicy::PinnedClient;
+        let overflow = self.config.priority_policy == PriorityPolicy::Overflow;
+        let need_new_pin = pinned && self.pin.is_none();
+        let mut cycled = 0;
+        while let Some(request) = self.waiting.front() {
+            let id = request
+                .priority
+                .as_ref()
+                .map_or_else(String::new, |p| p.id.clone());
+            let names_group = request
+                .priority
+                .as_ref()
+                .is_some_and(|p| !p.group.is_empty());
+            let mut pass_over = false;
+            let mut assign = false;
+            if need_new_pin {
+                if id.is_empty() {
+                    // The server pins only a request that names its group.
+                    assign = names_group;
+                } else {
+                    self.wrong_pin(out);
+                    continue;
+                }
+            } else if let Some(pin) = &self.pin {
+                if id.is_empty() {
+                    pass_over = true;
+                } else if id != pin.id {
+                    self.wrong_pin(out);
+                    continue;
+                }
+            }
+            if let Some(request) = self.waiting.front()
+                && !pass_over
+                && overflow
+                && let Some(p) = &request.priority
+                && (p.min_pending > 0 || p.min_ack_pending > 0)
+            {
+                // The message about to go counts as pending, as the server counts it.
+                let num_pending = stream.count_matching(self.next_sequence, &self.filters) + 1;
+                let reached = (p.min_pending > 0
+                    && u64::try_from(p.min_pending).is_ok_and(|m| m <= num_pending))
+                    || (p.min_ack_pending > 0
+                        && usize::try_from(p.min_ack_pending)
+                            .is_ok_and(|m| m <= self.pending.len()));
+                pass_over = !reached;
+            }
+            if pass_over {
+                let request = self.waiting.pop_front()?;
+                self.waiting.push_back(request);
+                cycled += 1;
+                if cycled >= self.waiting.len() {
+                    return None;
+                }
+                continue;
+            }
+            let request = self.waiting.pop_front()?;
+            if !interested(request.connection, &request.inbox) {
+                // Nobody listens: dropped without a word, as the server drops it.
+                continue;
+            }
+            if assign {
+                self.pins += 1;
+                self.pin = Some(Pin {
+                    id: format!("SIMPIN{:016}", self.pins),
+                    since: now,
+                    expires: now + self.config.priority_timeout,
+                });
+            }
+            return Some(request);
+        }
+        None
+    }
+
+    /// Ends the request at the front with `423 Nats-Wrong-Pin-Id`: it carries a pin id that
+    /// is no longer the consumer's.
+    fn wrong_pin(&mut self, out: &mut Vec<Send>) {
+        if let Some(request) = self.waiting.pop_front() {
+            out.push(Send::Status {
+                connection: request.connection,
+                inbox: request.inbox,
+                code: 423,
+                description: "Nats-Wrong-Pin-Id".to_owned(),
+                pending_messages: Some(request.remaining),
+            });
+        }
+    }
+
+    /// Undoes [`next_message`](Self::next_message) for a message no request takes.
+    fn put_back(&mut self, sequence: u64, delivered: u64) {
+        if delivered == 1 {
+            self.next_sequence = self.next_sequence.min(sequence);
+        } else {
+            self.redeliver.insert(sequence);
+            match delivered - 2 {
+                0 => self.redelivered.remove(&sequence),
+                before => self.redelivered.insert(sequence, before),
+            };
+        }
     }
 
     /// The next message to deliver and its delivery count: a redelivery first, then a new

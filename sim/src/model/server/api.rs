@@ -4,8 +4,9 @@
 //! Answered: `STREAM.CREATE`, `STREAM.UPDATE` (to the same configuration only), `STREAM.INFO`,
 //! `STREAM.DELETE`, `STREAM.NAMES` (with a subject filter), `STREAM.LIST`, `STREAM.MSG.GET`
 //! (by sequence), `STREAM.MSG.DELETE` (by sequence), `CONSUMER.CREATE` and `CONSUMER.DURABLE.CREATE` (pull consumers),
-//! `CONSUMER.INFO`, `CONSUMER.DELETE`, `CONSUMER.NAMES`, `CONSUMER.LIST`, and `INFO` (the
-//! account). Every other request gets a JetStream error naming it as not modelled, never a
+//! `CONSUMER.INFO`, `CONSUMER.DELETE`, `CONSUMER.NAMES`, `CONSUMER.LIST`, `CONSUMER.PAUSE` and
+//! `CONSUMER.UNPIN` (nats-server 2.11+; 2.9 answers neither: nothing comes back), and `INFO`
+//! (the account). Every other request gets a JetStream error naming it as not modelled, never a
 //! silent success (among them `STREAM.PURGE`, a get by subject).
 //! `CONSUMER.MSG.NEXT`, the pull request, is the model's own ([`Server::publish`]); a direct
 //! get (`DIRECT.GET`) is answered `503 No Responders`, as nats-server answers it for a stream
@@ -21,10 +22,17 @@ use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 
 use crate::model::error::SimError;
-use crate::model::server::{EPOCH_NANOS, Server};
+use crate::model::server::{EPOCH_NANOS, Server, ServerVersion};
 use crate::model::wire::api::{
     ApiError, ZERO_TIME, consumer_config, error_body, page, request, response_type, stream_config,
+    unpin_group,
 };
+
+/// A wall time as nats-server writes one (RFC 3339, UTC).
+fn rfc3339(t: time::OffsetDateTime) -> String {
+    t.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| ZERO_TIME.to_owned())
+}
 
 /// The RFC 3339 time of a virtual instant: the model's clock starts at [`EPOCH_NANOS`].
 pub(crate) fn wall_time(server: &Server, at: std::time::Instant) -> String {
@@ -42,16 +50,32 @@ pub(crate) fn wall_time(server: &Server, at: std::time::Instant) -> String {
 impl Server {
     /// Answers the JetStream API request on `subject` (after `$JS.API.`) with `payload`: the
     /// JSON body of the response.
-    pub(crate) fn answer_api(&mut self, subject: &str, payload: &[u8]) -> Value {
+    /// JSON body of the response, or `None` when the server sends none (nats-server 2.9 to
+    /// the 2.11 requests `CONSUMER.PAUSE` and `CONSUMER.UNPIN`: its `$JS.API.>` listener takes
+    /// them and answers nothing, so the client waits for its timeout, no `503`).
+    pub(crate) fn answer_api(&mut self, subject: &str, payload: &[u8]) -> Option<Value> {
         let kind = response_type(subject);
-        let mut body = self.api(subject, payload).unwrap_or_else(error_body);
+        if self.version == ServerVersion::V2_9
+            && matches!(kind, "consumer_pause" | "consumer_unpin")
+        {
+            return None;
+        }
+        let mut body = self.api(subject, payload).unwrap_or_else(|e| {
+            let mut body = error_body(e);
+            if kind == "consumer_pause" {
+                // The server's pause answer keeps its fields beside the error.
+                body["paused"] = Value::Bool(false);
+                body["pause_until"] = Value::String(ZERO_TIME.to_owned());
+            }
+            body
+        });
         if let Value::Object(map) = &mut body {
             map.insert(
                 "type".to_owned(),
                 Value::String(format!("io.nats.jetstream.api.v1.{kind}_response")),
             );
         }
-        body
+        Some(body)
     }
 
     fn api(&mut self, subject: &str, payload: &[u8]) -> Result<Value, ApiError> {
@@ -154,6 +178,12 @@ impl Server {
                 self.consumer_info(stream, &state.name)
             }
             ["CONSUMER", "INFO", stream, name] => self.consumer_info(stream, name),
+            ["CONSUMER", "PAUSE", stream, name] => self.pause_api(stream, name, payload),
+            ["CONSUMER", "UNPIN", stream, name] => {
+                let group = unpin_group(payload)?;
+                self.unpin_consumer(stream, name, &group)?;
+                Ok(json!({}))
+            }
             ["CONSUMER", "DELETE", stream, name] => {
                 self.delete_consumer(stream, name)?;
                 Ok(json!({"success": true}))
@@ -222,7 +252,7 @@ impl Server {
         let state = self.consumer_state(stream, name)?;
         let config: consumer::Config = state.config.into_consumer_config();
         let sequences = |s: crate::model::consumer::Sequences| json!({"consumer_seq": s.consumer_sequence, "stream_seq": s.stream_sequence});
-        Ok(json!({
+        let mut info = json!({
             "stream_name": stream,
             "name": name,
             "created": wall_time(self, self.start),
@@ -234,7 +264,68 @@ impl Server {
             "num_waiting": state.num_waiting,
             "num_pending": state.num_pending,
             "ts": wall_time(self, self.now),
-        }))
+        });
+        if state.paused {
+            info["paused"] = Value::Bool(true);
+        }
+        if let Some(remaining) = state.pause_remaining {
+            info["pause_remaining"] =
+                json!(u64::try_from(remaining.as_nanos()).unwrap_or(u64::MAX));
+        }
+        if !state.priority_groups.is_empty() {
+            let groups: Vec<Value> = state
+                .priority_groups
+                .iter()
+                .map(|g| {
+                    let mut group = json!({
+                        "group": g.group,
+                        "pinned_ts": g.pinned_at.map_or_else(|| ZERO_TIME.to_owned(), |at| wall_time(self, at)),
+                    });
+                    if let Some(id) = &g.pinned_client_id {
+                        group["pinned_client_id"] = Value::String(id.clone());
+                    }
+                    group
+                })
+                .collect();
+            info["priority_groups"] = Value::Array(groups);
+        }
+        Ok(info)
+    }
+
+    /// `CONSUMER.PAUSE`: `{"pause_until": <RFC 3339>}` pauses until then; no body, `null`,
+    /// or a time passed resumes.
+    fn pause_api(&mut self, stream: &str, name: &str, payload: &[u8]) -> Result<Value, ApiError> {
+        let text = payload.trim_ascii();
+        let until = if text.first().is_some_and(|b| *b == b'{' || *b == b'[') {
+            let asked: Value = serde_json::from_slice(text)
+                .map_err(|e| ApiError::new(400, ErrorCode(10025), format!("invalid JSON: {e}")))?;
+            match asked.get("pause_until").and_then(Value::as_str) {
+                Some(t) => Some(
+                    time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339)
+                        .map_err(|e| {
+                            ApiError::new(400, ErrorCode(10025), format!("invalid JSON: {e}"))
+                        })?
+                        .to_offset(time::UtcOffset::UTC),
+                ),
+                None => None,
+            }
+        } else {
+            None
+        };
+        // Go's zero time is no pause.
+        let until = until.filter(|t| t.year() > 1);
+        self.pause_consumer_until(stream, name, until)?;
+        let resume_at = until.map(|t| self.instant_of(t));
+        let mut body = json!({
+            "paused": false,
+            "pause_until": until.map_or_else(|| ZERO_TIME.to_owned(), rfc3339),
+        });
+        if let Some(at) = resume_at.filter(|at| *at > self.now) {
+            body["paused"] = Value::Bool(true);
+            body["pause_remaining"] =
+                json!(u64::try_from((at - self.now).as_nanos()).unwrap_or(u64::MAX));
+        }
+        Ok(body)
     }
 
     fn account_info(&self) -> Value {
@@ -286,24 +377,28 @@ mod tests {
     #[test]
     fn minimal_requests_take_the_servers_defaults() {
         let mut server = Server::new(std::time::Instant::now());
-        let created = server.answer_api(
-            "STREAM.CREATE.MIN",
-            br#"{"name":"MIN","subjects":["min.>"]}"#,
-        );
+        let created = server
+            .answer_api(
+                "STREAM.CREATE.MIN",
+                br#"{"name":"MIN","subjects":["min.>"]}"#,
+            )
+            .unwrap();
         assert!(created.get("error").is_none(), "{created}");
         assert_eq!(
             created["type"],
             "io.nats.jetstream.api.v1.stream_create_response"
         );
-        let consumer = server.answer_api(
-            "CONSUMER.CREATE.MIN.w",
-            br#"{"stream_name":"MIN","config":{"durable_name":"w","ack_policy":"explicit"}}"#,
-        );
+        let consumer = server
+            .answer_api(
+                "CONSUMER.CREATE.MIN.w",
+                br#"{"stream_name":"MIN","config":{"durable_name":"w","ack_policy":"explicit"}}"#,
+            )
+            .unwrap();
         assert!(consumer.get("error").is_none(), "{consumer}");
         assert_eq!(consumer["config"]["ack_wait"], 30_000_000_000u64);
-        let listed = server.answer_api("CONSUMER.LIST.MIN", b"");
+        let listed = server.answer_api("CONSUMER.LIST.MIN", b"").unwrap();
         assert_eq!(listed["consumers"][0]["name"], "w", "{listed}");
-        let refused = server.answer_api("STREAM.PURGE.MIN", b"");
+        let refused = server.answer_api("STREAM.PURGE.MIN", b"").unwrap();
         assert_eq!(refused["error"]["code"], 400);
         assert!(
             refused["error"]["description"]
@@ -312,5 +407,136 @@ mod tests {
                 .contains("$JS.API.STREAM.PURGE.MIN is not modelled"),
             "{refused}"
         );
+    }
+
+    /// The sans-io side of pauses and pins: a paused consumer delivers at its end; a pinned
+    /// client's deliveries carry `Nats-Pin-Id`, a request without a body waits on standby,
+    /// and the pin moves on after `priority_timeout`.
+    #[test]
+    fn pauses_and_pins_on_the_model() {
+        use async_nats::jetstream::consumer::{PriorityPolicy, pull};
+        use std::time::{Duration, Instant};
+
+        use crate::model::journal::Publish;
+
+        let start = Instant::now();
+        let mut server = Server::new(start);
+        server
+            .create_stream(stream::Config {
+                name: "P".into(),
+                subjects: vec!["p.>".into()],
+                ..Default::default()
+            })
+            .unwrap();
+        server
+            .create_consumer(
+                "P",
+                pull::Config {
+                    durable_name: Some("pin".into()),
+                    filter_subject: "p.pin".into(),
+                    priority_policy: PriorityPolicy::PinnedClient,
+                    priority_groups: vec!["g".into()],
+                    priority_timeout: Duration::from_secs(1),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        server
+            .create_consumer(
+                "P",
+                pull::Config {
+                    durable_name: Some("pz".into()),
+                    filter_subject: "p.pz".into(),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        let app = server.connect();
+        server.subscribe(app, "_INBOX.>", None).unwrap();
+        let pull = |server: &mut Server, consumer: &str, inbox: &str, body: &str, at| {
+            let subject = format!("$JS.API.CONSUMER.MSG.NEXT.P.{consumer}");
+            server
+                .publish(app, Publish::new(subject, body.to_owned()).reply(inbox), at)
+                .unwrap();
+        };
+        let next = |server: &mut Server| {
+            let d = server.poll_delivered()?;
+            let pin = d
+                .message
+                .headers
+                .as_ref()
+                .and_then(|h| h.get("Nats-Pin-Id"))
+                .map(|v| v.as_str().to_owned());
+            Some((
+                d.message.subject.to_string(),
+                pin,
+                d.message.status.map(u16::from),
+            ))
+        };
+
+        // Paused for 2 s: the request waits, and is filled when the pause ends.
+        let state = server
+            .pause_consumer("P", "pz", Some(start + Duration::from_secs(2)))
+            .unwrap();
+        assert!(state.paused);
+        assert_eq!(state.pause_remaining, Some(Duration::from_secs(2)));
+        server
+            .publish(app, Publish::new("p.pz", "x"), start)
+            .unwrap();
+        pull(&mut server, "pz", "_INBOX.pz", r#"{"batch":1}"#, start);
+        assert_eq!(next(&mut server), None);
+        let resume = server.poll_timeout().unwrap();
+        assert_eq!(resume, start + Duration::from_secs(2));
+        server.handle_timeout(resume);
+        assert_eq!(next(&mut server), Some(("p.pz".into(), None, None)));
+
+        // Pinned: the first request is pinned; one without a body waits on standby.
+        let pin = "SIMPIN0000000000000001".to_owned();
+        server
+            .publish(app, Publish::new("p.pin", "1"), resume)
+            .unwrap();
+        // As async-nats writes it: the fields it leaves unset are `null`.
+        let written =
+            r#"{"batch":1,"max_bytes":0,"min_pending":null,"min_ack_pending":null,"group":"g"}"#;
+        pull(&mut server, "pin", "_INBOX.a", written, resume);
+        assert_eq!(
+            next(&mut server),
+            Some(("p.pin".into(), Some(pin.clone()), None))
+        );
+        pull(&mut server, "pin", "_INBOX.b", "", resume);
+        pull(
+            &mut server,
+            "pin",
+            "_INBOX.c",
+            r#"{"group":"g","expires":60000000000}"#,
+            resume,
+        );
+        server
+            .publish(app, Publish::new("p.pin", "2"), resume)
+            .unwrap();
+        assert_eq!(next(&mut server), None);
+        let state = server.consumer_state("P", "pin").unwrap();
+        assert_eq!(state.priority_groups[0].pinned_client_id, Some(pin));
+        // No request with the pin for 1 s: released. The request without a body, first in
+        // line, is served without being pinned (an empty `Nats-Pin-Id`, as nats-server 2.15.1
+        // sends it); the next message pins the one that names the group.
+        let released = server.poll_timeout().unwrap();
+        assert_eq!(released, resume + Duration::from_secs(1));
+        server.handle_timeout(released);
+        assert_eq!(
+            next(&mut server),
+            Some(("p.pin".into(), Some(String::new()), None))
+        );
+        server
+            .publish(app, Publish::new("p.pin", "3"), released)
+            .unwrap();
+        let second = "SIMPIN0000000000000002".to_owned();
+        assert_eq!(
+            next(&mut server),
+            Some(("p.pin".into(), Some(second), None))
+        );
+        assert_eq!(server.consumer_state("P", "pin").unwrap().num_waiting, 0);
+        server.unpin_consumer("P", "pin", "g").unwrap();
+        assert!(server.unpin_consumer("P", "pin", "h").is_err());
     }
 }

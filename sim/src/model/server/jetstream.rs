@@ -90,6 +90,7 @@ impl Server {
                 expires: None,
                 no_wait: false,
                 idle_heartbeat: None,
+                priority: None,
             })
         } else {
             serde_json::from_slice::<PullRequest>(payload)
@@ -171,6 +172,7 @@ impl Server {
                     delivered,
                     consumer_sequence,
                     pending,
+                    pin_id,
                     ..
                 } => {
                     let Some(stored) = self
@@ -202,13 +204,22 @@ impl Server {
                     // Sent through the request's inbox, under the message's own subject, as
                     // the server delivers a pull consumer's messages.
                     let subject = async_nats::Subject::from(stored.subject.as_str());
-                    self.route_with(
-                        &inbox,
-                        Some(&reply),
-                        Headers::of_stored(&stored),
-                        &stored.payload,
-                        |m| m.subject = subject.clone(),
-                    );
+                    // A pinned-client consumer's deliveries carry the pin (readable headers
+                    // only: an unreadable block goes on byte for byte).
+                    let pinned = pin_id
+                        .filter(|_| stored.unreadable_headers.is_none())
+                        .map(|id| {
+                            let mut headers = stored.headers.clone().unwrap_or_default();
+                            headers.insert("Nats-Pin-Id", id.as_str());
+                            headers
+                        });
+                    let headers = match &pinned {
+                        Some(map) => Headers::map(Some(map)),
+                        None => Headers::of_stored(&stored),
+                    };
+                    self.route_with(&inbox, Some(&reply), headers, &stored.payload, |m| {
+                        m.subject = subject.clone()
+                    });
                 }
                 Send::Status {
                     inbox,

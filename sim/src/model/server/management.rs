@@ -3,14 +3,15 @@
 //! deleted. What they do with messages is in `jetstream.rs`.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use async_nats::jetstream::consumer::{AckPolicy, pull};
 use async_nats::jetstream::stream;
 use ruststream_settlement::Subject;
 
 use crate::model::consumer::{Consumer, ConsumerState};
-use crate::model::error::{SimError, WorkQueueRule};
-use crate::model::server::{Server, ServerVersion, StreamEntry};
+use crate::model::error::{PriorityRule, SimError, WorkQueueRule};
+use crate::model::server::{EPOCH_NANOS, Server, ServerVersion, StreamEntry};
 use crate::model::stream::{StoredMessage, Stream, StreamState};
 
 impl Server {
@@ -184,6 +185,7 @@ impl Server {
                     check_work_queue(stream, &consumer, entry.consumers.values())?;
                 }
                 entry.consumers.insert(name.clone(), consumer);
+                self.apply_pause(stream, &name);
             }
         }
         self.consumer_state(stream, &name)
@@ -218,7 +220,11 @@ impl Server {
                     stream: stream.to_owned(),
                     consumer: name.clone(),
                 })?;
+        let paused_before = existing.config.pause_until;
         existing.update(updated)?;
+        if existing.config.pause_until != paused_before {
+            self.apply_pause(stream, &name);
+        }
         self.consumer_state(stream, &name)
     }
 
@@ -254,7 +260,125 @@ impl Server {
                 stream: stream.to_owned(),
                 consumer: consumer.to_owned(),
             })?;
-        Ok(c.state(&entry.stream))
+        Ok(c.state(&entry.stream, self.now))
+    }
+
+    /// Pauses a consumer until `until` (on the model's clock), as `CONSUMER.PAUSE` does on
+    /// nats-server 2.11+: it delivers nothing before then, and resumes by itself at `until`.
+    /// `None`, or an instant not after [`now`](Self::now), resumes it at once. The consumer's
+    /// `pause_until` is set to the wall time of `until` ([`Server::wall_clock`]).
+    ///
+    /// # Errors
+    /// [`SimError::StreamNotFound`], [`SimError::ConsumerNotFound`]; on
+    /// [`ServerVersion::V2_9`], which has no pause, [`SimError::NotModelled`].
+    pub fn pause_consumer(
+        &mut self,
+        stream: &str,
+        consumer: &str,
+        until: Option<Instant>,
+    ) -> Result<ConsumerState, SimError> {
+        let until = until.map(|at| self.wall_clock(at));
+        self.pause_consumer_until(stream, consumer, until)?;
+        self.consumer_state(stream, consumer)
+    }
+
+    /// Sets `pause_until` (a wall time; `None` resumes) and the pause it means.
+    pub(crate) fn pause_consumer_until(
+        &mut self,
+        stream: &str,
+        consumer: &str,
+        until: Option<async_nats::datetime::DateTime>,
+    ) -> Result<(), SimError> {
+        if self.version == ServerVersion::V2_9 {
+            return Err(SimError::NotModelled {
+                what: format!("consumer `{consumer}` on stream `{stream}`"),
+                setting: "a pause on nats-server 2.9, which has none".to_owned(),
+            });
+        }
+        self.consumer_mut(stream, consumer)?.config.pause_until = until;
+        self.apply_pause(stream, consumer);
+        let at = self.now;
+        self.pump(at);
+        Ok(())
+    }
+
+    /// Releases a pinned-client consumer's pin in `group`, as `CONSUMER.UNPIN` does on
+    /// nats-server 2.11+: the next request served is pinned anew (a consumer of another
+    /// policy with that group: nothing to release).
+    ///
+    /// # Errors
+    /// [`SimError::StreamNotFound`], [`SimError::ConsumerNotFound`],
+    /// [`SimError::Priority`] with [`PriorityRule::UnknownGroup`] for a group the consumer does
+    /// not have; on [`ServerVersion::V2_9`], [`SimError::NotModelled`].
+    pub fn unpin_consumer(
+        &mut self,
+        stream: &str,
+        consumer: &str,
+        group: &str,
+    ) -> Result<(), SimError> {
+        if self.version == ServerVersion::V2_9 {
+            return Err(SimError::NotModelled {
+                what: format!("consumer `{consumer}` on stream `{stream}`"),
+                setting: "an unpin on nats-server 2.9, which has no priority groups".to_owned(),
+            });
+        }
+        let c = self.consumer_mut(stream, consumer)?;
+        if !c.config.priority_groups.iter().any(|g| g == group) {
+            return Err(SimError::Priority {
+                stream: stream.to_owned(),
+                consumer: consumer.to_owned(),
+                rule: PriorityRule::UnknownGroup,
+            });
+        }
+        c.unpin();
+        let at = self.now;
+        self.pump(at);
+        Ok(())
+    }
+
+    /// The wall time (UTC) of an instant of the model's clock, which starts at
+    /// [`EPOCH_NANOS`](crate::EPOCH_NANOS): what the server writes for it, and what a
+    /// `pause_until` for it says.
+    pub fn wall_clock(&self, at: Instant) -> async_nats::datetime::DateTime {
+        let since = at.saturating_duration_since(self.start);
+        let nanos = i128::from(EPOCH_NANOS) + i128::try_from(since.as_nanos()).unwrap_or(i128::MAX);
+        time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
+            .unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
+    }
+
+    /// The instant of the model's clock a wall time is; one before the clock's start is its
+    /// start.
+    pub(crate) fn instant_of(&self, wall: async_nats::datetime::DateTime) -> Instant {
+        let since = wall.unix_timestamp_nanos() - i128::from(EPOCH_NANOS);
+        let since = u64::try_from(since.max(0)).unwrap_or(u64::MAX);
+        self.start + Duration::from_nanos(since)
+    }
+
+    /// Sets a consumer's pause from its `pause_until`.
+    fn apply_pause(&mut self, stream: &str, consumer: &str) {
+        let now = self.now;
+        let Ok(until) = self
+            .consumer_mut(stream, consumer)
+            .map(|c| c.config.pause_until)
+        else {
+            return;
+        };
+        let resume_at = until.map(|wall| self.instant_of(wall));
+        if let Ok(c) = self.consumer_mut(stream, consumer) {
+            c.set_pause(resume_at, now);
+        }
+    }
+
+    fn consumer_mut(&mut self, stream: &str, consumer: &str) -> Result<&mut Consumer, SimError> {
+        self.streams
+            .get_mut(stream)
+            .ok_or_else(|| SimError::StreamNotFound(stream.to_owned()))?
+            .consumers
+            .get_mut(consumer)
+            .ok_or_else(|| SimError::ConsumerNotFound {
+                stream: stream.to_owned(),
+                consumer: consumer.to_owned(),
+            })
     }
 
     pub(crate) fn entry(&self, name: &str) -> Result<&StreamEntry, SimError> {

@@ -45,10 +45,14 @@ pub const ACCOUNT_HASH: &str = "SIMACCT";
 pub enum ServerVersion {
     /// 2.9 (Debian's 2.9.10): an `+ACK` that comes after its message went past `max_deliver`
     /// moves the ack floor to the last delivery when nothing else is pending; a partly
-    /// filled `no_wait` request ends with `408` and the unfilled count.
+    /// filled `no_wait` request ends with `408` and the unfilled count. It knows neither
+    /// pauses nor priority groups: their consumer settings and pull request fields are
+    /// ignored (and not given back in the configuration), and `CONSUMER.PAUSE` and
+    /// `CONSUMER.UNPIN` get no answer at all (the client's request times out; no `503`).
     V2_9,
     /// 2.10 and later (checked against 2.15.1): that late `+ACK` leaves the ack floor; a partly
-    /// filled `no_wait` request ends with `404 No Messages`.
+    /// filled `no_wait` request ends with `404 No Messages`; consumer pauses and priority
+    /// groups (2.11+) are followed.
     #[default]
     Current,
 }

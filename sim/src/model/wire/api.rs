@@ -54,6 +54,19 @@ impl ApiError {
 
 impl From<SimError> for ApiError {
     fn from(e: SimError) -> Self {
+        // The server's own descriptions, where clients may match on them.
+        match &e {
+            SimError::Priority { rule, .. } => {
+                return Self::new(400, ErrorCode(rule.err_code()), rule.to_string());
+            }
+            SimError::StreamNotFound(_) => {
+                return Self::new(404, ErrorCode::STREAM_NOT_FOUND, "stream not found");
+            }
+            SimError::ConsumerNotFound { .. } => {
+                return Self::new(404, ErrorCode::CONSUMER_NOT_FOUND, "consumer not found");
+            }
+            _ => {}
+        }
         let description = e.to_string();
         let (code, err_code) = match e {
             SimError::StreamNotFound(_) => (404, ErrorCode::STREAM_NOT_FOUND),
@@ -110,6 +123,8 @@ pub(crate) fn response_type(subject: &str) -> &'static str {
         ["CONSUMER", "DELETE", ..] => "consumer_delete",
         ["CONSUMER", "NAMES", ..] => "consumer_names",
         ["CONSUMER", "LIST", ..] => "consumer_list",
+        ["CONSUMER", "PAUSE", ..] => "consumer_pause",
+        ["CONSUMER", "UNPIN", ..] => "consumer_unpin",
         _ => "error",
     }
 }
@@ -178,6 +193,43 @@ pub(crate) fn consumer_config(payload: &[u8]) -> Result<(pull::Config, String), 
             "a push consumer (`deliver_subject`)",
         ));
     }
+    if config.get("priority_policy").and_then(Value::as_str) == Some("prioritized") {
+        // nats-server 2.12's policy, by a request's `priority`: not modelled.
+        return Err(ApiError::not_modelled("priority_policy `prioritized`"));
+    }
     let config = with_defaults(config)?;
     Ok((config, action))
+}
+
+/// The group a `CONSUMER.UNPIN` names (`{"group": …}`), checked as nats-server checks it
+/// before it looks the consumer up.
+pub(crate) fn unpin_group(payload: &[u8]) -> Result<String, ApiError> {
+    let invalid =
+        |problem: &str| ApiError::new(400, ErrorCode(10025), format!("invalid JSON: {problem}"));
+    let asked: Value = if payload.trim_ascii().is_empty() {
+        return Err(invalid("unexpected end of JSON input"));
+    } else {
+        serde_json::from_slice(payload).map_err(|e| invalid(&e.to_string()))?
+    };
+    let group = asked
+        .get("group")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    if group.is_empty() {
+        return Err(invalid("consumer group not specified"));
+    }
+    let valid = group.len() <= 16
+        && group
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '_' | '=' | '-'));
+    if !valid {
+        let rule = crate::model::error::PriorityRule::InvalidGroupName;
+        return Err(ApiError::new(
+            400,
+            ErrorCode(rule.err_code()),
+            rule.to_string(),
+        ));
+    }
+    Ok(group)
 }

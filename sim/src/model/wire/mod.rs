@@ -58,7 +58,8 @@ impl AckKind {
 }
 
 /// A pull request, as `CONSUMER.MSG.NEXT` takes it (`{"batch": n, "expires": ns, "no_wait": b,
-/// "idle_heartbeat": ns}`).
+/// "idle_heartbeat": ns}`, and for a consumer with priority groups `"group"`,
+/// `"min_pending"`, `"min_ack_pending"` and `"id"`: [`PullPriority`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
 pub struct PullRequest {
     /// How many messages, at least 1.
@@ -74,6 +75,47 @@ pub struct PullRequest {
     /// to deliver, in nanoseconds on the wire; `None`: never.
     #[serde(default, with = "nanos")]
     pub idle_heartbeat: Option<Duration>,
+    /// Its priority-group fields. nats-server 2.11+ reads them from every JSON request (all
+    /// empty when it sets none); `None` for a request that is no JSON object (an empty body),
+    /// which the server takes without a group.
+    #[serde(flatten)]
+    pub priority: Option<PullPriority>,
+}
+
+/// The priority-group fields of a pull request (nats-server 2.11+; 2.9 ignores them). A field
+/// given as `null` (async-nats writes `"min_pending":null` and the like) is left out, as Go
+/// reads it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(default)]
+pub struct PullPriority {
+    /// `group`: the consumer's priority group it pulls for (required, and one of the
+    /// consumer's, when the consumer has a priority policy).
+    #[serde(deserialize_with = "null_is_default")]
+    pub group: String,
+    /// `min_pending` (overflow): served only while the consumer's `num_pending` is at least
+    /// this; 0 for no limit.
+    #[serde(deserialize_with = "null_is_default")]
+    pub min_pending: i64,
+    /// `min_ack_pending` (overflow): served only while the consumer's `num_ack_pending` is at
+    /// least this; 0 for no limit.
+    #[serde(deserialize_with = "null_is_default")]
+    pub min_ack_pending: i64,
+    /// `id` (pinned client): the `Nats-Pin-Id` the client was given; empty for none.
+    #[serde(deserialize_with = "null_is_default")]
+    pub id: String,
+    /// `priority` (nats-server 2.12's prioritized policy, which the model refuses): only
+    /// checked to be within 0..=9, as the server checks it.
+    #[serde(deserialize_with = "null_is_default")]
+    pub priority: i64,
+}
+
+/// A JSON `null` read as the type's default, as Go's `encoding/json` leaves the field.
+fn null_is_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + serde::Deserialize<'de>,
+{
+    Ok(<Option<T> as serde::Deserialize>::deserialize(d)?.unwrap_or_default())
 }
 
 fn one() -> usize {
