@@ -620,6 +620,49 @@ fn dead_letters_and_copies_another_mount_would_take_as_work_are_refused() {
     });
 }
 
+/// A consumer with several filter subjects (nats-server 2.10+) is checked against each: dead
+/// letters to one of them are refused, to a subject outside them are not. (nats-server 2.9
+/// ignores `filter_subjects` and makes a consumer of every subject, which takes both.)
+#[test]
+fn dead_letters_into_one_of_a_consumers_several_filters_are_refused() {
+    run(async {
+        let (server, tc, _acks, _r, _ev) = js_case().await;
+        let stream = tc.stream("EVENTS", &["events.>"]).await;
+        stream
+            .create_consumer(adapter::async_nats::jetstream::consumer::pull::Config {
+                durable_name: Some("e".into()),
+                ack_policy: adapter::async_nats::jetstream::consumer::AckPolicy::Explicit,
+                filter_subjects: vec!["events.a".into(), "events.dead".into()],
+                ..Default::default()
+            })
+            .await
+            .expect("consumer e");
+        let noop = |_: Delivery| async { Outcome::Ack };
+        let with_dead_letters = |subject: &'static str| {
+            move |a: App| {
+                a.mount(
+                    js_mount("orders").max_attempts(2).dead_letter(subject),
+                    noop,
+                )
+                .mount(Mount::jetstream("events", "EVENTS", "e"), noop)
+            }
+        };
+        let e = start_err(&server, with_dead_letters("events.dead")).await;
+        assert!(
+            matches!(&e, StartError::Overlap { mount, .. } if mount == "orders")
+                && e.to_string().contains("JetStream mount `events`"),
+            "{e}"
+        );
+        if server.version() >= (2, 10, 0) {
+            let app = start(&server, &events(), with_dead_letters("events.other")).await;
+            app.shutdown().await;
+        } else {
+            let e = start_err(&server, with_dead_letters("events.other")).await;
+            assert!(matches!(&e, StartError::Overlap { .. }), "{e}");
+        }
+    });
+}
+
 /// A stream with `no_ack` stores without answering (issue 41, found by a breaker): a Core
 /// mount that replies under it gets its requests answered by itself, so it starts, warned
 /// about the storing; dead letters to it would never be confirmed (rule 8) and go round for

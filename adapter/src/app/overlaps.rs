@@ -32,10 +32,7 @@ pub(crate) async fn check_overlaps(
         true => stored_subjects(js).await,
         false => Vec::new(),
     };
-    let mut filters = Vec::with_capacity(checked.len());
-    for c in checked {
-        filters.push(consumer_filters(js, c, checked, &streams).await);
-    }
+    let filters: Vec<Vec<Wildcard>> = checked.iter().map(consumer_filters).collect();
     let mounts: Vec<MountSubjects<'_>> = checked
         .iter()
         .zip(&filters)
@@ -98,66 +95,17 @@ async fn stored_subjects(js: &async_nats::jetstream::Context) -> Vec<Listed> {
     streams
 }
 
-/// A JetStream mount's consumer filter subjects; empty for one without a filter and for a
-/// Core mount.
-///
-/// async-nats shows `filter_subjects` (several, server 2.10+) only with its `server_2_10`
-/// feature, which the runtime leaves to the application. A consumer whose `filter_subject`
-/// is empty has either no filter or several: its info is then asked for again and read here,
-/// but only when its stream stores another mount's dead-letter or copy subject (the only
-/// subjects a JetStream mount is checked against), so that start-up makes no request more
-/// for the common case. When that request fails, the consumer is taken to have no filter.
-async fn consumer_filters(
-    js: &async_nats::jetstream::Context,
-    mount: &CheckedMount,
-    checked: &[CheckedMount],
-    streams: &[Listed],
-) -> Vec<Wildcard> {
+/// A JetStream mount's consumer filter subjects (its `filter_subject`, or its several
+/// `filter_subjects`, server 2.10+, as its bound info gives them); empty for one without a
+/// filter and for a Core mount.
+fn consumer_filters(mount: &CheckedMount) -> Vec<Wildcard> {
     let Source::JetStream(consumer) = &mount.source else {
         return Vec::new();
     };
-    let info = consumer.cached_info();
-    let parse = |s: &String| Wildcard::new(s).ok();
-    if !info.config.filter_subject.is_empty() {
-        return parse(&info.config.filter_subject).into_iter().collect();
-    }
-    if !stores_taken_subject(&info.stream_name, checked, streams) {
-        return Vec::new();
-    }
-    let subject = format!("CONSUMER.INFO.{}.{}", info.stream_name, info.name);
-    let answer: Result<FiltersAnswer, _> = js.request(subject, &serde_json::json!({})).await;
-    match answer {
-        Ok(FiltersAnswer { config: Some(c) }) => {
-            c.filter_subjects.iter().filter_map(parse).collect()
-        }
-        Ok(FiltersAnswer { config: None }) | Err(_) => Vec::new(),
-    }
-}
-
-/// Whether stream `stream` stores a dead-letter or copy subject of one of the `checked`
-/// mounts.
-fn stores_taken_subject(stream: &str, checked: &[CheckedMount], streams: &[Listed]) -> bool {
-    let stored: Vec<&Wildcard> = streams
-        .iter()
-        .filter(|(name, _, _)| name == stream)
-        .flat_map(|(_, subjects, _)| subjects)
-        .collect();
-    checked
-        .iter()
-        .flat_map(|c| [c.policy.dead_letter(), c.policy.copy_subject()])
-        .flatten()
-        .any(|taken| stored.iter().any(|s| s.matches(taken)))
-}
-
-/// The part of a `CONSUMER.INFO` answer [`consumer_filters`] reads.
-#[derive(serde::Deserialize)]
-struct FiltersAnswer {
-    config: Option<FiltersConfig>,
-}
-
-/// A consumer's filter subjects, as its info gives them.
-#[derive(serde::Deserialize)]
-struct FiltersConfig {
-    #[serde(default)]
-    filter_subjects: Vec<String>,
+    let config = &consumer.cached_info().config;
+    std::iter::once(&config.filter_subject)
+        .filter(|s| !s.is_empty())
+        .chain(&config.filter_subjects)
+        .filter_map(|s| Wildcard::new(s).ok())
+        .collect()
 }
