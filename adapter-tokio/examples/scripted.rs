@@ -40,7 +40,20 @@
 //!   --strict-order          with --key-token and --max-attempts: a retry below the limit
 //!                           runs again in place after its delay, its key's later deliveries
 //!                           waiting
+//!   --priority-group GROUP  pull the consumer through this priority group (nats-server 2.11+;
+//!                           with --stream)
+//!   --priority-policy pinned|overflow[:MIN_PENDING]
+//!                           with --priority-group (default pinned): one instance at a time
+//!                           (pinned), or only while MIN_PENDING messages or more are pending
+//!   --priority-timeout-ms MS  a pinned consumer's priority_timeout, when the service creates
+//!                           it (default 10000): how long before a silent pinned instance is
+//!                           replaced
 //!   --runtime tokio|smol    which adapter runs the mount (default tokio)
+//!   --service NAME:VERSION  declare the app a NATS service (`App::service`): it answers
+//!                           `$SRV.PING`, `$SRV.INFO` and `$SRV.STATS` (`nats micro ls`,
+//!                           `nats micro info NAME`, `nats micro stats NAME`); a Core mount is
+//!                           its endpoint, in queue group "q" unless --queue-group says
+//!                           otherwise (a JetStream mount answers no requests: none)
 //! CONNECTION (see below):
 //!   --url URL               one server URL, or several separated by commas
 //!   --creds FILE            a credentials file (JWT and NKey seed)
@@ -160,7 +173,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ruststream_adapter::async_nats::ConnectOptions;
-use ruststream_tokio::{Backoff, Batch, Context, Delivery, ErrorPolicy, Key, Mount, Outcome};
+use ruststream_tokio::{
+    Backoff, Batch, Context, Delivery, ErrorPolicy, Key, Mount, Outcome, PriorityPolicy, Service,
+};
 
 /// How long a batch waits for more members after its first, when `--batch` gives no WAIT_MS.
 const DEFAULT_BATCH_WAIT_MS: u64 = 100;
@@ -191,6 +206,11 @@ struct Flags {
     /// `--key-token N`: the subject token that is the key.
     key_token: Option<usize>,
     strict_order: bool,
+    priority_group: Option<String>,
+    priority_policy: Option<PriorityPolicy>,
+    priority_timeout_ms: Option<u64>,
+    /// `--service NAME:VERSION`.
+    service: Option<(String, String)>,
     creds: Option<PathBuf>,
     user: Option<String>,
     password: Option<String>,
@@ -214,6 +234,9 @@ const USAGE: &str = "usage: scripted [--url URL] (--subject S | --wildcard W --c
                 [--strict-order]          (needs --key-token and --max-attempts) a retry below
                                           the limit runs again in place after its delay, its
                                           key waiting: no -NAK, no Core copy
+                [--priority-group G [--priority-policy pinned|overflow[:MIN_PENDING]]
+                 [--priority-timeout-ms MS]]   share the consumer between instances
+                [--service NAME:VERSION]  a NATS service: answers $SRV.PING, INFO and STATS
                 [--runtime tokio|smol] [--creds FILE] [--user U --password P] [--token T]
                 [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]
 see the top of adapter-tokio/examples/scripted.rs";
@@ -326,6 +349,23 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Flags, String> {
                     return Err("--strict-order given twice".to_owned());
                 }
             }
+            "--priority-group" => set(&mut f.priority_group, &flag, value()?)?,
+            "--priority-policy" => {
+                let policy = PriorityPolicy::parse(&value()?)
+                    .map_err(|e| format!("--priority-policy: {e}"))?;
+                set(&mut f.priority_policy, &flag, policy)?
+            }
+            "--priority-timeout-ms" => match number(value()?)? {
+                0 => return Err("--priority-timeout-ms must be at least 1".to_owned()),
+                ms => set(&mut f.priority_timeout_ms, &flag, ms)?,
+            },
+            "--service" => {
+                let v = value()?;
+                let (name, version) = v.split_once(':').ok_or_else(|| {
+                    format!("--service: `{v}` is not NAME:VERSION (`orders:1.2.0`)")
+                })?;
+                set(&mut f.service, &flag, (name.to_owned(), version.to_owned()))?
+            }
             "--runtime" => match value()?.as_str() {
                 runtime @ ("tokio" | "smol") => set(&mut f.runtime, &flag, runtime.to_owned())?,
                 other => return Err(format!("--runtime is tokio or smol, not `{other}`")),
@@ -365,6 +405,15 @@ fn mount(f: &Flags) -> Result<Mount, String> {
         (
             f.subscription_buffer.is_some() && f.stream.is_some(),
             "--subscription-buffer is for Core mounts",
+        ),
+        (
+            f.priority_group.is_some() && f.stream.is_none(),
+            "--priority-group is for JetStream mounts (--stream)",
+        ),
+        (
+            (f.priority_policy.is_some() || f.priority_timeout_ms.is_some())
+                && f.priority_group.is_none(),
+            "--priority-policy and --priority-timeout-ms go with --priority-group",
         ),
         (
             f.strict_order && f.key_token.is_none(),
@@ -443,6 +492,13 @@ fn mount(f: &Flags) -> Result<Mount, String> {
     }
     if let Some(n) = f.key_token {
         m = m.key(Key::subject_token(n));
+    }
+    if let Some(group) = &f.priority_group {
+        m = m.priority_group(group, f.priority_policy.unwrap_or(PriorityPolicy::Pinned));
+    }
+    // With an overflow policy, a timeout is refused at start-up, naming the mount.
+    if let Some(ms) = f.priority_timeout_ms {
+        m = m.priority_timeout(Duration::from_millis(ms));
     }
     // Without --max-attempts, strict order is refused at start-up, naming the mount.
     if f.strict_order {
@@ -678,9 +734,15 @@ async fn serve<R: ruststream_adapter::Runtime>(
     options: ConnectOptions,
     mount: Mount,
     shape: Shape,
+    service: Option<Service>,
 ) -> std::process::ExitCode {
     let name = mount.name().to_owned();
     let app = ruststream_adapter::App::<R>::with_options(url, options);
+    // A name or version the micro protocol refuses is refused at start-up (exit 1).
+    let app = match service {
+        Some(service) => app.service(service),
+        None => app,
+    };
     let key_token = shape.key_token;
     let app = match shape.batched {
         true => app.mount_batch(mount, move |batch: Batch| handle_batch(batch, key_token)),
@@ -756,13 +818,17 @@ fn main() -> std::process::ExitCode {
         batched: flags.batch.is_some(),
         key_token: flags.key_token,
     };
+    let service = flags
+        .service
+        .as_ref()
+        .map(|(name, version)| Service::new(name, version));
     match flags.runtime.as_deref() {
         Some("smol") => smol::block_on(serve::<ruststream_smol::Runtime>(
-            &url, options, mount, shape,
+            &url, options, mount, shape, service,
         )),
         _ => match tokio::runtime::Runtime::new() {
             Ok(runtime) => runtime.block_on(serve::<ruststream_tokio::Runtime>(
-                &url, options, mount, shape,
+                &url, options, mount, shape, service,
             )),
             Err(e) => {
                 eprintln!("scripted: cannot start tokio: {e}");

@@ -43,11 +43,14 @@ pub use api::health::{
 pub use api::keyed::{Key, KeyFn};
 pub use api::mount::{
     DEFAULT_ACK_WAIT, DEFAULT_ACK_WAIT_WITHOUT_LEASES, DEFAULT_CONCURRENCY,
-    DEFAULT_HANDLER_TIME_LIMIT, DEFAULT_SUBSCRIPTION_BUFFER, MAX_CONCURRENCY, Mount,
+    DEFAULT_HANDLER_TIME_LIMIT, DEFAULT_PRIORITY_TIMEOUT, DEFAULT_SUBSCRIPTION_BUFFER,
+    MAX_CONCURRENCY, Mount,
 };
 pub use api::reports::{AppFailed, CoreLosses, Recovery, Settled, ShutdownReport};
+pub use api::service::{DEFAULT_SERVICE_QUEUE_GROUP, Service};
 pub use api::typed::{IntoJsonHandler, IntoTypedHandler, Json, Typed};
 pub use app::asyncapi::ASYNCAPI_VERSION;
+pub use app::pause::{PauseError, PauseState};
 pub use app::running::{DEFAULT_GRACE_PERIOD, Running, ShutdownHandle};
 pub use app::startup::{StartError, connect_url};
 pub use app::supervisor::{
@@ -60,6 +63,7 @@ pub use runtime::{Entered, LoopThread, NatsThread, Reactor, Runtime, ThreadStopp
 pub use ruststream_settlement::{
     Attempt, Backoff, BackoffError, DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_JITTER,
     DeclarationError, DeclarationErrorKind, Descriptor, Disposition, MountPolicy, Outcome,
+    PriorityPolicy,
 };
 /// Deliberate bugs, for measuring the explorer: their names in every build, the switch that
 /// turns one on only with the `deliberate-bugs` feature (never in a user's build).
@@ -141,15 +145,19 @@ macro_rules! reexport_api {
             ContextSource, CoreLosses, DEFAULT_ACK_WAIT, DEFAULT_ACK_WAIT_WITHOUT_LEASES,
             DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_JITTER, DEFAULT_CONCURRENCY,
             DEFAULT_DISCONNECTED_LIMIT, DEFAULT_GRACE_PERIOD, DEFAULT_HANDLER_TIME_LIMIT,
-            DEFAULT_SUBSCRIPTION_BUFFER, DeclarationError, DeclarationErrorKind, DecodeError,
-            Delivery, DeliveryFn, Descriptor, Disposition, ErrorPolicy, Handled, HandledFuture,
-            Handler, HandlerSlot, Health, HealthClosed, HealthWatch, IntoBatchHandled, IntoHandled,
-            IntoHandler, IntoJsonHandler, IntoTypedHandler, JetStreamInfo, Json, Key, KeyFn,
-            LIVENESS_LIMIT, MAX_BATCH, MAX_CONCURRENCY, MAX_RECOVERIES, Member, MemberOutcome,
-            Mount, MountHealth, MountPolicy, MountState, Outcome, OutcomeFuture, RECOVERIES_KEPT,
-            RECOVERY_LIMIT, RECOVERY_WINDOW, Recovery, Reply, ReplyAs, RunError,
-            SAME_SUSPECT_LIMIT, Settled, ShutdownHandle, ShutdownReport, StartError, Typed,
-            async_nats, connect_url, dead_letters,
+            DEFAULT_PRIORITY_TIMEOUT, DEFAULT_SUBSCRIPTION_BUFFER, DeclarationError,
+            DeclarationErrorKind, DecodeError, Delivery, DeliveryFn, Descriptor, Disposition,
+            ErrorPolicy, Handled, HandledFuture, Handler, HandlerSlot, Health, HealthClosed,
+            HealthWatch, IntoBatchHandled, IntoHandled, IntoHandler, IntoJsonHandler,
+            IntoTypedHandler, JetStreamInfo, Json, Key, KeyFn, LIVENESS_LIMIT, MAX_BATCH,
+            MAX_CONCURRENCY, MAX_RECOVERIES, Member, MemberOutcome, Mount, MountHealth,
+            MountPolicy, MountState, Outcome, OutcomeFuture, PauseError, PauseState,
+            PriorityPolicy, RECOVERIES_KEPT, RECOVERY_LIMIT, RECOVERY_WINDOW, Recovery, Reply,
+            ReplyAs, RunError, SAME_SUSPECT_LIMIT, Settled, ShutdownHandle, ShutdownReport,
+            StartError, Typed, async_nats, connect_url, dead_letters,
         };
+        /// An app declared as a NATS service (the micro protocol), and the queue group its
+        /// endpoints subscribe in by default.
+        pub use $crate::{DEFAULT_SERVICE_QUEUE_GROUP, Service};
     };
 }

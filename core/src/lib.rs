@@ -80,6 +80,7 @@ mod message;
 mod overlap;
 mod plan;
 mod policy;
+mod priority;
 mod provenance;
 mod pull;
 mod queue;
@@ -108,6 +109,10 @@ pub use policy::{
     AckPolicy, ConsumerFacts, DEFAULT_DEAD_LETTER_RETRY_DELAY, DeclarationError,
     DeclarationErrorKind, DeclarationWarning, DeclarationWarningKind, Descriptor, MountDeclaration,
     MountPolicy, NameRole, SubjectRole, dead_letter_confirm_within,
+};
+pub use priority::{
+    ConsumerPriority, MAX_GROUP_NAME, MAX_MIN_PENDING, PriorityPolicy, ServerFeature,
+    ServerVersion, check_group_name, check_priority, check_server_has,
 };
 pub use provenance::{
     PROVENANCE_ATTEMPT, PROVENANCE_CONSUMER, PROVENANCE_ERROR, PROVENANCE_ERROR_MAX,

@@ -1,6 +1,8 @@
-//! Faults under load: a service killed mid-stream and started again, a nats-server restarted
-//! under a running app, and a cluster node that dies. Each test consumes a file-stored stream of
-//! [`MESSAGES`] messages, each with an id of its own, and proves that nothing is lost: at the end
+//! Faults under load: a service killed mid-stream and started again, the active service of a
+//! pinned priority group killed and its standby taking over, a nats-server restarted under a
+//! running app, and a cluster node that dies. Each test consumes a file-stored stream of
+//! [`MESSAGES`] messages ([`PINNED_MESSAGES`] for the standby), each with an id of its own, and
+//! proves that nothing is lost: at the end
 //! the consumer reports every message acknowledged (nothing pending, nothing awaiting an ack,
 //! the ack floor at the last stream sequence), every id was handled, and nothing was terminated
 //! or dead-lettered. Messages run twice are counted: where the test can know exactly which may
@@ -11,8 +13,8 @@
 //! Every wait has a deadline and fails saying what it saw last; each test prints one summary
 //! line (`--nocapture` shows it) with its redeliveries and timings.
 //!
-//! The `…_service_is_killed_and_restarted_…` tests run the `scripted` example as a process:
-//! `cargo test --workspace` builds it; with `cargo test -p ruststream-tests`, build it first
+//! The `…_service_is_killed_and_restarted_…` and `a_standby_takes_over_…` tests run the
+//! `scripted` example as processes: `cargo test --workspace` builds it; with `cargo test -p ruststream-tests`, build it first
 //! (`cargo build -p ruststream-tokio --example scripted`).
 
 #![allow(clippy::unwrap_used, missing_docs)]
@@ -404,6 +406,360 @@ fn jetstream_loses_nothing_when_the_service_is_killed_and_restarted_on_tokio() {
 #[test]
 fn jetstream_loses_nothing_when_the_service_is_killed_and_restarted_on_smol() {
     service_killed_and_restarted("smol");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Active and standby through a pinned priority group (nats-server 2.11+, issue 42 item 4).
+
+/// How many messages the active/standby test publishes (ids 1 to this).
+const PINNED_MESSAGES: u64 = 400;
+
+/// The priority group both processes pull through.
+const PRIORITY_GROUP: &str = "workers";
+
+/// The pinned consumer's `priority_timeout`: how long the server waits for a silent pinned
+/// client (one killed) before it pins another.
+const PRIORITY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The pinned consumer's `ack_wait`: longer than [`PRIORITY_TIMEOUT`], so that the messages
+/// outstanding at the kill come back to the new pin, and short, so that the test is.
+const PINNED_ACK_WAIT: Duration = Duration::from_secs(3);
+
+/// How much later than [`PRIORITY_TIMEOUT`] after the kill the standby may start handling
+/// (the pinned client's last pull request came before the kill; a loaded machine is slow).
+const TAKEOVER_MARGIN: Duration = Duration::from_secs(4);
+
+/// The id of the client the consumer's [`PRIORITY_GROUP`] has pinned, if any.
+fn pinned_client(info: &Info) -> Option<String> {
+    info.priority_groups
+        .iter()
+        .find(|g| g.group == PRIORITY_GROUP)
+        .and_then(|g| g.pinned_client_id.clone())
+        .filter(|id| !id.is_empty())
+}
+
+/// Active and standby: two `scripted` processes on `runtime` pull one durable through a
+/// pinned priority group (`--priority-group workers --priority-policy pinned`, the consumer
+/// created by the first with `priority_timeout` [`PRIORITY_TIMEOUT`] and `ack_wait`
+/// [`PINNED_ACK_WAIT`]). [`PINNED_MESSAGES`] messages wait in a file stream, each handler
+/// sleeping 50 ms, 4 at a time (about 80 a second). A starts and is pinned; B starts and
+/// stands by; A is killed with SIGKILL mid-stream; B is pinned once A's `priority_timeout` has
+/// passed and handles the rest; B is stopped with SIGTERM.
+///
+/// Asserts: the consumer pins A (its `priority_groups` name a pinned client id) and keeps it
+/// pinned while B stands by, B handling nothing and not pinned, while A handles 80 more
+/// messages; the kill comes mid-stream; B handles again within [`PRIORITY_TIMEOUT`] +
+/// [`TAKEOVER_MARGIN`] of the kill, and the consumer's pinned client id changes; B runs the
+/// messages never delivered before the kill once each at attempt 1, and those delivered and not
+/// acknowledged at the kill once each at attempt 2, and nothing else: no message A acknowledged
+/// ran again, and the only ids both processes ran are among B's attempt-2 runs; A ran no id
+/// twice; every id was handled by A or B, every run's outcome was `ack`, and the ack reply
+/// subjects saw an `+ACK` for every stream sequence and nothing but `+ACK` and `+WPI`; the
+/// consumer ends with nothing pending or awaiting an ack, its ack floor at the last sequence;
+/// B exits 0 on SIGTERM.
+///
+/// On a server older than 2.11, which has no priority groups, asserts the refusal instead:
+/// `scripted` exits 1 naming the mount, saying that priority groups need nats-server 2.11 or
+/// later and which version the server is, and creates no consumer.
+fn standby_takes_over_from_a_killed_pinned_service(runtime: &str) {
+    tokio_runtime().block_on(async {
+        let started = Instant::now();
+        let server = NatsServer::start();
+        let tc = TestClient::connect(&server).await;
+        tc.file_stream(STREAM, &["faults.>"]).await;
+        let url = server.url();
+        let ack_wait_ms = PINNED_ACK_WAIT.as_millis().to_string();
+        let priority_timeout_ms = PRIORITY_TIMEOUT.as_millis().to_string();
+        let args = [
+            "--runtime",
+            runtime,
+            "--url",
+            &url,
+            "--name",
+            "standby",
+            "--stream",
+            STREAM,
+            "--durable",
+            CONSUMER,
+            "--ack-wait-ms",
+            &ack_wait_ms,
+            "--concurrency",
+            "4",
+            "--priority-group",
+            PRIORITY_GROUP,
+            "--priority-policy",
+            "pinned",
+            "--priority-timeout-ms",
+            &priority_timeout_ms,
+        ];
+        let version = server.version();
+        if version < (2, 11, 0) {
+            let mut refused = Scripted::spawn(&args, &[("RUST_LOG", "warn")]);
+            assert_eq!(
+                refused.exit_code(Duration::from_secs(10)).await,
+                1,
+                "{runtime}: a priority group on nats-server {version:?}:\n{}",
+                printed(&refused)
+            );
+            let stderr = refused.stderr.lock().unwrap().join("\n");
+            let (major, minor, patch) = version;
+            let said = format!(
+                "priority groups need nats-server 2.11 or later; the server is \
+                 {major}.{minor}.{patch}"
+            );
+            assert!(
+                stderr.contains("scripted: mount `standby`:") && stderr.contains(&said),
+                "{runtime}: the refusal names the mount and says {said:?}:\n{stderr}"
+            );
+            assert!(
+                consumer_info(&tc.js).await.is_err(),
+                "{runtime}: a refused mount creates no consumer"
+            );
+            eprintln!(
+                "active/standby on {runtime}: nats-server {major}.{minor}.{patch} has no \
+                 priority groups: refused with exit 1 ({said:?})"
+            );
+            return;
+        }
+
+        let acks = Wire::watch(&tc.client, &format!("$JS.ACK.{STREAM}.>")).await;
+        let mut stored = Vec::new();
+        for id in 1..=PINNED_MESSAGES {
+            let payload = format!(r#"{{"outcome":"ack","sleep_ms":50,"id":{id}}}"#);
+            stored.push(
+                tc.js
+                    .publish(format!("faults.{id}"), payload.into())
+                    .await
+                    .expect("publish"),
+            );
+        }
+        for (id, ack) in (1..).zip(stored) {
+            let sequence = ack.await.expect("the stream stores it").sequence;
+            assert_eq!(sequence, id, "a fresh stream numbers its messages in order");
+        }
+        let last = PINNED_MESSAGES;
+
+        // A starts and is pinned.
+        let env = [("RUST_LOG", "info")];
+        let mut a = Scripted::spawn(&args, &env);
+        let a_pinned = info_until(&tc.js, "A pinned and handling", PROGRESS_PATIENCE, |i| {
+            pinned_client(i).is_some() && i.ack_floor.stream_sequence >= 20
+        })
+        .await;
+        let pin_a = pinned_client(&a_pinned).unwrap();
+        a.wait_for("this instance is pinned").await;
+
+        // B starts and stands by while A handles on.
+        let mut b = Scripted::spawn(&args, &env);
+        b.wait_for("ruststream started").await;
+        let b_started = consumer_info(&tc.js).await.expect("consumer info");
+        let from = b_started.ack_floor.stream_sequence;
+        let before_kill = info_until(
+            &tc.js,
+            "A handling 80 more messages while B stands by",
+            PROGRESS_PATIENCE,
+            |i| i.ack_floor.stream_sequence >= from + 80,
+        )
+        .await;
+        assert!(
+            runs(&b).is_empty() && !b.printed().contains("this instance is pinned"),
+            "{runtime}: B stands by while A is pinned:\n{}",
+            printed(&b)
+        );
+        assert_eq!(
+            pinned_client(&before_kill).as_deref(),
+            Some(pin_a.as_str()),
+            "{runtime}: A stays pinned while B stands by: {before_kill:#?}"
+        );
+
+        // A is killed mid-stream.
+        a.kill();
+        let killed = Instant::now();
+        // Whatever the server still had from the dead connection is processed by now.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let at_kill = consumer_info(&tc.js).await.expect("consumer info");
+        assert!(
+            at_kill.ack_floor.stream_sequence < last && at_kill.num_pending > 0,
+            "{runtime}: the kill must come mid-stream: {at_kill:#?}"
+        );
+        assert!(
+            runs(&b).is_empty(),
+            "{runtime}: B handles nothing in the first 300 ms after the kill: A is still \
+             pinned:\n{}",
+            printed(&b)
+        );
+        let outstanding = at_kill.num_ack_pending as u64;
+        let undelivered = at_kill.num_pending;
+        let acked_by_a: BTreeSet<u64> = acks
+            .all()
+            .iter()
+            .filter(|m| m.payload.as_ref() == b"+ACK")
+            .filter_map(|m| acked_sequence(&m.subject))
+            .collect();
+
+        // B takes over.
+        let patience = PRIORITY_TIMEOUT + TAKEOVER_MARGIN;
+        let deadline = killed + patience;
+        while runs(&b).is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "{runtime}: B did not handle anything within {patience:?} of A's kill; \
+                 consumer: {:#?}\n{}",
+                consumer_info(&tc.js).await,
+                printed(&b)
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let took_over_in = killed.elapsed();
+        let b_pinned = info_until(
+            &tc.js,
+            "another client pinned after A's kill",
+            DRAIN_PATIENCE,
+            |i| pinned_client(i).is_some_and(|p| p != pin_a),
+        )
+        .await;
+        let pin_b = pinned_client(&b_pinned).unwrap();
+        b.wait_for("this instance is pinned").await;
+        let done = info_until(
+            &tc.js,
+            "every message acknowledged after the takeover",
+            DRAIN_PATIENCE,
+            |i| all_acked(i, last),
+        )
+        .await;
+        let drained_in = killed.elapsed();
+        b.terminate();
+        assert_eq!(
+            b.exit_code(Duration::from_secs(10)).await,
+            0,
+            "{runtime}: B stops cleanly:\n{}",
+            printed(&b)
+        );
+
+        // The consumer: everything acknowledged, at most the outstanding messages redelivered.
+        assert_eq!(done.num_pending, 0, "{runtime}: {done:#?}");
+        assert_eq!(done.num_ack_pending, 0, "{runtime}: {done:#?}");
+        assert_eq!(done.ack_floor.stream_sequence, last, "{runtime}: {done:#?}");
+        assert_eq!(done.delivered.stream_sequence, last, "{runtime}: {done:#?}");
+        assert!(
+            done.num_redelivered as u64 <= outstanding,
+            "{runtime}: {done:#?}"
+        );
+
+        // The handler runs of each process.
+        let (runs_a, runs_b) = (runs(&a), runs(&b));
+        let not_ack: Vec<&Run> = runs_a
+            .iter()
+            .chain(&runs_b)
+            .filter(|r| r.outcome != "ack")
+            .collect();
+        assert!(not_ack.is_empty(), "{runtime}: {not_ack:?}");
+        let handled: BTreeSet<u64> = runs_a.iter().chain(&runs_b).map(|r| r.id).collect();
+        let every: BTreeSet<u64> = (1..=last).collect();
+        assert_eq!(
+            handled,
+            every,
+            "{runtime}: never handled: {:?}; never published: {:?}",
+            every.difference(&handled).collect::<Vec<_>>(),
+            handled.difference(&every).collect::<Vec<_>>()
+        );
+        for (who, its_runs) in [("A", &runs_a), ("B", &runs_b)] {
+            let mut per_id: BTreeMap<u64, usize> = BTreeMap::new();
+            for r in its_runs {
+                *per_id.entry(r.id).or_default() += 1;
+            }
+            let twice: Vec<(&u64, &usize)> = per_id.iter().filter(|(_, n)| **n > 1).collect();
+            assert!(
+                twice.is_empty(),
+                "{runtime}: {who} ran these ids more than once: {twice:?}"
+            );
+        }
+        let first_attempts = runs_b.iter().filter(|r| r.attempt == 1).count() as u64;
+        let second_attempts: BTreeSet<u64> = runs_b
+            .iter()
+            .filter(|r| r.attempt == 2)
+            .map(|r| r.id)
+            .collect();
+        assert_eq!(
+            (
+                first_attempts,
+                second_attempts.len() as u64,
+                runs_b.len() as u64
+            ),
+            (undelivered, outstanding, undelivered + outstanding),
+            "{runtime}: B runs (attempt 1, attempt 2, all): the messages never delivered \
+             before the kill, then those delivered to A and not acknowledged; at the kill: \
+             {at_kill:#?}"
+        );
+        let acked_again: Vec<u64> = runs_b
+            .iter()
+            .map(|r| r.id)
+            .filter(|id| acked_by_a.contains(id))
+            .collect();
+        assert!(
+            acked_again.is_empty(),
+            "{runtime}: B ran ids A had acknowledged before its kill: {acked_again:?}"
+        );
+        let ran_in_both: BTreeSet<u64> = runs_b
+            .iter()
+            .filter(|r| runs_a.iter().any(|f| f.id == r.id))
+            .map(|r| r.id)
+            .collect();
+        assert!(
+            ran_in_both.is_subset(&second_attempts),
+            "{runtime}: ids both ran must be among B's redeliveries (attempt 2): both ran \
+             {ran_in_both:?}; B's attempt-2 runs {second_attempts:?}"
+        );
+
+        // The wire: an +ACK for every stream sequence; nothing but +ACK and +WPI.
+        let acked = eventually("an +ACK seen for every stream sequence", || {
+            let acked: BTreeSet<u64> = acks
+                .all()
+                .iter()
+                .filter(|m| m.payload.as_ref() == b"+ACK")
+                .filter_map(|m| acked_sequence(&m.subject))
+                .collect();
+            (acked.len() as u64 == last).then_some(acked)
+        })
+        .await;
+        assert_eq!(acked, every, "{runtime}");
+        let others: BTreeSet<String> = acks
+            .payloads()
+            .into_iter()
+            .filter(|p| p != "+ACK" && p != "+WPI")
+            .collect();
+        assert!(
+            others.is_empty(),
+            "{runtime}: other ack payloads: {others:?}"
+        );
+
+        eprintln!(
+            "active/standby on {runtime}: A pinned ({pin_a}), killed at ack floor {} with \
+             {outstanding} outstanding and {undelivered} undelivered; B handled from \
+             {took_over_in:?} after the kill (priority_timeout {PRIORITY_TIMEOUT:?}), pinned \
+             ({pin_b}); A ran {}, B ran {} ({first_attempts} at attempt 1, {} at attempt 2, \
+             {} of them also run by A); all acknowledged {drained_in:?} after the kill; {:?} in \
+             all",
+            at_kill.ack_floor.stream_sequence,
+            runs_a.len(),
+            runs_b.len(),
+            second_attempts.len(),
+            ran_in_both.len(),
+            started.elapsed()
+        );
+    });
+}
+
+/// See [`standby_takes_over_from_a_killed_pinned_service`]: `scripted` on tokio.
+#[test]
+fn a_standby_takes_over_a_pinned_priority_group_when_the_active_service_is_killed_on_tokio() {
+    standby_takes_over_from_a_killed_pinned_service("tokio");
+}
+
+/// See [`standby_takes_over_from_a_killed_pinned_service`]: `scripted` on smol.
+#[test]
+fn a_standby_takes_over_a_pinned_priority_group_when_the_active_service_is_killed_on_smol() {
+    standby_takes_over_from_a_killed_pinned_service("smol");
 }
 
 // ---------------------------------------------------------------------------------------------

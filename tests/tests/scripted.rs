@@ -1449,3 +1449,197 @@ fn scripted_key_and_strict_order_refusals_name_what_is_wrong() {
         }
     });
 }
+
+/// Bad priority-group flags are refused before anything connects (exit 2), naming the mount:
+/// a policy that is neither `pinned` nor `overflow[:MIN_PENDING]`, a threshold that is not a
+/// number, a group on a Core mount, a policy or timeout without a group, a zero timeout.
+#[test]
+fn scripted_priority_flag_refusals_exit_2() {
+    run(async {
+        let cases: [(&[&str], i32, &str); 6] = [
+            (
+                &[
+                    "--name",
+                    "p1",
+                    "--stream",
+                    "S",
+                    "--durable",
+                    "d",
+                    "--priority-group",
+                    "g",
+                    "--priority-policy",
+                    "sticky",
+                ],
+                2,
+                "--priority-policy: priority policy `sticky`: expected `pinned`, `overflow` or \
+                 `overflow:MIN_PENDING`",
+            ),
+            (
+                &[
+                    "--name",
+                    "p2",
+                    "--stream",
+                    "S",
+                    "--durable",
+                    "d",
+                    "--priority-group",
+                    "g",
+                    "--priority-policy",
+                    "overflow:many",
+                ],
+                2,
+                "the overflow threshold `many` is not a whole number of pending messages",
+            ),
+            (
+                &["--name", "p3", "--subject", "a", "--priority-group", "g"],
+                2,
+                "--priority-group is for JetStream mounts (--stream)",
+            ),
+            (
+                &[
+                    "--name",
+                    "p4",
+                    "--stream",
+                    "S",
+                    "--durable",
+                    "d",
+                    "--priority-policy",
+                    "pinned",
+                ],
+                2,
+                "--priority-policy and --priority-timeout-ms go with --priority-group",
+            ),
+            (
+                &[
+                    "--name",
+                    "p5",
+                    "--stream",
+                    "S",
+                    "--durable",
+                    "d",
+                    "--priority-timeout-ms",
+                    "2000",
+                ],
+                2,
+                "--priority-policy and --priority-timeout-ms go with --priority-group",
+            ),
+            (
+                &[
+                    "--name",
+                    "p6",
+                    "--stream",
+                    "S",
+                    "--durable",
+                    "d",
+                    "--priority-group",
+                    "g",
+                    "--priority-timeout-ms",
+                    "0",
+                ],
+                2,
+                "--priority-timeout-ms must be at least 1",
+            ),
+        ];
+        for (args, code, why) in cases {
+            assert_refused(args, code, why).await;
+        }
+    });
+}
+
+/// `--service NAME:VERSION` (issue 42, item 3): the app answers `$SRV.INFO` with its Core mount
+/// as its endpoint, in queue group "q", and `$SRV.STATS` counts a request and its run time
+/// with no `metrics` recorder installed (the example installs none); a version that is not
+/// semantic is refused at start-up (exit 1), naming it.
+#[test]
+fn scripted_service_flag_answers_srv_info_and_stats() {
+    use ruststream_tokio::async_nats::service::{Info, Stats};
+
+    async fn ask<T: serde::de::DeserializeOwned>(tc: &TestClient, subject: &str) -> T {
+        let answer = tc
+            .client
+            .request(subject.to_owned(), bytes::Bytes::new())
+            .await
+            .unwrap_or_else(|e| panic!("no answer on {subject}: {e}"));
+        serde_json::from_slice(&answer.payload).unwrap()
+    }
+
+    run(async {
+        let server = NatsServer::start();
+        let url = server.url();
+        let tc = TestClient::connect(&server).await;
+        let args = [
+            "--url",
+            &url,
+            "--subject",
+            "scripted.svc",
+            "--name",
+            "take",
+            "--service",
+            "orders:1.2.0",
+        ];
+        let mut service = Scripted::spawn(&args, &[]);
+        service.wait_for("ruststream started").await;
+        let info: Info = ask(&tc, "$SRV.INFO.orders").await;
+        assert_eq!(
+            (info.name.as_str(), info.version.as_str()),
+            ("orders", "1.2.0")
+        );
+        let endpoints: Vec<(&str, &str, &str)> = info
+            .endpoints
+            .iter()
+            .map(|e| (e.name.as_str(), e.subject.as_str(), e.queue_group.as_str()))
+            .collect();
+        assert_eq!(endpoints, [("take", "scripted.svc", "q")]);
+
+        tc.client
+            .publish("scripted.svc", r#"{"outcome":"ack","sleep_ms":20}"#.into())
+            .await
+            .unwrap();
+        tc.client.flush().await.unwrap();
+        service
+            .wait_for("mount=take subject=scripted.svc attempt=1 outcome=ack")
+            .await;
+        let stats = loop {
+            let stats: Stats = ask(&tc, "$SRV.STATS.orders").await;
+            if stats.endpoints[0].requests == 1 {
+                break stats;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert!(
+            stats.endpoints[0].processing_time >= Duration::from_millis(20),
+            "timed without a recorder: {:?}",
+            stats.endpoints[0].processing_time
+        );
+        service.terminate();
+        assert_eq!(
+            service.exit_code(PATIENCE).await,
+            0,
+            "{}",
+            service.printed()
+        );
+
+        let refused = [
+            "--url",
+            &url,
+            "--subject",
+            "scripted.svc",
+            "--service",
+            "orders:1.2",
+        ];
+        let mut service = Scripted::spawn(&refused, &[]);
+        assert_eq!(
+            service.exit_code(PATIENCE).await,
+            1,
+            "{}",
+            service.printed()
+        );
+        assert!(
+            service
+                .printed()
+                .contains("the version `1.2` is not a semantic version"),
+            "{}",
+            service.printed()
+        );
+    });
+}

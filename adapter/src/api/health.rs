@@ -22,6 +22,12 @@ pub enum MountState {
     Consuming,
     /// Its subscription or connection ended; it is being subscribed again (rule 20).
     Reconnecting,
+    /// The server refuses its pull requests (`400 Bad Request`): its consumer was changed
+    /// under it (its priority groups, say) so that the mount's requests no longer fit. It asks
+    /// again every 2 s, and consumes again once the server serves it; the error is logged
+    /// every 30 s meanwhile. Not ready, and not live after [`LIVENESS_LIMIT`]: a restart then
+    /// meets start-up's checks (rule 11), which name what differs.
+    Refused,
     /// Its app is shutting down.
     Stopping,
     /// It cannot consume: its app failed to start, or gave up (rule 20); see
@@ -30,12 +36,14 @@ pub enum MountState {
 }
 
 impl MountState {
-    /// Its name in lower case: `starting`, `consuming`, `reconnecting`, `stopping`, `failed`.
+    /// Its name in lower case: `starting`, `consuming`, `reconnecting`, `refused`, `stopping`,
+    /// `failed`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Starting => "starting",
             Self::Consuming => "consuming",
             Self::Reconnecting => "reconnecting",
+            Self::Refused => "refused",
             Self::Stopping => "stopping",
             Self::Failed => "failed",
         }
@@ -51,6 +59,21 @@ pub struct MountHealth {
     pub state: MountState,
     /// Since when, by the runtime's clock (the system's; the simulator's virtual one).
     pub since: Instant,
+    /// Until when its JetStream consumer is paused (nats-server 2.11+), by the runtime's
+    /// clock; `None` when it is not. Set at once by [`Running::pause_until`](crate::Running::pause_until)
+    /// and cleared by [`Running::resume`](crate::Running::resume); a pause or resume made
+    /// elsewhere (`nats consumer pause`, another instance) shows within
+    /// [`CONSUMER_REREAD`](crate::CONSUMER_REREAD), 5 s, as does the end of a pause that ran
+    /// out. A paused mount is still [`Consuming`](MountState::Consuming): it is ready, and its
+    /// pull requests wait on the server until the pause ends.
+    pub paused_until: Option<Instant>,
+}
+
+impl MountHealth {
+    /// Whether its consumer is paused.
+    pub fn paused(&self) -> bool {
+        self.paused_until.is_some()
+    }
 }
 
 /// The app's connection to NATS.
@@ -89,15 +112,15 @@ impl Health {
             && self.mounts.iter().all(|m| m.state == MountState::Consuming)
     }
 
-    /// Alive: no failure, no mount failed, and neither a mount reconnecting nor the connection
-    /// down for [`LIVENESS_LIMIT`] or longer (at `now`). A process that is not live should be
+    /// Alive: no failure, no mount failed, and neither a mount reconnecting or refused nor the
+    /// connection down for [`LIVENESS_LIMIT`] or longer (at `now`). A process that is not live should be
     /// restarted. Starting and stopping are live.
     pub fn live_at(&self, now: Instant) -> bool {
         let too_long = |since: Instant| now.saturating_duration_since(since) >= LIVENESS_LIMIT;
         self.failure.is_none()
             && self.mounts.iter().all(|m| match m.state {
                 MountState::Failed => false,
-                MountState::Reconnecting => !too_long(m.since),
+                MountState::Reconnecting | MountState::Refused => !too_long(m.since),
                 MountState::Starting | MountState::Consuming | MountState::Stopping => true,
             })
             && match self.connection {
@@ -198,6 +221,7 @@ impl HealthBoard {
                     mount,
                     state: MountState::Starting,
                     since: now,
+                    paused_until: None,
                 })
                 .collect();
         });
@@ -207,6 +231,46 @@ impl HealthBoard {
     pub(crate) fn mounts(&self, mounts: Option<&[usize]>, state: MountState) {
         self.0
             .send_if_modified(|h| set_states(h, mounts, state, (self.1)()));
+    }
+
+    /// Mount `index`'s consumer is paused until `until` (`None`: not paused). A new end
+    /// within a second of the one shown is no change: the supervisor reads the pause again
+    /// every few seconds, and its remaining time, taken from the runtime's clock, moves a
+    /// little each time.
+    pub(crate) fn paused(&self, index: usize, until: Option<Instant>) {
+        self.0.send_if_modified(|h| {
+            let Some(m) = h.mounts.get_mut(index) else {
+                return false;
+            };
+            let same = match (m.paused_until, until) {
+                (None, None) => true,
+                (Some(a), Some(b)) => a.max(b) - a.min(b) < Duration::from_secs(1),
+                _ => false,
+            };
+            if !same {
+                m.paused_until = until;
+            }
+            !same
+        });
+    }
+
+    /// Mount `index`'s pull requests are refused by the server (`true`), or served again
+    /// (`false`): it goes from consuming to [`MountState::Refused`] and back, and from no
+    /// other state.
+    pub(crate) fn refused(&self, index: usize, refused: bool) {
+        let (from, to) = match refused {
+            true => (MountState::Consuming, MountState::Refused),
+            false => (MountState::Refused, MountState::Consuming),
+        };
+        let now = (self.1)();
+        self.0.send_if_modified(|h| match h.mounts.get_mut(index) {
+            Some(m) if m.state == from => {
+                m.state = to;
+                m.since = now;
+                true
+            }
+            _ => false,
+        });
     }
 
     /// The connection is connected (`true`) or down (`false`).
@@ -277,6 +341,7 @@ mod tests {
                     mount: format!("m{i}"),
                     state,
                     since,
+                    paused_until: None,
                 })
                 .collect(),
             failure: None,

@@ -2,7 +2,8 @@
 //! tells them back. Handlers ([`handler`], their function adapters in [`handler_fn`] and
 //! [`typed`], the [`codec`]s typed ones decode with, what they are given in [`delivery`] and
 //! what they return in [`handled`]), the handler's [`context`], a
-//! mount's declaration ([`mount`], [`error_policy`]), [`health`], and [`reports`]. Imports only
+//! mount's declaration ([`mount`], [`error_policy`]), the app as a NATS [`service`], [`health`],
+//! and [`reports`]. Imports only
 //! from the floors below ([`crate::support`], [`crate::runtime`]).
 
 pub(crate) mod batch;
@@ -17,6 +18,7 @@ pub(crate) mod health;
 pub(crate) mod keyed;
 pub(crate) mod mount;
 pub(crate) mod reports;
+pub(crate) mod service;
 pub(crate) mod timer;
 pub(crate) mod turns;
 pub(crate) mod typed;

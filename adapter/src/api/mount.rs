@@ -3,7 +3,7 @@
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
-use ruststream_settlement::MountDeclaration;
+use ruststream_settlement::{MountDeclaration, PriorityPolicy};
 
 use super::error_policy::ErrorPolicy;
 use super::keyed::Key;
@@ -23,6 +23,18 @@ pub const DEFAULT_ACK_WAIT: Duration = Duration::from_secs(10);
 /// off: 30 seconds, the server's own default. Without renewals a handler that runs longer than
 /// `ack_wait` has its message delivered again, so the longer default stays.
 pub const DEFAULT_ACK_WAIT_WITHOUT_LEASES: Duration = Duration::from_secs(30);
+
+/// The `priority_timeout` given to a consumer the runtime creates for a mount in a
+/// [pinned](ruststream_settlement::PriorityPolicy::Pinned) priority group
+/// ([`Mount::priority_group`]): 10 seconds.
+///
+/// It is how long the server waits for the pinned instance's next pull request before it pins
+/// another: the failover time when the pinned instance dies. An instance that runs pulls
+/// every [`PULL_EXPIRES`](ruststream_settlement::PULL_EXPIRES) (1 s) while it has a free
+/// handler slot, so ten seconds is far above what a live one leaves between two requests,
+/// and as long as the default [`DEFAULT_ACK_WAIT`], after which the dead instance's
+/// deliveries come back anyway. The server's own default is 2 minutes.
+pub const DEFAULT_PRIORITY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How many deliveries of one mount are handled at once, by default.
 pub const DEFAULT_CONCURRENCY: usize = 64;
@@ -88,6 +100,14 @@ pub struct Mount {
     /// What the mount says of itself for its AsyncAPI document ([`Mount::payload_schema`],
     /// [`Mount::publishes`]).
     pub(crate) described: Described,
+    /// Whether it is an endpoint of the app's service ([`Mount::service_endpoint`]); start-up
+    /// turns it off for a mount that cannot be one (a JetStream mount, an app without a
+    /// service), so that from then on it says whether the mount is one.
+    pub(crate) service_endpoint: bool,
+    /// Its priority group and policy ([`Mount::priority_group`]).
+    pub(crate) priority: Option<(String, PriorityPolicy)>,
+    /// The `priority_timeout` given, if any ([`Mount::priority_timeout`]).
+    pub(crate) priority_timeout: Option<Duration>,
 }
 
 /// What a mount says of itself for the app's AsyncAPI document
@@ -121,6 +141,9 @@ impl Mount {
             key: None,
             strict_order: false,
             described: Described::default(),
+            service_endpoint: true,
+            priority: None,
+            priority_timeout: None,
         }
     }
 
@@ -408,6 +431,37 @@ impl Mount {
         self
     }
 
+    /// Whether this Core mount is an endpoint of the app's [service](crate::Service) (default
+    /// on; see [`App::service`](crate::App::service)). It changes nothing in an app that
+    /// declares no service, nor on a JetStream mount, which is never an endpoint.
+    ///
+    /// An endpoint is named as the mount, its subject is the mount's subject (a
+    /// [wildcard](Self::core_wildcard) mount's wildcard; its copy subject is not listed), and
+    /// its queue group is the mount's [`queue_group`](Self::queue_group), else
+    /// [`DEFAULT_SERVICE_QUEUE_GROUP`](crate::DEFAULT_SERVICE_QUEUE_GROUP) (`"q"`), which it then
+    /// subscribes in. Its `$SRV.STATS` counts, from the app's start:
+    /// - `num_requests`: handler runs that ended (a delivery retried in place by
+    ///   [strict order](Self::strict_order) counts each run; one whose payload did not decode
+    ///   for a typed handler counts once, without a run);
+    /// - `num_errors` and `last_error`: the runs that ended in error, and the last one's text:
+    ///   a handler's `Err` (its text, whatever the [error policy](Self::on_error) makes of
+    ///   it), a panic (`panicked: …`), the [time limit](Self::handler_time_limit), an outcome of
+    ///   [`Reject`](crate::Outcome::Reject) (`rejected`) or of no outcome
+    ///   ([`Outcome::None`](crate::Outcome::None), also how a keyed or batch mount reports a
+    ///   time limit: `no outcome`), and a payload that does not decode. `Ack`, `Retry`,
+    ///   `RetryAfter` and `Drop` are not errors: the handler decided them;
+    /// - `processing_time`: the handlers' total run time, each from its call to its result (for
+    ///   a keyed mount that includes the wait for its key's turn, for a batch mount each
+    ///   member's wait for its batch). Endpoints are timed whether or not a `metrics` recorder
+    ///   is installed: two clock reads per delivery.
+    ///
+    /// Off, the mount subscribes as it would in an app without a service, and is not listed.
+    #[must_use]
+    pub fn service_endpoint(mut self, on: bool) -> Self {
+        self.service_endpoint = on;
+        self
+    }
+
     /// The `ack_wait` of a consumer the runtime creates (default [`DEFAULT_ACK_WAIT`], 10 s,
     /// with leases on; [`DEFAULT_ACK_WAIT_WITHOUT_LEASES`], 30 s, with them off); an existing
     /// consumer keeps its own (rule 11). It is how long a crashed instance's messages wait
@@ -439,6 +493,60 @@ impl Mount {
     pub fn filter_subject(mut self, subject: &str) -> Self {
         self.filter_subject = Some(subject.to_owned());
         self
+    }
+
+    /// Pulls the JetStream mount's consumer through priority group `group` with `policy`
+    /// (nats-server 2.11+): how the app's instances that run this mount share its consumer.
+    ///
+    /// - [`PriorityPolicy::Pinned`]: one instance at a time receives the messages
+    ///   (active/standby). The server pins the first instance that pulls and gives it a pin
+    ///   id, which the mount sends with every pull request; the others' requests wait on
+    ///   standby. When the pinned instance makes no request for the consumer's
+    ///   [`priority_timeout`](Self::priority_timeout) (it was killed, or lost its
+    ///   connection) the server pins another. An instance whose pin was taken is told so
+    ///   (`423 Nats-Pin-Id mismatch`) at its next request, and stands by from then on: what
+    ///   it already received is handled and settled as usual, through each delivery's own
+    ///   reply subject, so nothing is lost or run twice by the change (a delivery not settled
+    ///   within `ack_wait` comes back, as always).
+    /// - [`PriorityPolicy::Overflow`]: the instance's requests are served only while the
+    ///   consumer has at least `min_pending` messages not yet delivered: a standby that helps
+    ///   under a backlog, beside instances that pull without a threshold (`min_pending` 0, or
+    ///   [`PriorityPolicy::Overflow`] with 0).
+    ///
+    /// A consumer the runtime creates gets the policy and the group. An existing one is never
+    /// changed (rule 11): start-up refuses the mount ([`StartError::Setting`](crate::StartError::Setting))
+    /// when its policy is another or its groups do not hold `group`, and refuses a mount
+    /// without a group on a consumer that has a policy (the server refuses pull requests
+    /// without a group there). Start-up also refuses a group on a server older than 2.11,
+    /// naming the server's version, and on a Core mount.
+    ///
+    /// Several groups on one consumer, and the `prioritized` policy of 2.12, are left to
+    /// consumers an operator creates; a mount pulls through one group.
+    #[must_use]
+    pub fn priority_group(mut self, group: &str, policy: PriorityPolicy) -> Self {
+        self.priority = Some((group.to_owned(), policy));
+        self
+    }
+
+    /// The `priority_timeout` of a pinned consumer the runtime creates (default
+    /// [`DEFAULT_PRIORITY_TIMEOUT`], 10 s): how long the server waits for the pinned
+    /// instance's next pull request before it pins another. An existing consumer keeps its
+    /// own. Only with a [pinned](PriorityPolicy::Pinned) [`priority_group`](Self::priority_group):
+    /// start-up refuses it otherwise, and refuses zero (the server would take it as unset,
+    /// 2 minutes).
+    ///
+    /// Keep it well above [`PULL_EXPIRES`](ruststream_settlement::PULL_EXPIRES) (1 s): a
+    /// pinned instance whose handler slots are all busy makes no request, and loses its pin
+    /// after this long (a handover, not a loss: it settles what it holds).
+    #[must_use]
+    pub fn priority_timeout(mut self, timeout: Duration) -> Self {
+        self.priority_timeout = Some(timeout);
+        self
+    }
+
+    /// The `priority_timeout` a pinned consumer the runtime creates gets.
+    pub(crate) fn priority_timeout_or_default(&self) -> Duration {
+        self.priority_timeout.unwrap_or(DEFAULT_PRIORITY_TIMEOUT)
     }
 
     /// Whether a JetStream handler's lease is renewed with `+WPI` while it runs (default on,

@@ -4,7 +4,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use ruststream_settlement::{Descriptor, MountPolicy};
+use ruststream_settlement::{
+    Descriptor, MAX_MIN_PENDING, MountPolicy, PULL_EXPIRES, PriorityPolicy, check_group_name,
+};
 
 use super::startup::StartError;
 use crate::api::batch::MAX_BATCH;
@@ -84,9 +86,73 @@ pub(super) fn validate(
                 reason: "its handler returns a `Reply`, but a JetStream delivery's reply subject is its ack reply subject, which the runtime settles: publish the answer to a subject of your own through the handler's `Context`".to_owned(),
             });
         }
+        check_priority_group(&mount, &policy)?;
         declared.push((mount, handler, policy));
     }
     Ok(declared)
+}
+
+/// Refuses a priority group that cannot work: on a Core mount (Core NATS has none: a queue
+/// group shares a subject), with a name the server refuses, an overflow threshold above what
+/// the server reads, and a `priority_timeout` without a pinned group, of zero or above what
+/// the server reads (it would take either as unset, 2 minutes). A `priority_timeout` below
+/// 2 s is warned about.
+fn check_priority_group(mount: &Mount, policy: &MountPolicy) -> Result<(), StartError> {
+    let refuse = |reason: &str| {
+        Err(StartError::Setting {
+            mount: mount.name().to_owned(),
+            reason: reason.to_owned(),
+        })
+    };
+    let jetstream = matches!(policy.descriptor(), Descriptor::JetStream { .. });
+    match &mount.priority {
+        Some(_) if !jetstream => {
+            return refuse(
+                "a priority group is for JetStream mounts: Core NATS has none (share a Core subject between instances with `Mount::queue_group`)",
+            );
+        }
+        Some((group, policy)) => {
+            check_group_name(group).map_err(|reason| StartError::Setting {
+                mount: mount.name().to_owned(),
+                reason,
+            })?;
+            if let PriorityPolicy::Overflow { min_pending } = policy
+                && *min_pending > MAX_MIN_PENDING
+            {
+                return refuse(&format!(
+                    "its overflow threshold {min_pending} is above the largest the server reads, {MAX_MIN_PENDING}: every pull request would be refused"
+                ));
+            }
+        }
+        None => {}
+    }
+    match (mount.priority_timeout, &mount.priority) {
+        (Some(_), Some((_, PriorityPolicy::Pinned))) | (None, _) => {}
+        (Some(_), _) => {
+            return refuse(
+                "a priority_timeout is for a pinned priority group (`Mount::priority_group(group, PriorityPolicy::Pinned)`)",
+            );
+        }
+    }
+    if mount.priority_timeout.is_some_and(|t| t.is_zero()) {
+        return refuse(
+            "priority_timeout is zero: nats-server would take it as unset and pin an instance for 2 minutes after it stops pulling; give a positive duration, or leave the runtime's default",
+        );
+    }
+    if let Some(timeout) = mount.priority_timeout
+        && i64::try_from(timeout.as_nanos()).is_err()
+    {
+        return refuse(&format!(
+            "priority_timeout {timeout:?} is above what the server reads (a signed 64-bit count of nanoseconds, about 292 years): it would take it as unset, 2 minutes"
+        ));
+    }
+    if let Some(timeout) = mount.priority_timeout
+        && timeout < 2 * PULL_EXPIRES
+    {
+        tracing::warn!(mount = %mount.name(), ?timeout,
+            "priority_timeout is shorter than two pull requests' expiry (2 s): the server may pin another instance while the pinned one's request waits, and the pin moves between live instances");
+    }
+    Ok(())
 }
 
 /// Refuses a batch mount whose settings cannot work (rule 23): a `max` of 0 or above

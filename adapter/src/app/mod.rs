@@ -5,11 +5,13 @@
 
 pub(crate) mod asyncapi;
 mod declarations;
+mod discovery;
 mod grace_period;
 mod mount_checks;
 #[cfg(feature = "ops")]
 pub(crate) mod ops;
 mod overlaps;
+pub(crate) mod pause;
 pub(crate) mod running;
 pub(crate) mod startup;
 mod streams;
@@ -38,6 +40,7 @@ use crate::api::health::{HealthBoard, HealthWatch, MountState};
 use crate::api::keyed::{KeyTerms, Keyed};
 use crate::api::mount::Mount;
 use crate::api::reports::{AppFailed, Observer, Settled, ShutdownReport};
+use crate::api::service::Service;
 use crate::api::timer::Timer;
 use crate::api::typed::{IntoJsonHandler, IntoTypedHandler};
 use crate::loops::delay_loop::delay_loop;
@@ -63,6 +66,8 @@ pub struct App<R> {
     /// The ops endpoint to serve, if any (feature `ops`).
     #[cfg(feature = "ops")]
     ops: Option<ops::OpsEndpoint>,
+    /// The NATS service the app is, if declared ([`App::service`]).
+    service: Option<Service>,
     runtime: PhantomData<fn() -> R>,
 }
 
@@ -97,6 +102,7 @@ impl<R: Runtime> App<R> {
             health: HealthBoard::new(R::now),
             #[cfg(feature = "ops")]
             ops: None,
+            service: None,
             runtime: PhantomData,
         }
     }
@@ -377,6 +383,32 @@ impl<R: Runtime> App<R> {
         self
     }
 
+    /// Declares the app a NATS service (the micro protocol): from start-up until its shutdown
+    /// begins it answers `$SRV.PING`, `$SRV.INFO` and `$SRV.STATS`, so that `nats micro ls`,
+    /// `nats micro info` and `nats micro stats` (or any client of the protocol) see it, its
+    /// endpoints and their counts. Every Core mount is an endpoint, named as the mount, unless
+    /// it says [`Mount::service_endpoint`]`(false)`; JetStream mounts are not. An endpoint
+    /// without a [`queue_group`](Mount::queue_group) of its own subscribes in
+    /// [`DEFAULT_SERVICE_QUEUE_GROUP`](crate::DEFAULT_SERVICE_QUEUE_GROUP) (`"q"`), as the
+    /// protocol's endpoints do, so that the instances of one service share its requests. See
+    /// [`Service`] for the responses and [`Mount::service_endpoint`] for what the stats count.
+    /// A second call replaces the first.
+    ///
+    /// ```no_run
+    /// # use ruststream_adapter::{App, Service};
+    /// # fn as_service<R: ruststream_adapter::Runtime>(app: App<R>) -> App<R> {
+    /// app.service(Service::new("orders", "1.2.0").description("takes orders"))
+    /// # }
+    /// ```
+    ///
+    /// [`start`](Self::start) refuses a service whose name or version breaks the protocol's
+    /// rules with [`StartError::Service`], before it connects.
+    #[must_use]
+    pub fn service(mut self, service: Service) -> Self {
+        self.service = Some(service);
+        self
+    }
+
     /// The mounts, in the order they were added (what start-up will check and consume from;
     /// [`Mount::policy`] reads a mount's settings back).
     pub fn mounts(&self) -> impl Iterator<Item = &Mount> {
@@ -393,7 +425,9 @@ impl<R: Runtime> App<R> {
     /// # Errors
     /// [`StartError::Runtime`] when the app's NATS thread cannot be started (or, on tokio, `start`
     /// is awaited outside a Tokio runtime), [`StartError::Declaration`] or
-    /// [`StartError::DuplicateMount`] for a bad declaration, [`StartError::Setting`] for a
+    /// [`StartError::DuplicateMount`] for a bad declaration, [`StartError::Service`] for a
+    /// service whose name or version breaks the micro protocol's rules (or whose `$SRV`
+    /// subscriptions cannot be made), [`StartError::Setting`] for a
     /// concurrency out of range, [`StartError::ServerUrl`] for a URL that does not parse,
     /// [`StartError::Connect`], and [`StartError::Server`] when the server lacks or refuses what a
     /// mount needs.
@@ -465,7 +499,11 @@ impl<R: Runtime> App<R> {
             }
             None => None,
         };
-        let declared = validate(self.mounts)?;
+        if let Some(problem) = self.service.as_ref().and_then(Service::problem) {
+            return Err(StartError::Service(problem));
+        }
+        let mut declared = validate(self.mounts)?;
+        discovery::mark_endpoints(self.service.as_ref(), &mut declared);
         if let (Some(capacity), Connect::Url { options, .. }) =
             (self.subscription_capacity, &mut self.connect)
         {
@@ -485,6 +523,15 @@ impl<R: Runtime> App<R> {
                 declare(&js, stream).await?;
             }
         }
+        // Before the mounts subscribe: start-up's round trip after theirs covers these too.
+        let service = match self.service.take() {
+            Some(service) => {
+                let id = discovery::instance_id();
+                let requests = discovery::subscribe(&client, service.name(), &id).await?;
+                Some((service, id, requests))
+            }
+            None => None,
+        };
         let checked = check_mounts::<R>(&client, declared.clone(), Overlaps::Check).await?;
 
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -506,6 +553,7 @@ impl<R: Runtime> App<R> {
             subscription_buffer: self
                 .subscription_capacity
                 .unwrap_or(crate::api::mount::DEFAULT_SUBSCRIPTION_BUFFER_NONZERO),
+            health: self.health.clone(),
         };
         let records: Arc<[MountRecord]> = checked.iter().map(MountRecord::new).collect();
         let tasks: Vec<Option<R::Task>> = checked
@@ -542,6 +590,15 @@ impl<R: Runtime> App<R> {
             .await;
             let _ = lost_tx.send(lost);
         });
+        if let Some((service, id, requests)) = service {
+            let discovery = discovery::Discovery::new(service, id, &declared, &records);
+            // Detached: it ends when shutdown begins (or the app is dropped).
+            let _ = R::spawn_next_to(
+                &reactor,
+                LoopThread::Connection,
+                discovery.serve(requests, clients.subscribe(), shutdown_rx.clone()),
+            );
+        }
         let supervisor = Supervisor::<R> {
             launcher,
             connect: reconnect,

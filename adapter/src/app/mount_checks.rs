@@ -6,9 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::Client;
-use async_nats::jetstream::consumer::{AckPolicy as JsAckPolicy, pull};
+use async_nats::jetstream::consumer::{
+    AckPolicy as JsAckPolicy, PriorityPolicy as JsPriorityPolicy, pull,
+};
 use async_nats::jetstream::context::ConsumerInfoErrorKind;
-use ruststream_settlement::{AckPolicy, ConsumerFacts, Descriptor, MountPolicy};
+use ruststream_settlement::{
+    AckPolicy, ConsumerFacts, ConsumerPriority, Descriptor, MountPolicy, PriorityPolicy,
+    ServerFeature, check_priority, check_server_has,
+};
 
 use super::overlaps::check_overlaps;
 use super::startup::{StartError, server_error};
@@ -170,7 +175,16 @@ async fn bind_consumer(
         .get_stream(stream)
         .await
         .map_err(|e| server_error(name, format!("stream `{stream}`: {}", jetstream_error(&e))))?;
-    let config = pull::Config {
+    if mount.priority.is_some() {
+        let announced = js.client().server_info().version;
+        check_server_has(&announced, ServerFeature::PriorityGroups).map_err(|reason| {
+            StartError::Setting {
+                mount: name.to_owned(),
+                reason: format!("it declares a priority group, but {reason}"),
+            }
+        })?;
+    }
+    let mut config = pull::Config {
         durable_name: Some(consumer.to_owned()),
         ack_policy: JsAckPolicy::Explicit,
         ack_wait: mount.ack_wait_or_default(),
@@ -178,6 +192,16 @@ async fn bind_consumer(
         filter_subject: mount.filter_subject.clone().unwrap_or_default(),
         ..Default::default()
     };
+    if let Some((group, policy)) = &mount.priority {
+        config.priority_groups = vec![group.clone()];
+        config.priority_policy = match policy {
+            PriorityPolicy::Pinned => {
+                config.priority_timeout = mount.priority_timeout_or_default();
+                JsPriorityPolicy::PinnedClient
+            }
+            _ => JsPriorityPolicy::Overflow,
+        };
+    }
     let refused = |e: &(dyn std::error::Error + 'static)| {
         server_error(
             name,
@@ -217,6 +241,18 @@ async fn bind_consumer(
             ),
         });
     }
+    let consumer_policy = priority_policy_name(&info.priority_policy);
+    check_priority(
+        mount.priority.as_ref().map(|(g, p)| (g.as_str(), *p)),
+        ConsumerPriority {
+            policy: &consumer_policy,
+            groups: &info.priority_groups,
+        },
+    )
+    .map_err(|e| StartError::Setting {
+        mount: name.to_owned(),
+        reason: format!("consumer `{consumer}` on stream `{stream}`: {e}"),
+    })?;
     let facts = ConsumerFacts {
         ack_policy: ack_policy(info.ack_policy),
         max_deliver: info.max_deliver,
@@ -226,6 +262,16 @@ async fn bind_consumer(
         tracing::warn!("{warning}");
     }
     Ok(bound)
+}
+
+/// A consumer's priority policy as the server names it (`none`, `overflow`,
+/// `pinned_client`, …), through its JSON name, for the same reason as [`ack_policy`]: the
+/// enum grows variants behind async-nats' features.
+fn priority_policy_name(policy: &JsPriorityPolicy) -> String {
+    match serde_json::to_value(policy) {
+        Ok(serde_json::Value::String(name)) => name,
+        _ => "unknown".to_owned(),
+    }
 }
 
 /// The core's view of an async-nats ack policy, through its JSON name. async-nats' enum grows

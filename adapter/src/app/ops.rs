@@ -36,7 +36,9 @@ pub const DURATION_BUCKETS: [f64; 13] = [
 /// | `/asyncapi.json` | with [`asyncapi`](Self::asyncapi): the app's AsyncAPI 3.0 document |
 /// | anything else | 404, naming the paths served |
 ///
-/// The health JSON: `{"ready":bool,"live":bool,"connection":"connecting"|"connected"|"down"|"closed","mounts":{"<mount>":"<state>",…},"failure":string|null}`.
+/// The health JSON: `{"ready":bool,"live":bool,"connection":"connecting"|"connected"|"down"|"closed","mounts":{"<mount>":"<state>",…},"paused":["<mount>",…],"failure":string|null}`;
+/// `paused` names the mounts whose JetStream consumer is paused ([`MountHealth::paused_until`](crate::MountHealth::paused_until)),
+/// which are still ready.
 ///
 /// **Metrics.** The endpoint installs a Prometheus recorder (metrics-exporter-prometheus) as
 /// the process's global `metrics` recorder when the first app with an ops endpoint starts; a
@@ -331,11 +333,18 @@ fn health_json(health: &Health) -> String {
         .iter()
         .map(|m| (m.mount.clone(), m.state.as_str().into()))
         .collect();
+    let paused: Vec<&str> = health
+        .mounts
+        .iter()
+        .filter(|m| m.paused())
+        .map(|m| m.mount.as_str())
+        .collect();
     serde_json::json!({
         "ready": health.ready(),
         "live": health.live(),
         "connection": connection,
         "mounts": mounts,
+        "paused": paused,
         "failure": health.failure,
     })
     .to_string()

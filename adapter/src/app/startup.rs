@@ -80,6 +80,13 @@ pub enum StartError {
         /// What overlaps, and what would go wrong.
         reason: String,
     },
+    /// The service the app declares ([`App::service`](crate::App::service)) breaks the micro
+    /// protocol's rules: its name is empty or holds anything but `A-Z`, `a-z`, `0-9`, `-` and
+    /// `_`, or its version is not a semantic version (refused before the app connects); or its
+    /// `$SRV` subscriptions could not be made. The message names the service, what is wrong,
+    /// and the rule.
+    #[error("{0}")]
+    Service(String),
     /// The ops endpoint (`App::ops`, feature `ops`) cannot be served: its
     /// address cannot be bound, or the process installed a `metrics` recorder of its own.
     #[error("ops endpoint: {0}")]

@@ -169,7 +169,8 @@ fn decide<'m, R: Runtime>(
         // Its logs, before the handler runs: the executor carries out nothing else of it.
         let logged = execute(ctx, msg, delivery, &arrival);
         debug_assert!(matches!(logged, Execution::Done(Ok(()))));
-        // Timed only with a recorder: an app without one reads no clock here.
+        // Timed only with a recorder or for a service endpoint: an app without either reads
+        // no clock here.
         let started = ctx.metrics.timed().then(R::now);
         let held = ctx.strict_order.then(HeldTurn::default);
         Some(
@@ -178,9 +179,8 @@ fn decide<'m, R: Runtime>(
                 Ok(()) => match poll_slot(ctx, slot, cx) {
                     Poll::Ready(result) => {
                         if let Some(started) = started {
-                            ctx.metrics.handled_in(
-                                R::now().saturating_duration_since(started).as_secs_f64(),
-                            );
+                            ctx.metrics
+                                .handled_in(R::now().saturating_duration_since(started));
                         }
                         let (event, failed) = handled(ctx, msg, delivery, result);
                         if let Some(delay) = again_after(ctx, delivery, event, held.as_ref())

@@ -172,6 +172,8 @@ fn undecodable(
 ) -> Event {
     tracing::warn!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
         error = %decode, "payload does not decode: at-limit path");
+    ctx.metrics
+        .run_failed(&format_args!("payload does not decode: {decode}"));
     Event::Undecodable
 }
 
@@ -185,7 +187,10 @@ pub(crate) fn handled(
     result: std::thread::Result<Handled>,
 ) -> (Event, Option<Box<str>>) {
     match result {
-        Ok(Handled::Outcome(outcome)) => (Event::Handled(outcome), None),
+        Ok(Handled::Outcome(outcome)) => {
+            ctx.metrics.run_ended(outcome);
+            (Event::Handled(outcome), None)
+        }
         result => not_an_outcome(ctx, msg, delivery, result),
     }
 }
@@ -205,7 +210,10 @@ fn not_an_outcome(
         _ => None,
     };
     let event = match result {
-        Ok(Handled::Outcome(outcome)) => Event::Handled(outcome),
+        Ok(Handled::Outcome(outcome)) => {
+            ctx.metrics.run_ended(outcome);
+            Event::Handled(outcome)
+        }
         Ok(Handled::Reply(_)) => {
             // Only a `Handler` of the application's own gives this: the handlers built from
             // functions send their replies before they finish.
@@ -227,6 +235,8 @@ fn error_outcome(
     delivery: &CoreDelivery<'_>,
     error: String,
 ) -> Event {
+    // An error whatever outcome the policy makes of it (a service endpoint's `num_errors`).
+    ctx.metrics.run_failed(&error);
     // The policy may be the application's function: its panic is caught as a handler's is
     // (rule 13), and counts as no outcome.
     let decided = std::panic::catch_unwind(AssertUnwindSafe(|| ctx.on_error.outcome(&error)));
@@ -253,5 +263,7 @@ fn panicked(
 ) -> Event {
     tracing::error!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
         panic = panic_message(panic), "handler panicked: treated as no outcome");
+    ctx.metrics
+        .run_failed(&format_args!("panicked: {}", panic_message(panic)));
     Event::Handled(Outcome::None)
 }

@@ -100,7 +100,7 @@ pub(crate) async fn run_leased<R: Runtime>(
     let now = R::now();
     if ctx.metrics.timed() {
         ctx.metrics
-            .handled_in(now.saturating_duration_since(started).as_secs_f64());
+            .handled_in(now.saturating_duration_since(started));
     }
     let end = match lease.key.take() {
         Some(key) => ctx.leases.end(key, now),
@@ -113,6 +113,10 @@ pub(crate) async fn run_leased<R: Runtime>(
                 tracing::error!(mount = %ctx.name, subject = %msg.subject, attempt = delivery.attempt().get(),
                 elapsed = ?now.saturating_duration_since(started), limit = ?ctx.lease_settings().limit,
                 "handler time limit reached: cancelled, treated as no outcome");
+                ctx.metrics.run_failed(&format_args!(
+                    "handler time limit reached ({:?})",
+                    ctx.lease_settings().limit
+                ));
                 Event::Handled(Outcome::None)
             },
             None,

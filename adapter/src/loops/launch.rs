@@ -15,6 +15,7 @@ use tokio::sync::{Semaphore, mpsc, watch};
 use super::core_loop::{core_loop, spawned_slots};
 use super::pull_loop::pull_loop;
 use crate::api::context::ContextShared;
+use crate::api::health::HealthBoard;
 use crate::api::reports::Observer;
 use crate::runtime::{LoopThread, Runtime};
 use crate::state::checked_mount::{CheckedMount, Source};
@@ -53,6 +54,8 @@ pub(crate) struct Launcher<R: Runtime> {
     /// A Core mount's subscription buffer unless it sets its own: the app's subscription
     /// capacity.
     pub(crate) subscription_buffer: NonZeroUsize,
+    /// Where the app's health is told (a pull loop whose requests the server refuses).
+    pub(crate) health: HealthBoard,
 }
 
 impl<R: Runtime> Launcher<R> {
@@ -115,6 +118,7 @@ impl<R: Runtime> Launcher<R> {
                 Arc::new(move |task| drop(R::spawn_next_to(&reactor, thread, task)))
             },
             placement: record.placement.clone(),
+            health: self.health.clone(),
         });
         let shutdown = self.shutdown.clone();
         let ended = self.ended.clone();
@@ -134,6 +138,7 @@ impl<R: Runtime> Launcher<R> {
                     mount.slots(),
                     self.reconnected.clone(),
                     self.shutdown.clone(),
+                    mount.priority.clone(),
                 );
                 // A combinator, not an `async` block awaiting the loop: such a block holds
                 // the loop's future twice over (captured, and again while awaited).

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{FutureExt, StreamExt};
-use ruststream_settlement::{PENDING_MESSAGES_HEADER, PullAccounting, Receipt};
+use ruststream_settlement::{PENDING_MESSAGES_HEADER, PriorityPolicy, PullAccounting, Receipt};
 use tokio::sync::{Semaphore, watch};
 
 use super::prefetch::{Held, Prefetched, prefetch_deadline, start_waiting, wait};
@@ -32,6 +32,10 @@ const DEAD_CLIENT_CHECK: Duration = Duration::from_millis(200);
 /// When the supervisor sees that async-nats reconnected (`reconnected` changes), the outstanding
 /// requests count as lost at once: the server forgot them.
 ///
+/// A mount in a priority group ([`Mount::priority_group`](crate::Mount::priority_group)) names
+/// it in every request, with its overflow threshold or, pinned, the pin id the server gave it
+/// (the `Nats-Pin-Id` header of the messages it delivers; see [`Pin`]).
+///
 /// At shutdown no new request goes out; outstanding ones are received to their end (at most
 /// [`PULL_EXPIRES`](ruststream_settlement::PULL_EXPIRES), or a grace period later for lost ones) and
 /// their messages handled, so none waits for `ack_wait`.
@@ -42,6 +46,7 @@ pub(crate) async fn pull_loop<R: Runtime>(
     concurrency: NonZeroUsize,
     mut reconnected: watch::Receiver<u64>,
     mut shutdown: watch::Receiver<bool>,
+    priority: Option<(String, PriorityPolicy)>,
 ) {
     use async_nats::StatusCode;
     use async_nats::jetstream::consumer::pull::BatchConfig;
@@ -82,6 +87,16 @@ pub(crate) async fn pull_loop<R: Runtime>(
     // (found by the explorer, seed 412).
     let mut paused_until: Option<std::time::Instant> = None;
     let mut watching = true;
+    let mut pin = Pin::default();
+    // How many requests in a row the server refused (`400`); 0 while it serves them.
+    let mut refusals = 0_u32;
+    let next_subject = {
+        let info = consumer.cached_info();
+        format!(
+            "$JS.API.CONSUMER.MSG.NEXT.{}.{}",
+            info.stream_name, info.name
+        )
+    };
     'pull: loop {
         if *shutdown.borrow() {
             pulls.handle_shutdown();
@@ -123,13 +138,33 @@ pub(crate) async fn pull_loop<R: Runtime>(
                 .clone()
                 .try_acquire_many_owned(u32::try_from(request.held).unwrap_or(u32::MAX))
         {
-            let batch = BatchConfig {
+            let mut batch = BatchConfig {
                 batch: request.batch,
                 expires: Some(request.expires),
                 ..Default::default()
             };
             starts.flush();
-            match consumer.request_batch(batch, inbox.clone()).await {
+            let sent = match &priority {
+                None => consumer
+                    .request_batch(batch, inbox.clone())
+                    .await
+                    .map_err(|e| e.to_string()),
+                Some((group, policy)) => {
+                    batch.group = Some(group.clone());
+                    if let PriorityPolicy::Overflow { min_pending } = *policy
+                        && min_pending > 0
+                    {
+                        batch.min_pending =
+                            Some(usize::try_from(min_pending).unwrap_or(usize::MAX));
+                    }
+                    let body = pin.request_body(&batch);
+                    ctx.client
+                        .publish_with_reply(next_subject.clone(), inbox.clone(), body.into())
+                        .await
+                        .map_err(|e| e.to_string())
+                }
+            };
+            match sent {
                 Ok(()) => {
                     pulls.handle_requested(request, R::now());
                     held.add(permits);
@@ -222,8 +257,9 @@ pub(crate) async fn pull_loop<R: Runtime>(
         loop {
             match msg.status {
                 None | Some(StatusCode::OK) => {
+                    pin.take_from(&ctx, msg.headers.as_ref());
                     if !unanswered.is_zero() {
-                        answered_again(&ctx);
+                        answered_again(&ctx, &mut refusals);
                         unanswered = Duration::ZERO;
                     }
                     let reserved = match pulls.handle_message() {
@@ -274,8 +310,17 @@ pub(crate) async fn pull_loop<R: Runtime>(
                     if status == StatusCode::NO_RESPONDERS {
                         unanswered = no_answer(&ctx, unanswered);
                         paused_until = Some(R::now() + unanswered);
+                    } else if status.as_u16() == 400 {
+                        // Refused as it stands (a priority group the consumer no longer has,
+                        // say): asking again at once would be refused again, without end.
+                        refusals += 1;
+                        unanswered =
+                            refused(&ctx, unanswered, refusals, msg.description.as_deref());
+                        paused_until = Some(R::now() + unanswered);
+                    } else if status == StatusCode::PIN_ID_MISMATCH {
+                        pin.lost(&ctx);
                     } else if !unanswered.is_zero() {
-                        answered_again(&ctx);
+                        answered_again(&ctx, &mut refusals);
                         unanswered = Duration::ZERO;
                     }
                     // The request ended (expired, or terminated by the server): free the
@@ -347,7 +392,81 @@ fn no_answer(ctx: &MountContext, unanswered: Duration) -> Duration {
     (unanswered * 2).min(Duration::from_secs(2))
 }
 
-/// JetStream answers the mount's pull requests again, after [`no_answer`].
-fn answered_again(ctx: &MountContext) {
+/// The `refusals`th pull request in a row answered `400 Bad Request` (`description`, the
+/// server's reason): the pause before the next request, as [`no_answer`]'s. The mount's
+/// health says [`MountState::Refused`](crate::MountState::Refused) from the first; the
+/// first, and one in 15 after it (every 30 s at the longest pause), is logged at error level.
+fn refused(
+    ctx: &MountContext,
+    unanswered: Duration,
+    refusals: u32,
+    description: Option<&str>,
+) -> Duration {
+    if refusals % 15 == 1 {
+        tracing::error!(mount = %ctx.name, reason = description.unwrap_or(""), refusals,
+            "the server refuses the mount's pull requests (400 bad request: its consumer was changed under it, or the mount's priority group is not the consumer's); nothing is delivered to it; asking again after a pause that grows to 2 s");
+    }
+    ctx.health.refused(ctx.index, true);
+    if unanswered.is_zero() {
+        return Duration::from_millis(50);
+    }
+    (unanswered * 2).min(Duration::from_secs(2))
+}
+
+/// A pinned mount's pin id ([`PriorityPolicy::Pinned`]): the one the server gave with the
+/// last message it delivered (`Nats-Pin-Id`), sent with every request until the server says
+/// it is no longer the pin (`423`). Without one, requests wait on standby until the server
+/// pins this instance. It lives as long as the loop: a mount subscribed again after its
+/// client died starts on standby, and is pinned again (or another instance is) once the
+/// old pin's `priority_timeout` has passed.
+#[derive(Default)]
+struct Pin(Option<String>);
+
+impl Pin {
+    /// The body of a `CONSUMER.MSG.NEXT` request: `batch`, and the pin id if there is one.
+    fn request_body(&self, batch: &async_nats::jetstream::consumer::pull::BatchConfig) -> Vec<u8> {
+        #[derive(serde::Serialize)]
+        struct Next<'a> {
+            #[serde(flatten)]
+            batch: &'a async_nats::jetstream::consumer::pull::BatchConfig,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            id: Option<&'a str>,
+        }
+        serde_json::to_vec(&Next {
+            batch,
+            id: self.0.as_deref(),
+        })
+        .unwrap_or_default()
+    }
+
+    /// Takes the pin id a delivered message carries, if any and new.
+    fn take_from(&mut self, ctx: &MountContext, headers: Option<&async_nats::HeaderMap>) {
+        let Some(id) = headers.and_then(|h| h.get(PIN_ID_HEADER)) else {
+            return;
+        };
+        if self.0.as_deref() != Some(id.as_str()) {
+            tracing::info!(mount = %ctx.name, pin = id.as_str(),
+                "this instance is pinned: it receives the priority group's messages");
+            self.0 = Some(id.as_str().to_owned());
+        }
+    }
+
+    /// The server answered `423 Nats-Pin-Id mismatch`: another instance holds the pin.
+    fn lost(&mut self, ctx: &MountContext) {
+        if self.0.take().is_some() {
+            tracing::info!(mount = %ctx.name,
+                "the server pinned another instance: this one stands by (what it received is handled and settled)");
+        }
+    }
+}
+
+/// The header with which the server gives a pinned client its pin id.
+const PIN_ID_HEADER: &str = "Nats-Pin-Id";
+
+/// JetStream answers the mount's pull requests again, after [`no_answer`] or [`refused`].
+fn answered_again(ctx: &MountContext, refusals: &mut u32) {
     tracing::info!(mount = %ctx.name, "JetStream answers the mount's pull requests again");
+    if std::mem::take(refusals) > 0 {
+        ctx.health.refused(ctx.index, false);
+    }
 }

@@ -86,6 +86,8 @@ pub(crate) struct MountContext {
     pub(crate) placement: Arc<Placement>,
     /// Its metrics.
     pub(crate) metrics: Arc<MountMetrics>,
+    /// Where the app's health is told.
+    pub(crate) health: crate::api::health::HealthBoard,
 }
 
 /// A literal subject a mount's deliveries come on, kept once per process (see

@@ -3,6 +3,8 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use ruststream_settlement::Descriptor;
+
 use super::careful::Careful;
 use super::checked_mount::{CheckedMount, Source};
 use super::in_flight::InFlight;
@@ -34,13 +36,16 @@ pub(crate) struct MountRecord {
     /// Where its JetStream deliveries that wait go on, over every run of its loop: a shutdown
     /// moves those of an earlier run too.
     pub(crate) placement: Arc<Placement>,
+    /// A JetStream mount's stream and consumer; `None` for a Core mount.
+    pub(crate) consumer: Option<(String, String)>,
 }
 
 impl MountRecord {
-    /// A record for the mount `checked`, with its lease settings from its consumer.
+    /// A record for the mount `checked`, with its lease settings from its consumer; an
+    /// endpoint of the app's service keeps its counts for `$SRV.STATS` in its metrics.
     pub(crate) fn new(checked: &CheckedMount) -> Self {
         let name = intern(checked.mount.name());
-        let metrics = Arc::new(MountMetrics::register(name));
+        let metrics = Arc::new(MountMetrics::register(name, checked.mount.service_endpoint));
         Self {
             name,
             in_flight: Arc::new(InFlight::new(metrics.clone())),
@@ -54,6 +59,12 @@ impl MountRecord {
             warned_retry: Arc::default(),
             metrics,
             placement: Arc::new(Placement::new(name)),
+            consumer: match checked.policy.descriptor() {
+                Descriptor::JetStream { stream, consumer } => {
+                    Some((stream.clone(), consumer.clone()))
+                }
+                Descriptor::CoreSubject(_) | Descriptor::CoreWildcard { .. } => None,
+            },
         }
     }
 

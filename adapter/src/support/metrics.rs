@@ -27,8 +27,13 @@
 //! | `ruststream_batch_size` | histogram, members | `mount` | how many members each batch of a batch mount had when its handler ran (rule 23); members are counted one by one in every other metric, as single deliveries |
 //! | `ruststream_delayed_copies` | gauge | `mount` | Core copies waiting in the delay queue for their `retry_after` delay |
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 use ruststream_settlement::{Action, DeadLetterReason, Event, Outcome, Plan, Settlement};
+
+use super::endpoint_counts::EndpointCounts;
 
 /// The histogram of a batch mount's batch sizes (`ruststream_batch_size`), registered at
 /// the mount's first batch.
@@ -118,11 +123,14 @@ pub(crate) struct MountMetrics {
     delayed: Gauge,
     /// Whether handlers are timed (see [`timed`](Self::timed)).
     timed: bool,
+    /// Its counts for `$SRV.STATS`, when it is an endpoint of the app's service.
+    endpoint: Option<Arc<EndpointCounts>>,
 }
 
 impl MountMetrics {
-    /// Registers the metrics of mount `mount` with the recorder installed now.
-    pub(crate) fn register(mount: &'static str) -> Self {
+    /// Registers the metrics of mount `mount` with the recorder installed now; an `endpoint`
+    /// of the app's service also keeps its counts for `$SRV.STATS`.
+    pub(crate) fn register(mount: &'static str, endpoint: bool) -> Self {
         describe();
         Self {
             consumed: counter!("messaging.client.consumed.messages", "mount" => mount, "messaging.system" => SYSTEM),
@@ -144,12 +152,20 @@ impl MountMetrics {
             recoveries: counter!("ruststream_recoveries_total", "mount" => mount),
             waiting: gauge!("ruststream_handlers_waiting", "mount" => mount),
             delayed: gauge!("ruststream_delayed_copies", "mount" => mount),
-            timed: recording(),
+            timed: endpoint || recording(),
+            endpoint: endpoint.then(Arc::default),
         }
     }
 
-    /// Whether handlers are timed for `messaging.process.duration`: only when a recorder was
-    /// installed when the app started, so that an app without one reads no clock for it.
+    /// Its counts for `$SRV.STATS`, when it is an endpoint of the app's service.
+    pub(crate) fn endpoint(&self) -> Option<&Arc<EndpointCounts>> {
+        self.endpoint.as_ref()
+    }
+
+    /// Whether handlers are timed for `messaging.process.duration` (and an endpoint's
+    /// `processing_time`): only when a recorder was installed when the app started, or the
+    /// mount is an endpoint of the app's service, so that an app without either reads no clock
+    /// for it.
     #[inline]
     pub(crate) fn timed(&self) -> bool {
         self.timed
@@ -161,10 +177,39 @@ impl MountMetrics {
         self.consumed.increment(1);
     }
 
-    /// A handler ran for `seconds`.
+    /// A handler ran for `took`.
     #[inline]
-    pub(crate) fn handled_in(&self, seconds: f64) {
-        self.duration.record(seconds);
+    pub(crate) fn handled_in(&self, took: Duration) {
+        self.duration.record(took.as_secs_f64());
+        if let Some(endpoint) = &self.endpoint {
+            endpoint.processed(took);
+        }
+    }
+
+    /// A handler run ended with `outcome`, its own (not an error's, which
+    /// [`run_failed`](Self::run_failed) counts): for an endpoint, one request, and an error
+    /// when the outcome is `Reject` or none.
+    #[inline]
+    pub(crate) fn run_ended(&self, outcome: Outcome) {
+        if let Some(endpoint) = &self.endpoint {
+            endpoint.request();
+            match outcome {
+                Outcome::Reject => endpoint.failed("rejected"),
+                Outcome::None => endpoint.failed("no outcome"),
+                Outcome::Ack | Outcome::Retry | Outcome::RetryAfter(_) | Outcome::Drop => {}
+            }
+        }
+    }
+
+    /// A handler run ended in error (an `Err`, a panic, the time limit), or the delivery could
+    /// not be given to its handler (a payload that does not decode): for an endpoint, one
+    /// request and one error, with this text.
+    #[cold]
+    pub(crate) fn run_failed(&self, error: &dyn std::fmt::Display) {
+        if let Some(endpoint) = &self.endpoint {
+            endpoint.request();
+            endpoint.failed(&error.to_string());
+        }
     }
 
     /// A handler returned `Err`.

@@ -1,5 +1,5 @@
 //! Each JetStream mount's consumer read again, and its `ack_wait` and `BackOff` taken into the
-//! mount's lease settings (rule 16).
+//! mount's lease settings (rule 16), and its pause into the app's health.
 
 use std::sync::PoisonError;
 use std::time::Duration;
@@ -8,6 +8,7 @@ use async_nats::jetstream::consumer::pull;
 use ruststream_settlement::Descriptor;
 
 use super::{PATIENCE, Supervisor};
+use crate::app::pause::paused_until;
 use crate::runtime::Runtime;
 use crate::state::lease_room::LeaseSettings;
 /// How often each JetStream mount's consumer is read again for its `ack_wait` and `BackOff`.
@@ -39,7 +40,13 @@ impl<R: Runtime> Supervisor<R> {
             };
             let record = &self.records[index];
             let config = match consumer_info::<R>(&js, stream, consumer).await {
-                Ok(info) => info.config,
+                Ok(info) => {
+                    // A pause made here or elsewhere, or one that ran out.
+                    let remaining = info.pause_remaining.unwrap_or_default();
+                    self.health
+                        .paused(index, paused_until::<R>(info.paused, remaining));
+                    info.config
+                }
                 Err(e) => {
                     tracing::debug!(mount = %record.name, error = %e, "cannot read the consumer again; its lease settings stay");
                     continue;
