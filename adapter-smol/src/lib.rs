@@ -129,6 +129,10 @@ pub type App = ruststream_adapter::App<Runtime>;
 /// A started app, on this crate's runtime.
 pub type Running = ruststream_adapter::Running<Runtime>;
 
+/// Pauses and resumes a running app's JetStream consumers from anywhere
+/// (`Running::pause_handle`), on this crate's runtime.
+pub type PauseHandle = ruststream_adapter::PauseHandle<Runtime>;
+
 /// Runs a future inside a Tokio context (async-compat's): what async-nats calls made outside
 /// an app's handlers need on smol. See the crate docs.
 pub use async_compat::Compat;

@@ -80,6 +80,10 @@ pub type App = ruststream_adapter::App<Runtime>;
 /// A started app, on this crate's runtime.
 pub type Running = ruststream_adapter::Running<Runtime>;
 
+/// Pauses and resumes a running app's JetStream consumers from anywhere
+/// (`Running::pause_handle`), on this crate's runtime.
+pub type PauseHandle = ruststream_adapter::PauseHandle<Runtime>;
+
 ruststream_adapter::reexport_api!();
 
 /// The README's Rust examples, compiled as doctests so that they cannot drift from the API.

@@ -50,7 +50,7 @@ pub use api::reports::{AppFailed, CoreLosses, Recovery, Settled, ShutdownReport}
 pub use api::service::{DEFAULT_SERVICE_QUEUE_GROUP, Service};
 pub use api::typed::{IntoJsonHandler, IntoTypedHandler, Json, Typed};
 pub use app::asyncapi::ASYNCAPI_VERSION;
-pub use app::pause::{PauseError, PauseState};
+pub use app::pause::{PauseError, PauseHandle, PauseState};
 pub use app::running::{DEFAULT_GRACE_PERIOD, Running, ShutdownHandle};
 pub use app::startup::{StartError, connect_url};
 pub use app::supervisor::{

@@ -178,6 +178,14 @@ impl ServerFeature {
             Self::ConsumerPause => "consumer pause",
         }
     }
+
+    /// "need" or "needs", as its [`name`](Self::name) is plural or not.
+    fn needs(self) -> &'static str {
+        match self {
+            Self::PriorityGroups => "need",
+            Self::ConsumerPause => "needs",
+        }
+    }
 }
 
 /// A nats-server version, as its `INFO` announces it (`2.9.10`, `2.11.0-RC.1`).
@@ -231,8 +239,9 @@ pub fn check_server_has(announced: &str, feature: ServerFeature) -> Result<(), S
         Some(version) if !version.has(feature) => {
             let (major, minor) = feature.since();
             Err(format!(
-                "{} need nats-server {major}.{minor} or later; the server is {announced}",
-                feature.name()
+                "{} {} nats-server {major}.{minor} or later; the server is {announced}",
+                feature.name(),
+                feature.needs()
             ))
         }
         _ => Ok(()),

@@ -175,4 +175,8 @@ pub type App = ruststream_adapter::App<Runtime>;
 /// A started [`App`] on the simulator.
 pub type Running = ruststream_adapter::Running<Runtime>;
 
+/// Pauses and resumes a running app's JetStream consumers from anywhere
+/// (`Running::pause_handle`), on this crate's runtime.
+pub type PauseHandle = ruststream_adapter::PauseHandle<Runtime>;
+
 ruststream_adapter::reexport_api!();

@@ -225,7 +225,7 @@ fn a_pinned_group_sends_everything_to_one_instance_and_another_takes_over_when_i
         let mount = |name: &str| {
             js_mount(name)
                 .priority_group("workers", PriorityPolicy::Pinned)
-                .priority_timeout(Duration::from_secs(2))
+                .priority_timeout(Duration::from_secs(4))
         };
         let a = start(&server, &events(), |app| {
             app.mount(mount("a"), recorder("a", &seen))
@@ -240,7 +240,7 @@ fn a_pinned_group_sends_everything_to_one_instance_and_another_takes_over_when_i
         // message is handled at once (an instance that lost its pin would stand by, and
         // nothing would be handled until the pin expired).
         let mut slowest = Duration::ZERO;
-        for i in 0..40 {
+        for i in 0..50 {
             let sent = Instant::now();
             publish_numbered(&tc, i, i + 1).await;
             eventually("handled", || (seen.lock().unwrap().len() > i).then_some(())).await;
@@ -263,12 +263,25 @@ fn a_pinned_group_sends_everything_to_one_instance_and_another_takes_over_when_i
             Some(&"a") => (a, b, "b"),
             _ => (b, a, "a"),
         };
-        // The pinned instance stops (a graceful shutdown: it pulls no more); the other is
-        // pinned once its priority_timeout has passed, and receives the rest.
+        // The health says which instance is the active one.
+        assert!(first.health().get().mounts[0].pinned);
+        assert!(!second.health().get().mounts[0].pinned);
+        // The pinned instance stops (a graceful shutdown): it gives up its pin, and the other
+        // is pinned at its next request, well within the priority_timeout (4 s) a killed
+        // one would leave (found by a new user: a rolling restart stalled that long).
         first.shutdown().await;
-        publish_numbered(&tc, 40, 60).await;
-        eventually("60 handled", || {
-            (seen.lock().unwrap().len() >= 60).then_some(())
+        let stopped = Instant::now();
+        publish_numbered(&tc, 50, 51).await;
+        eventually("51 handled", || {
+            (seen.lock().unwrap().len() >= 51).then_some(())
+        })
+        .await;
+        let took = stopped.elapsed();
+        assert!(took < Duration::from_millis(1500), "the standby took over {took:?} after the stop");
+        assert!(second.health().get().mounts[0].pinned);
+        publish_numbered(&tc, 51, 70).await;
+        eventually("70 handled", || {
+            (seen.lock().unwrap().len() >= 70).then_some(())
         })
         .await;
         quiet(300).await;
@@ -591,7 +604,7 @@ fn a_paused_mount_receives_nothing_until_resumed_and_settles_what_it_holds() {
             assert!(matches!(e, PauseError::Unsupported { .. }), "{e}");
             assert!(
                 e.to_string().contains(&format!(
-                    "consumer pause need nats-server 2.11 or later; the server is {}",
+                    "consumer pause needs nats-server 2.11 or later; the server is {}",
                     announced(&server)
                 )),
                 "{e}"

@@ -67,6 +67,12 @@ pub struct MountHealth {
     /// out. A paused mount is still [`Consuming`](MountState::Consuming): it is ready, and its
     /// pull requests wait on the server until the pause ends.
     pub paused_until: Option<Instant>,
+    /// Whether this instance holds the pin of its consumer's pinned priority group
+    /// ([`Mount::priority_group`](crate::Mount::priority_group) with
+    /// [`PriorityPolicy::Pinned`](crate::PriorityPolicy::Pinned)): it is the active one, and
+    /// receives the group's messages. Set when a delivery brings the pin, cleared when the
+    /// server says another instance holds it and when the mount stops.
+    pub pinned: bool,
 }
 
 impl MountHealth {
@@ -222,6 +228,7 @@ impl HealthBoard {
                     state: MountState::Starting,
                     since: now,
                     paused_until: None,
+                    pinned: false,
                 })
                 .collect();
         });
@@ -267,6 +274,17 @@ impl HealthBoard {
             Some(m) if m.state == from => {
                 m.state = to;
                 m.since = now;
+                true
+            }
+            _ => false,
+        });
+    }
+
+    /// Whether this instance holds mount `index`'s pin.
+    pub(crate) fn pinned(&self, index: usize, pinned: bool) {
+        self.0.send_if_modified(|h| match h.mounts.get_mut(index) {
+            Some(m) if m.pinned != pinned => {
+                m.pinned = pinned;
                 true
             }
             _ => false,
@@ -342,6 +360,7 @@ mod tests {
                     state,
                     since,
                     paused_until: None,
+                    pinned: false,
                 })
                 .collect(),
             failure: None,

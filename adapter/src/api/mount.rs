@@ -503,7 +503,10 @@ impl Mount {
     ///   id, which the mount sends with every pull request; the others' requests wait on
     ///   standby. When the pinned instance makes no request for the consumer's
     ///   [`priority_timeout`](Self::priority_timeout) (it was killed, or lost its
-    ///   connection) the server pins another. An instance whose pin was taken is told so
+    ///   connection) the server pins another; one that stops gracefully gives its pin up
+    ///   (`$JS.API.CONSUMER.UNPIN`) once it has stopped pulling, so that a standby takes over
+    ///   at its next request. [`MountHealth::pinned`](crate::MountHealth::pinned) says which
+    ///   instance is the active one. An instance whose pin was taken is told so
     ///   (`423 Nats-Pin-Id mismatch`) at its next request, and stands by from then on: what
     ///   it already received is handled and settled as usual, through each delivery's own
     ///   reply subject, so nothing is lost or run twice by the change (a delivery not settled

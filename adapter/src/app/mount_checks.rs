@@ -241,6 +241,13 @@ async fn bind_consumer(
             ),
         });
     }
+    if let Some(wanted) = mount.priority_timeout
+        && info.priority_policy == JsPriorityPolicy::PinnedClient
+        && info.priority_timeout != wanted
+    {
+        tracing::warn!(mount = %name, consumer, stream, has = ?info.priority_timeout, ?wanted,
+            "the consumer exists with another priority_timeout, which it keeps (an existing consumer is never changed): the failover time is the consumer's");
+    }
     let consumer_policy = priority_policy_name(&info.priority_policy);
     check_priority(
         mount.priority.as_ref().map(|(g, p)| (g.as_str(), *p)),

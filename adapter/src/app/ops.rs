@@ -36,7 +36,9 @@ pub const DURATION_BUCKETS: [f64; 13] = [
 /// | `/asyncapi.json` | with [`asyncapi`](Self::asyncapi): the app's AsyncAPI 3.0 document |
 /// | anything else | 404, naming the paths served |
 ///
-/// The health JSON: `{"ready":bool,"live":bool,"connection":"connecting"|"connected"|"down"|"closed","mounts":{"<mount>":"<state>",…},"paused":["<mount>",…],"failure":string|null}`;
+/// The health JSON: `{"ready":bool,"live":bool,"connection":"connecting"|"connected"|"down"|"closed","mounts":{"<mount>":"<state>",…},"pinned":["<mount>",…],"paused":["<mount>",…],"failure":string|null}`;
+/// `pinned` names the mounts whose pinned priority group this instance is the active one of
+/// ([`MountHealth::pinned`](crate::MountHealth::pinned));
 /// `paused` names the mounts whose JetStream consumer is paused ([`MountHealth::paused_until`](crate::MountHealth::paused_until)),
 /// which are still ready.
 ///
@@ -333,6 +335,12 @@ fn health_json(health: &Health) -> String {
         .iter()
         .map(|m| (m.mount.clone(), m.state.as_str().into()))
         .collect();
+    let pinned: Vec<&str> = health
+        .mounts
+        .iter()
+        .filter(|m| m.pinned)
+        .map(|m| m.mount.as_str())
+        .collect();
     let paused: Vec<&str> = health
         .mounts
         .iter()
@@ -344,6 +352,7 @@ fn health_json(health: &Health) -> String {
         "live": health.live(),
         "connection": connection,
         "mounts": mounts,
+        "pinned": pinned,
         "paused": paused,
         "failure": health.failure,
     })

@@ -1,13 +1,18 @@
 //! Pausing a JetStream mount's consumer, and resuming it (nats-server 2.11+):
-//! [`Running::pause_until`] and [`Running::resume`], through the consumer pause API
+//! [`PauseHandle`] (and [`Running::pause_until`], [`Running::resume`]), through the consumer pause API
 //! (`$JS.API.CONSUMER.PAUSE.<stream>.<consumer>`).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use async_nats::Client;
 use ruststream_settlement::{ServerFeature, check_server_has, rfc3339};
+use tokio::sync::watch;
 
 use super::running::Running;
+use crate::api::health::HealthBoard;
 use crate::runtime::{Reactor, Runtime};
+use crate::state::record::MountRecord;
 
 /// How long a pause or resume request waits for the server's answer.
 const PAUSE_PATIENCE: Duration = Duration::from_secs(5);
@@ -60,11 +65,73 @@ struct PauseAnswer {
     pause_remaining: u64,
 }
 
+/// A handle that pauses and resumes a running app's JetStream consumers (nats-server 2.11+),
+/// from anywhere: given by [`Running::pause_handle`], cheap to clone, usable while the app
+/// runs under [`Running::until_signal`] or `App::run` (which take the [`Running`] itself).
+/// See [`pause_until`](Self::pause_until).
+pub struct PauseHandle<R: Runtime> {
+    reactor: R::Reactor,
+    clients: Arc<watch::Sender<Client>>,
+    mounts: Arc<[MountRecord]>,
+    health: HealthBoard,
+}
+
+impl<R: Runtime> Clone for PauseHandle<R> {
+    fn clone(&self) -> Self {
+        Self {
+            reactor: self.reactor.clone(),
+            clients: self.clients.clone(),
+            mounts: self.mounts.clone(),
+            health: self.health.clone(),
+        }
+    }
+}
+
+impl<R: Runtime> std::fmt::Debug for PauseHandle<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PauseHandle").finish_non_exhaustive()
+    }
+}
+
 impl<R: Runtime> Running<R> {
+    /// A handle that pauses and resumes the app's JetStream consumers from elsewhere (a signal
+    /// handler, an admin endpoint of the app's own) while this [`Running`] waits in
+    /// [`until_signal`](Self::until_signal).
+    pub fn pause_handle(&self) -> PauseHandle<R> {
+        PauseHandle {
+            reactor: self.reactor.clone(),
+            clients: self.clients.clone(),
+            mounts: self.mounts.clone(),
+            health: self.health.clone(),
+        }
+    }
+
+    /// [`PauseHandle::pause_until`] on this app.
+    ///
+    /// # Errors
+    /// As [`PauseHandle::pause_until`].
+    pub async fn pause_until(
+        &self,
+        mount: &str,
+        until: SystemTime,
+    ) -> Result<PauseState, PauseError> {
+        self.pause_handle().pause_until(mount, until).await
+    }
+
+    /// [`PauseHandle::resume`] on this app.
+    ///
+    /// # Errors
+    /// As [`PauseHandle::pause_until`].
+    pub async fn resume(&self, mount: &str) -> Result<PauseState, PauseError> {
+        self.pause_handle().resume(mount).await
+    }
+}
+
+impl<R: Runtime> PauseHandle<R> {
     /// Pauses mount `mount`'s JetStream consumer until `until` (nats-server 2.11+): the
     /// server delivers none of its messages to any instance until then, or until
     /// [`resume`](Self::resume). The app keeps running: its pull requests wait on the server,
-    /// its other mounts go on, and its [health](Self::health) shows the mount as paused
+    /// its other mounts go on, and its health shows the mount as paused
     /// ([`MountHealth::paused_until`](crate::MountHealth::paused_until)) and still ready.
     ///
     /// Deliveries the mount received before the pause began are handled and settled as
@@ -112,7 +179,7 @@ impl<R: Runtime> Running<R> {
             .consumer
             .clone()
             .ok_or_else(|| PauseError::NotJetStream(mount.to_owned()))?;
-        let client = self.client();
+        let client = self.clients.borrow().clone();
         check_server_has(&client.server_info().version, ServerFeature::ConsumerPause).map_err(
             |reason| PauseError::Unsupported {
                 mount: mount.to_owned(),

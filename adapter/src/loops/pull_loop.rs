@@ -351,6 +351,16 @@ pub(crate) async fn pull_loop<R: Runtime>(
             }
         }
     }
+    // Stopping for a shutdown, nothing outstanding: a pin this instance holds goes to a
+    // standby now, not after priority_timeout.
+    if asked_to_stop(&shutdown)
+        && let Some((group, _)) = &priority
+    {
+        pin.release::<R>(&ctx, &consumer, group).await;
+    } else {
+        pin.0 = None;
+        ctx.health.pinned(ctx.index, false);
+    }
     // The loop ends (its inbox closed, or shutdown): messages that still wait for a slot are
     // handled, in order, as slots free up; their settlements go through the app's current
     // client (rule 20).
@@ -448,6 +458,7 @@ impl Pin {
             tracing::info!(mount = %ctx.name, pin = id.as_str(),
                 "this instance is pinned: it receives the priority group's messages");
             self.0 = Some(id.as_str().to_owned());
+            ctx.health.pinned(ctx.index, true);
         }
     }
 
@@ -456,9 +467,70 @@ impl Pin {
         if self.0.take().is_some() {
             tracing::info!(mount = %ctx.name,
                 "the server pinned another instance: this one stands by (what it received is handled and settled)");
+            ctx.health.pinned(ctx.index, false);
+        }
+    }
+
+    /// The mount stops for a shutdown, with no request outstanding: if this instance still
+    /// holds the pin, it gives it up (`$JS.API.CONSUMER.UNPIN`), so that a standby is pinned
+    /// at its next request instead of after the consumer's `priority_timeout` (a rolling
+    /// restart would stall that long). Whether it holds the pin is read from the consumer's
+    /// info first: an instance that lost it must not unpin the one that took it over. Each
+    /// request waits at most [`UNPIN_PATIENCE`]; a failure is logged, and the pin then
+    /// expires as it would have.
+    async fn release<R: Runtime>(
+        &mut self,
+        ctx: &MountContext,
+        consumer: &async_nats::jetstream::consumer::PullConsumer,
+        group: &str,
+    ) {
+        let Some(pin) = self.0.take() else {
+            return;
+        };
+        ctx.health.pinned(ctx.index, false);
+        let holds = match R::timeout(UNPIN_PATIENCE, consumer.get_info()).await {
+            Some(Ok(info)) => info
+                .priority_groups
+                .iter()
+                .any(|g| g.group == group && g.pinned_client_id.as_deref() == Some(pin.as_str())),
+            Some(Err(e)) => {
+                tracing::debug!(mount = %ctx.name, error = %e, "cannot read the consumer at shutdown: its pin expires after priority_timeout");
+                return;
+            }
+            None => return,
+        };
+        if !holds {
+            return;
+        }
+        let info = consumer.cached_info();
+        let js = async_nats::jetstream::new(ctx.client.clone());
+        let subject = format!("CONSUMER.UNPIN.{}.{}", info.stream_name, info.name);
+        let body = serde_json::json!({ "group": group });
+        let unpinned = R::timeout(UNPIN_PATIENCE, async {
+            let answer: Result<async_nats::jetstream::response::Response<serde_json::Value>, _> =
+                js.request(subject, &body).await;
+            answer
+        })
+        .await;
+        match unpinned {
+            Some(Ok(async_nats::jetstream::response::Response::Ok(_))) => {
+                tracing::info!(mount = %ctx.name, "shutdown: the pin is given up, a standby takes over at its next request");
+            }
+            Some(Ok(async_nats::jetstream::response::Response::Err { error })) => {
+                tracing::warn!(mount = %ctx.name, error = %error, "shutdown: the pin could not be given up; a standby takes over after priority_timeout");
+            }
+            Some(Err(e)) => {
+                tracing::warn!(mount = %ctx.name, error = %e, "shutdown: the pin could not be given up; a standby takes over after priority_timeout");
+            }
+            None => {
+                tracing::warn!(mount = %ctx.name, "shutdown: no answer to giving up the pin; a standby takes over after priority_timeout");
+            }
         }
     }
 }
+
+/// How long each request of [`Pin::release`] waits for an answer.
+const UNPIN_PATIENCE: Duration = Duration::from_secs(1);
 
 /// The header with which the server gives a pinned client its pin id.
 const PIN_ID_HEADER: &str = "Nats-Pin-Id";
