@@ -4,7 +4,8 @@
 //!
 //! A seed draws a [`Scenario`] ([`scenario`]): a few mounts (Core subject, Core wildcard,
 //! JetStream with its own `ack_wait` and perhaps a `BackOff`; `max_attempts`, dead letters
-//! stored by a stream or not, backoff, provenance, leases, concurrency, buffer, time limit),
+//! stored by a stream or not, backoff, provenance, leases, concurrency, buffer, time limit;
+//! batches, keys and a pinned or overflow priority group, each drawn apart),
 //! messages whose handler does something chosen per attempt (ack, retry, `retry_after`, drop,
 //! reject, no outcome, `Err`, panic, an undecodable payload, a sleep past `ack_wait` or the
 //! time limit), and faults at random times (lost acknowledgements, failing copies and dead

@@ -14,7 +14,8 @@ use ruststream_adapter::{
 use serde::{Deserialize, Serialize};
 
 use super::scenario::{
-    Attempt, DeadLetters, End, Fault, KeySpec, MessageSpec, MountSpec, Scenario, Source,
+    Attempt, DeadLetters, End, Fault, KeySpec, MessageSpec, MountSpec, PRIORITY_GROUP,
+    PrioritySpec, Scenario, Source,
 };
 use crate::endpoint::sim::Sim;
 use crate::model::consumer::ConsumerState;
@@ -305,6 +306,22 @@ fn mount_of(spec: &MountSpec, index: usize) -> Mount {
         });
         mount = mount.strict_order(spec.strict_order);
     }
+    match spec.priority {
+        Some(PrioritySpec::Pinned { timeout_ms }) => {
+            mount = mount
+                .priority_group(PRIORITY_GROUP, ruststream_adapter::PriorityPolicy::Pinned)
+                .priority_timeout(Duration::from_millis(u64::from(timeout_ms)));
+        }
+        Some(PrioritySpec::Overflow { min_pending }) => {
+            mount = mount.priority_group(
+                PRIORITY_GROUP,
+                ruststream_adapter::PriorityPolicy::Overflow {
+                    min_pending: u64::from(min_pending),
+                },
+            );
+        }
+        None => {}
+    }
     mount
 }
 
@@ -529,7 +546,7 @@ fn prepare(sim: &Sim, scenario: &Scenario) -> Result<(), String> {
         {
             let attempts = spec.max_attempts.unwrap_or(4) as usize;
             let max_deliver = attempts.max(backoff_ms.len()) + 2;
-            let config = pull::Config {
+            let mut config = pull::Config {
                 durable_name: Some(format!("c{index}")),
                 ack_policy: async_nats::jetstream::consumer::AckPolicy::Explicit,
                 ack_wait: Duration::from_millis(u64::from(*ack_wait_ms)),
@@ -540,6 +557,19 @@ fn prepare(sim: &Sim, scenario: &Scenario) -> Result<(), String> {
                 max_deliver: i64::try_from(max_deliver).unwrap_or(i64::MAX),
                 ..Default::default()
             };
+            // The mount's priority group, as the runtime would make it (an existing consumer
+            // is never changed: without it, start-up refuses the mount).
+            if let Some(priority) = spec.priority {
+                use async_nats::jetstream::consumer::PriorityPolicy as Js;
+                config.priority_groups = vec![PRIORITY_GROUP.to_owned()];
+                match priority {
+                    PrioritySpec::Pinned { timeout_ms } => {
+                        config.priority_policy = Js::PinnedClient;
+                        config.priority_timeout = Duration::from_millis(u64::from(timeout_ms));
+                    }
+                    PrioritySpec::Overflow { .. } => config.priority_policy = Js::Overflow,
+                }
+            }
             sim.with(|server| server.create_consumer(&stream_name(index), config))
                 .map_err(|e| e.to_string())?;
         }
@@ -597,6 +627,7 @@ async fn run_on(sim: &Sim, scenario: Scenario) -> Trace {
         settle_time: scenario.settle_time(),
         poisons: poisons_to_first(&scenario, &scenario.poisons, false),
         stored_poisons: poisons_to_first(&scenario, &scenario.stored_poisons, true),
+        drained: drained_of(&scenario),
     };
     let played = play(sim, &world, &mut |app| app_of(&scenario, sim, &shared, app)).await;
     for (i, (m, sent)) in scenario.messages.iter().zip(&played.sent).enumerate() {
@@ -634,6 +665,29 @@ async fn run_on(sim: &Sim, scenario: Scenario) -> Trace {
         }
     }
     trace
+}
+
+/// [`World::drained`] for `scenario`: only when a mount's overflow group can leave messages
+/// undelivered ([`Scenario::overflow_threshold`]); its consumer has settled as far as it can
+/// by [`Scenario::drained_as_far_as_it_can`], every other one when it holds nothing.
+fn drained_of(scenario: &Scenario) -> Option<Drained> {
+    let overflowing: Vec<usize> = (0..scenario.mounts.len())
+        .filter(|&i| scenario.overflow_threshold(i).is_some())
+        .collect();
+    if overflowing.is_empty() {
+        return None;
+    }
+    let scenario = scenario.clone();
+    Some(Box::new(move |stream, consumer, pending, ack_pending| {
+        let mount = overflowing
+            .iter()
+            .copied()
+            .find(|&i| stream == stream_name(i) && consumer == format!("c{i}"));
+        match mount {
+            Some(i) => scenario.drained_as_far_as_it_can(i, pending, ack_pending),
+            None => pending == 0 && ack_pending == 0,
+        }
+    }))
 }
 
 /// Publishes a poison to `subject`: a message with [`POISON_HEADERS`].
@@ -674,6 +728,76 @@ pub(crate) struct World {
     pub(crate) poisons: Vec<(u32, String)>,
     /// Stored poisons: when, and the subject (one a stream stores).
     pub(crate) stored_poisons: Vec<(u32, String)>,
+    /// When a consumer may keep messages it cannot deliver (an overflow priority group above
+    /// 1, nothing else pulling): whether a consumer (stream, name), with its `num_pending`
+    /// and `num_ack_pending`, has settled as far as it can; `None`: every consumer settles
+    /// to nothing ([`Sim::run_until_idle`]).
+    pub(crate) drained: Option<Drained>,
+}
+
+/// Whether a consumer (stream, name), with its `num_pending` and `num_ack_pending`, has
+/// settled as far as it can ([`World::drained`]).
+pub(crate) type Drained = Box<dyn Fn(&str, &str, u64, u64) -> bool + Send + Sync>;
+
+/// [`Sim::run_until_idle`], but where some consumer may keep what it cannot deliver
+/// ([`World::drained`]): lets virtual time pass until nothing has happened for `quiet` (pull
+/// requests aside) and every consumer has settled as far as it can, at most `quiet` four
+/// times over; whether it came to that.
+async fn drained_as_far_as_it_can(sim: &Sim, drained: &Drained, quiet: Duration) -> bool {
+    let from = sim.now();
+    let limit = quiet * 4;
+    let mut scanned = 0;
+    let mut since = sim.now();
+    let mut step = Duration::from_millis(10);
+    loop {
+        let now = sim.now();
+        let (seen, activity, settled) = sim.with(|s| {
+            let journal = s.journal();
+            let activity = journal
+                .get(scanned..)
+                .unwrap_or_default()
+                .iter()
+                .filter(|r| match r {
+                    Record::Published { subject, .. } => {
+                        !subject.starts_with(crate::model::server::PULL_PREFIX)
+                    }
+                    _ => true,
+                })
+                .count();
+            let len = journal.len();
+            let consumers: Vec<(String, String)> = s
+                .streams
+                .iter()
+                .flat_map(|(stream, entry)| {
+                    entry
+                        .consumers
+                        .keys()
+                        .map(move |c| (stream.clone(), c.clone()))
+                })
+                .collect();
+            let settled = consumers.iter().all(|(stream, c)| {
+                s.consumer_state(stream, c).is_ok_and(|state| {
+                    drained(stream, c, state.num_pending, state.num_ack_pending as u64)
+                })
+            });
+            (len, activity, settled)
+        });
+        if seen != scanned {
+            step = Duration::from_millis(10);
+        }
+        scanned = seen;
+        if activity > 0 {
+            since = now;
+        } else if now.saturating_duration_since(since) >= quiet && settled {
+            return true;
+        }
+        let waited = now.saturating_duration_since(from);
+        if waited >= limit {
+            return false;
+        }
+        tokio::time::sleep(step.min(limit - waited)).await;
+        step = (step * 2).min(Duration::from_millis(500));
+    }
 }
 
 /// A poison a stream stored, and what the operator did with it.
@@ -964,7 +1088,10 @@ pub(crate) async fn play(
         }
     }
     let quiet = world.settle_time;
-    played.settled = sim.run_until_idle(quiet, quiet * 4).await.is_ok();
+    played.settled = match &world.drained {
+        None => sim.run_until_idle(quiet, quiet * 4).await.is_ok(),
+        Some(drained) => drained_as_far_as_it_can(sim, drained, quiet).await,
+    };
     if let Some(last) = running.take() {
         let report = last.shutdown().await;
         // What the app wrote as its shutdown ended (a copy async-nats held until its

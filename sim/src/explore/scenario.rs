@@ -112,7 +112,34 @@ pub struct MountSpec {
     /// Strict order per key (rule 24): only with a key and `max_attempts`.
     #[serde(default)]
     pub strict_order: bool,
+    /// Its priority group (JetStream only; nats-server 2.11+), [`PRIORITY_GROUP`]. Drawn apart
+    /// from the rest ([`priority_groups_of`]).
+    #[serde(default)]
+    pub priority: Option<PrioritySpec>,
 }
+
+/// A JetStream mount's priority group (`Mount::priority_group`, [`PRIORITY_GROUP`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PrioritySpec {
+    /// `PriorityPolicy::Pinned`, with `Mount::priority_timeout` this many milliseconds: one
+    /// instance at a time is pinned; after a restart the new app stands by until the old pin
+    /// is given up (a graceful shutdown's `CONSUMER.UNPIN`) or has expired.
+    Pinned {
+        /// The consumer's `priority_timeout`, in milliseconds.
+        timeout_ms: u32,
+    },
+    /// `PriorityPolicy::Overflow { min_pending }`: a request is served only while the
+    /// consumer has at least `min_pending` messages not yet delivered (counting the one about
+    /// to go); with nothing else pulling, a backlog below it is never delivered
+    /// ([`Scenario::drained_as_far_as_it_can`]).
+    Overflow {
+        /// The threshold.
+        min_pending: u8,
+    },
+}
+
+/// The priority group a mount with a [`PrioritySpec`] declares.
+pub const PRIORITY_GROUP: &str = "workers";
 
 impl MountSpec {
     /// Whether it consumes from JetStream.
@@ -219,6 +246,7 @@ impl Scenario {
                 s.poisons = poisons_of(seed, &s);
                 s.stored_poisons = stored_poisons_of(seed, &s);
                 batches_and_keys_of(seed, &mut s);
+                priority_groups_of(seed, &mut s);
                 s
             })
             .boxed();
@@ -265,7 +293,56 @@ impl Scenario {
             .unwrap_or(1);
         let settle =
             Duration::from_millis(u64::from((longest_delay + mount_wait) * attempts + 2_000));
-        settle + self.keyed_wait()
+        settle + self.keyed_wait() + self.pin_wait()
+    }
+
+    /// How much longer messages may wait with a pinned priority group: after an app dropped
+    /// without a shutdown, its pin holds for the consumer's `priority_timeout` before the next
+    /// app is pinned. Zero without one (the settle time of a scenario drawn before priority
+    /// groups existed is unchanged).
+    fn pin_wait(&self) -> Duration {
+        let ms = self
+            .mounts
+            .iter()
+            .filter_map(|m| match m.priority {
+                Some(PrioritySpec::Pinned { timeout_ms }) => Some(timeout_ms),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        Duration::from_millis(u64::from(ms))
+    }
+
+    /// The overflow threshold of mount `index`'s priority group, when it has one above 1 (the
+    /// only ones that can leave a message undelivered: the message about to go counts).
+    pub fn overflow_threshold(&self, index: usize) -> Option<u64> {
+        match self.mounts.get(index)?.priority {
+            Some(PrioritySpec::Overflow { min_pending }) if min_pending > 1 => {
+                Some(u64::from(min_pending))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether mount `index`'s consumer, with `num_pending` messages not yet delivered and
+    /// `num_ack_pending` delivered and not yet acknowledged, has nothing left that it can
+    /// deliver or settle: nothing at all, or, on an overflow group above 1 with nothing else
+    /// pulling, a backlog too small to be served (nats-server counts the message about to go:
+    /// a new one goes while `num_pending >= min_pending`, a redelivery while
+    /// `num_pending + 1 >= min_pending`), the run's last app having gone quiet.
+    pub fn drained_as_far_as_it_can(
+        &self,
+        index: usize,
+        num_pending: u64,
+        num_ack_pending: u64,
+    ) -> bool {
+        if num_pending == 0 && num_ack_pending == 0 {
+            return true;
+        }
+        match self.overflow_threshold(index) {
+            Some(min) => num_pending < min && (num_ack_pending == 0 || num_pending + 1 < min),
+            None => false,
+        }
     }
 
     /// How much longer a keyed mount's messages may take to settle than alone (rule 24): one
@@ -309,9 +386,10 @@ impl Scenario {
     }
 
     /// The scenario without what [`batches_and_keys_of`] drew: no batch, no key, no strict
-    /// order; what the seed drew before batches and keys existed (with its poisons).
+    /// order; what the seed drew before batches and keys existed (with its poisons), so
+    /// without the priority groups drawn since either ([`Scenario::without_priority_groups`]).
     pub fn without_batches_and_keys(&self) -> Scenario {
-        let mut plain = self.clone();
+        let mut plain = self.without_priority_groups();
         for mount in &mut plain.mounts {
             mount.batch = None;
             mount.key = None;
@@ -319,6 +397,15 @@ impl Scenario {
         }
         for message in &mut plain.messages {
             message.key = None;
+        }
+        plain
+    }
+
+    /// The scenario without what [`priority_groups_of`] drew: no mount in a priority group.
+    pub fn without_priority_groups(&self) -> Scenario {
+        let mut plain = self.clone();
+        for mount in &mut plain.mounts {
+            mount.priority = None;
         }
         plain
     }
@@ -422,6 +509,7 @@ fn mount() -> impl Strategy<Value = MountSpec> {
                     batch: None,
                     key: None,
                     strict_order: false,
+                    priority: None,
                 }
             },
         )
@@ -543,6 +631,41 @@ pub fn batches_and_keys_of(seed: u64, scenario: &mut Scenario) {
     }
 }
 
+/// Priority groups (nats-server 2.11+) for seed `seed`'s `scenario`, drawn from a generator of
+/// their own (seeded by `seed` and a tag, as [`poisons_of`] draws), so that every other draw
+/// of every seed is as it was before they existed. In one seed of four whose scenario has a
+/// JetStream mount, one of its JetStream mounts (drawn) is in the group [`PRIORITY_GROUP`]:
+/// pinned in one of two, with a `priority_timeout` of 1.5 s to 5 s, else overflow with a
+/// `min_pending` of 0 to 3 (0 and 1: always served; 2 and 3: a backlog below it waits, see
+/// [`Scenario::drained_as_far_as_it_can`]).
+pub fn priority_groups_of(seed: u64, scenario: &mut Scenario) {
+    let jetstream: Vec<usize> = (0..scenario.mounts.len())
+        .filter(|&i| scenario.mounts[i].is_jetstream())
+        .collect();
+    if jetstream.is_empty() {
+        return;
+    }
+    let mut rng = rng_of(seed, b"groups");
+    let (drawn, which, pinned, value) = (
+        rng.next_u32(),
+        rng.next_u32(),
+        rng.next_u32(),
+        rng.next_u32(),
+    );
+    if !drawn.is_multiple_of(4) {
+        return;
+    }
+    let index = jetstream[which as usize % jetstream.len()];
+    scenario.mounts[index].priority = Some(match pinned.is_multiple_of(2) {
+        true => PrioritySpec::Pinned {
+            timeout_ms: 1_500 + value % 3_501,
+        },
+        false => PrioritySpec::Overflow {
+            min_pending: (value % 4) as u8,
+        },
+    });
+}
+
 /// A generator seeded by `seed` and `tag`, apart from the scenario's.
 fn rng_of(seed: u64, tag: &[u8; 6]) -> TestRng {
     let mut bytes = [0u8; 32];
@@ -629,7 +752,11 @@ mod tests {
             let drawn = Scenario::of_seed(seed);
             let mut again = drawn.without_batches_and_keys();
             batches_and_keys_of(seed, &mut again);
-            assert_eq!(again, drawn, "seed {seed}: drawn from the seed alone");
+            assert_eq!(
+                again,
+                drawn.without_priority_groups(),
+                "seed {seed}: drawn from the seed alone"
+            );
             batched += usize::from(drawn.mounts.iter().any(|m| m.batch.is_some()));
             keyed += usize::from(drawn.mounts.iter().any(|m| m.key.is_some()));
             strict += usize::from(drawn.mounts.iter().any(|m| m.strict_order));
@@ -662,6 +789,49 @@ mod tests {
         assert!(
             batched > 30 && keyed > 40 && strict > 10,
             "{batched} {keyed} {strict}"
+        );
+    }
+
+    /// Priority groups are drawn apart too: the seed's scenario without them is the one it
+    /// drew before they existed; about one seed in four with a JetStream mount draws one, on
+    /// a JetStream mount, within its bounds, pinned and overflow both.
+    #[test]
+    fn priority_groups_leave_every_other_draw_of_a_seed_as_it_was() {
+        let (mut with_jetstream, mut pinned, mut overflow) = (0, 0, 0);
+        for seed in 0..400u64 {
+            let drawn = Scenario::of_seed(seed);
+            let mut again = drawn.without_priority_groups();
+            priority_groups_of(seed, &mut again);
+            assert_eq!(again, drawn, "seed {seed}: drawn from the seed alone");
+            with_jetstream += usize::from(drawn.mounts.iter().any(MountSpec::is_jetstream));
+            let grouped: Vec<&MountSpec> = drawn
+                .mounts
+                .iter()
+                .filter(|m| m.priority.is_some())
+                .collect();
+            assert!(grouped.len() <= 1, "seed {seed}");
+            for m in grouped {
+                assert!(m.is_jetstream(), "seed {seed}");
+                match m.priority {
+                    Some(PrioritySpec::Pinned { timeout_ms }) => {
+                        assert!((1_500..=5_000).contains(&timeout_ms));
+                        pinned += 1;
+                    }
+                    Some(PrioritySpec::Overflow { min_pending }) => {
+                        assert!(min_pending <= 3);
+                        overflow += 1;
+                    }
+                    None => {}
+                }
+            }
+        }
+        let grouped = pinned + overflow;
+        assert!(
+            grouped * 6 > with_jetstream
+                && grouped * 3 < with_jetstream
+                && pinned > 10
+                && overflow > 10,
+            "{grouped} of {with_jetstream}: {pinned} pinned, {overflow} overflow"
         );
     }
 

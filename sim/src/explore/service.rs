@@ -570,6 +570,7 @@ async fn explore_on<S: Service>(
         settle_time: settle,
         poisons: Vec::new(),
         stored_poisons: Vec::new(),
+        drained: None,
     };
     let shared: Shared = Arc::default();
     let played = play(sim, &world, &mut |app| {
