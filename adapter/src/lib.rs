@@ -47,7 +47,10 @@ pub use api::mount::{
     MAX_CONCURRENCY, Mount,
 };
 pub use api::reports::{AppFailed, CoreLosses, Recovery, Settled, ShutdownReport};
-pub use api::service::{DEFAULT_SERVICE_QUEUE_GROUP, Service};
+pub use api::service::{
+    DEFAULT_SERVICE_QUEUE_GROUP, MAX_LAST_ERROR_BYTES, MAX_SERVICE_DESCRIPTION_BYTES,
+    MAX_SERVICE_METADATA_BYTES, MAX_SERVICE_NAME_BYTES, Service,
+};
 pub use api::typed::{IntoJsonHandler, IntoTypedHandler, Json, Typed};
 pub use app::asyncapi::ASYNCAPI_VERSION;
 pub use app::pause::{PauseError, PauseHandle, PauseState};
@@ -156,8 +159,11 @@ macro_rules! reexport_api {
             ReplyAs, RunError, SAME_SUSPECT_LIMIT, Settled, ShutdownHandle, ShutdownReport,
             StartError, Typed, async_nats, connect_url, dead_letters,
         };
-        /// An app declared as a NATS service (the micro protocol), and the queue group its
-        /// endpoints subscribe in by default.
-        pub use $crate::{DEFAULT_SERVICE_QUEUE_GROUP, Service};
+        /// An app declared as a NATS service (the micro protocol), the queue group its
+        /// endpoints subscribe in by default, and the limits start-up keeps it to.
+        pub use $crate::{
+            DEFAULT_SERVICE_QUEUE_GROUP, MAX_LAST_ERROR_BYTES, MAX_SERVICE_DESCRIPTION_BYTES,
+            MAX_SERVICE_METADATA_BYTES, MAX_SERVICE_NAME_BYTES, Service,
+        };
     };
 }

@@ -277,7 +277,10 @@ fn a_pinned_group_sends_everything_to_one_instance_and_another_takes_over_when_i
         })
         .await;
         let took = stopped.elapsed();
-        assert!(took < Duration::from_millis(1500), "the standby took over {took:?} after the stop");
+        assert!(
+            took < Duration::from_millis(1500),
+            "the standby took over {took:?} after the stop"
+        );
         assert!(second.health().get().mounts[0].pinned);
         publish_numbered(&tc, 51, 70).await;
         eventually("70 handled", || {

@@ -338,3 +338,160 @@ fn a_service_with_a_bad_name_or_version_is_refused_at_start_up() {
         }
     });
 }
+
+#[test]
+fn a_service_s_last_error_never_quotes_a_payload_and_stays_bounded() {
+    run(async {
+        let (server, tc, _r, ev) = core_case().await;
+        let app = start(&server, &ev, |a| {
+            a.service(service())
+                .mount_json(
+                    Mount::core_subject("typed", "svc.typed"),
+                    |_value: u32, _d: Delivery| async { Outcome::Ack },
+                )
+                .mount(
+                    Mount::core_subject("errs", "svc.errs"),
+                    |_d: Delivery| async {
+                        // 1.1 MB of error text, with a two-byte character at the cut.
+                        let mut text = "E".repeat(1023);
+                        text.push_str(&"é".repeat(550_000));
+                        Err::<Outcome, String>(text)
+                    },
+                )
+        })
+        .await;
+        core_publish(
+            &tc,
+            "svc.typed",
+            HeaderMap::new(),
+            b"\"card 4111111111111111\"",
+        )
+        .await;
+        core_publish(&tc, "svc.errs", HeaderMap::new(), b"x").await;
+        let stats = stats_until(&tc, "orders", |s| s.endpoints.iter().all(|e| e.errors == 1)).await;
+        let last = |name: &str| {
+            let endpoint = stats.endpoints.iter().find(|e| e.name == name).unwrap();
+            endpoint
+                .last_error
+                .as_ref()
+                .map(|e| e.status.clone())
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            last("typed"),
+            "payload does not decode",
+            "the payload stays out"
+        );
+        let errs = last("errs");
+        assert_eq!(
+            errs,
+            format!("{}…", "E".repeat(1023)),
+            "cut at 1024 bytes on a char"
+        );
+        // The full text stays in the log.
+        logged(&["svc.typed", "card 4111111111111111"]).await;
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn a_service_whose_answers_would_not_fit_is_refused_at_start_up() {
+    run(async {
+        let server = NatsServer::start();
+        let long_name = "n".repeat(257);
+        let mut metadata = Service::new("orders", "1.0.0");
+        for i in 0..70 {
+            metadata = metadata.metadata(&format!("k{i}"), &"v".repeat(1000));
+        }
+        for (service, names) in [
+            (Service::new(&long_name, "1.0.0"), vec!["257 bytes", "256"]),
+            (
+                Service::new("orders", "1.0.0").description(&"d".repeat(4097)),
+                vec!["description", "4097 bytes", "4096"],
+            ),
+            (metadata, vec!["metadata", "65536"]),
+        ] {
+            let e = start_err(&server, |a| {
+                a.service(service).mount(
+                    Mount::core_subject("take", "svc.take"),
+                    |_d: Delivery| async { Outcome::Ack },
+                )
+            })
+            .await;
+            let text = e.to_string();
+            assert!(matches!(e, StartError::Service(_)), "{e:?}");
+            for name in names {
+                assert!(text.contains(name), "{text:?} names {name}");
+            }
+        }
+    });
+}
+
+#[test]
+fn an_endpoint_whose_name_breaks_the_protocol_s_rule_is_refused_at_start_up() {
+    run(async {
+        let server = NatsServer::start();
+        let e = start_err(&server, |a| {
+            a.service(service()).mount(
+                Mount::core_subject("dot.name", "svc.take"),
+                |_d: Delivery| async { Outcome::Ack },
+            )
+        })
+        .await;
+        let text = e.to_string();
+        assert!(matches!(e, StartError::Service(_)), "{e:?}");
+        for name in ["`dot.name`", "rename", "service_endpoint(false)"] {
+            assert!(text.contains(name), "{text:?} names {name}");
+        }
+        // Opted out, or without a service, the name is free.
+        let ev = events();
+        let app = start(&server, &ev, |a| {
+            a.service(service()).mount(
+                Mount::core_subject("dot.name", "svc.take").service_endpoint(false),
+                |_d: Delivery| async { Outcome::Ack },
+            )
+        })
+        .await;
+        app.shutdown().await;
+    });
+}
+
+#[test]
+fn a_poison_message_on_srv_costs_the_responder_a_reconnect_and_never_the_app() {
+    run(async {
+        let (server, tc, r, ev) = core_case().await;
+        let app = start(&server, &ev, |a| {
+            a.service(service()).mount(
+                Mount::core_subject("take", "svc.take"),
+                scripted(&r, |_, _| Outcome::Ack),
+            )
+        })
+        .await;
+        let ping: PingResponse = ask(&tc, "$SRV.PING.orders").await;
+        for _ in 0..3 {
+            crate::raw_publish(
+                &server,
+                "$SRV.PING",
+                ruststream_tests::raw::LONE_CR,
+                b"poison",
+            );
+            // The responder answers again, on a client of its own.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                quiet(200).await;
+                let pongs = answers(&tc, "$SRV.PING.orders", 300).await;
+                if !pongs.is_empty() {
+                    assert_eq!(pongs.len(), 1, "one answer");
+                    assert_eq!(pongs[0].id, ping.id, "the same instance");
+                    break;
+                }
+                assert!(Instant::now() < deadline, "no answer after the poison");
+            }
+        }
+        logged(&["WARN", "$SRV"]).await;
+        assert!(app.recoveries().is_empty(), "{:?}", app.recoveries());
+        core_publish(&tc, "svc.take", HeaderMap::new(), b"x").await;
+        settled(&ev, 1).await;
+        app.shutdown().await;
+    });
+}

@@ -8,6 +8,31 @@ use std::collections::BTreeMap;
 /// its requests. A mount's own [`queue_group`](crate::Mount::queue_group) wins.
 pub const DEFAULT_SERVICE_QUEUE_GROUP: &str = "q";
 
+/// The longest service name [`App::start`](crate::App::start) accepts, in bytes: 256. The
+/// name is in the `$SRV` subjects the app subscribes to (`$SRV.STATS.<name>.<id>`, 34 bytes
+/// more with a 22-byte instance id), each sent in one `SUB` line that must fit the server's
+/// `max_control_line` (4096 bytes by default); 256 keeps far below it and within what
+/// discovery tools show.
+pub const MAX_SERVICE_NAME_BYTES: usize = 256;
+
+/// The longest service description [`App::start`](crate::App::start) accepts, in bytes: 4096.
+/// It is in every `$SRV.INFO` answer, which must fit one NATS message (the server's
+/// `max_payload`, 1 MB by default).
+pub const MAX_SERVICE_DESCRIPTION_BYTES: usize = 4096;
+
+/// The most service metadata [`App::start`](crate::App::start) accepts: its keys and values
+/// together, in bytes: 65,536 (64 KiB). The metadata is in every `$SRV` answer, `PING`
+/// included; with the other limits, what the service answers stays far below the server's
+/// default `max_payload` of 1 MB (the endpoints' subjects and names are bounded by the
+/// server's control line, and `last_error` by [`MAX_LAST_ERROR_BYTES`]).
+pub const MAX_SERVICE_METADATA_BYTES: usize = 65_536;
+
+/// How much of an endpoint's last error `$SRV.STATS` shows, in bytes: 1024. A longer text
+/// is cut on a character boundary, with `…` after it; the log keeps the whole. For a payload
+/// that does not decode it is `payload does not decode`, without the codec's message, which
+/// can quote the payload (the log line has it).
+pub const MAX_LAST_ERROR_BYTES: usize = 1024;
+
 /// An app declared as a NATS service (the micro protocol, ADR-32), given to
 /// [`App::service`](crate::App::service): discovery tools (`nats micro ls`, `nats micro info`,
 /// `nats micro stats`, or any client of the protocol) then see the service, its endpoints and
@@ -23,8 +48,15 @@ pub const DEFAULT_SERVICE_QUEUE_GROUP: &str = "q";
 ///
 /// What the app then does:
 /// - it answers `$SRV.PING`, `$SRV.INFO` and `$SRV.STATS`, each also with `.<name>` and
-///   `.<name>.<id>` after it, on its client (one subscription each, nine in all), from start-up
-///   until its shutdown begins; a client the supervisor connects anew (rule 20) answers them too.
+///   `.<name>.<id>` after it (one subscription each, nine in all), from start-up until its
+///   shutdown begins, on a second client of its own connected from the app's URL and options:
+///   a message on `$SRV` that brings a client down costs only that client a reconnection
+///   (logged at warn), never the app one of its recoveries (rule 20). An app made
+///   [`App::with_client`](crate::App::with_client) answers on that client instead, following
+///   the supervisor's replacements: there such a message counts as a loss of the app's client;
+/// - a flood of `$SRV` requests is bounded: each subscription holds at most 16 unanswered
+///   (async-nats drops the rest on the responder's own client), and at most 500 are answered
+///   a second, the rest dropped and logged at warn at most once per 10 s.
 ///   The `id` is a fresh NUID per started app, so that several instances of one service answer
 ///   `$SRV.PING.<name>` each with its own id;
 /// - every Core mount ([`Mount::core_subject`](crate::Mount::core_subject), and
@@ -48,7 +80,14 @@ pub const DEFAULT_SERVICE_QUEUE_GROUP: &str = "q";
 /// naming what is wrong and before it connects, a service whose name is empty or holds
 /// anything but `A-Z`, `a-z`, `0-9`, `-` and `_`, or whose version is not a semantic version
 /// (`MAJOR.MINOR.PATCH`, with an optional `-pre.release` and `+build`, as semver.org 2.0.0
-/// writes it): the rules of the micro protocol.
+/// writes it): the rules of the micro protocol. It refuses too a name longer than
+/// [`MAX_SERVICE_NAME_BYTES`], a description longer than [`MAX_SERVICE_DESCRIPTION_BYTES`]
+/// and metadata whose keys and values together pass [`MAX_SERVICE_METADATA_BYTES`], so that
+/// what the service answers always fits a NATS message and its subscriptions the server's
+/// control line; and an endpoint (a Core mount that did not opt out) whose name breaks the
+/// protocol's rule for endpoint names, the service name's alphabet (`A-Z`, `a-z`, `0-9`,
+/// `-`, `_`): rename the mount or opt it out with
+/// [`Mount::service_endpoint`](crate::Mount::service_endpoint)`(false)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Service {
     name: String,
@@ -97,12 +136,14 @@ impl Service {
     /// What is wrong with the service's name or version, if anything (see [`Service`]'s
     /// `# Errors`).
     pub(crate) fn problem(&self) -> Option<String> {
-        let name_ok = !self.name.is_empty()
-            && self
-                .name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-        if !name_ok {
+        if self.name.len() > MAX_SERVICE_NAME_BYTES {
+            return Some(format!(
+                "the service name `{}…` is {} bytes: give at most {MAX_SERVICE_NAME_BYTES} (MAX_SERVICE_NAME_BYTES), so that its `$SRV` subscriptions fit the server's control line",
+                self.name.chars().take(32).collect::<String>(),
+                self.name.len()
+            ));
+        }
+        if !is_protocol_name(&self.name) {
             return Some(format!(
                 "the name `{}` is not a service name: give one or more of A-Z, a-z, 0-9, `-` and `_` (the micro protocol's rule)",
                 self.name
@@ -114,8 +155,31 @@ impl Service {
                 self.name, self.version
             ));
         }
+        if self.description.len() > MAX_SERVICE_DESCRIPTION_BYTES {
+            return Some(format!(
+                "service `{}`: the description is {} bytes: give at most {MAX_SERVICE_DESCRIPTION_BYTES} (MAX_SERVICE_DESCRIPTION_BYTES), so that `$SRV.INFO` answers fit a NATS message",
+                self.name,
+                self.description.len()
+            ));
+        }
+        let metadata: usize = self.metadata.iter().map(|(k, v)| k.len() + v.len()).sum();
+        if metadata > MAX_SERVICE_METADATA_BYTES {
+            return Some(format!(
+                "service `{}`: the metadata's keys and values are {metadata} bytes together: give at most {MAX_SERVICE_METADATA_BYTES} (MAX_SERVICE_METADATA_BYTES), so that every `$SRV` answer fits a NATS message",
+                self.name
+            ));
+        }
         None
     }
+}
+
+/// Whether `name` keeps the micro protocol's alphabet for service and endpoint names: one or
+/// more of `A-Z`, `a-z`, `0-9`, `-` and `_`.
+pub(crate) fn is_protocol_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// Whether `version` is a semantic version as semver.org 2.0.0 defines it (what its
@@ -202,6 +266,23 @@ mod tests {
                 "{bad:?}: {problem}"
             );
         }
+        let problem = Service::new(&"n".repeat(MAX_SERVICE_NAME_BYTES + 1), "1.0.0")
+            .problem()
+            .unwrap_or_default();
+        assert!(problem.contains("257 bytes"), "{problem}");
+        assert_eq!(
+            Service::new(&"n".repeat(MAX_SERVICE_NAME_BYTES), "1.0.0").problem(),
+            None
+        );
+        let problem = Service::new("orders", "1.0.0")
+            .description(&"d".repeat(MAX_SERVICE_DESCRIPTION_BYTES + 1))
+            .problem()
+            .unwrap_or_default();
+        assert!(problem.contains("description is 4097 bytes"), "{problem}");
+        let at_limit = Service::new("orders", "1.0.0").metadata("k", &"v".repeat(65_535));
+        assert_eq!(at_limit.problem(), None);
+        let problem = at_limit.metadata("l", "").problem().unwrap_or_default();
+        assert!(problem.contains("65537 bytes"), "{problem}");
         let problem = Service::new("orders", "1.0").problem().unwrap_or_default();
         assert!(
             problem.contains("`1.0` is not a semantic version"),

@@ -401,8 +401,20 @@ impl<R: Runtime> App<R> {
     /// # }
     /// ```
     ///
-    /// [`start`](Self::start) refuses a service whose name or version breaks the protocol's
-    /// rules with [`StartError::Service`], before it connects.
+    /// The responder answers on a second client of its own (made from the app's URL and
+    /// options), so that a message on `$SRV.>` that brings a client down (async-nats 0.51
+    /// panics on a header value with a lone CR; `$SRV.PING` reaches every service instance of
+    /// the account) costs only that client a reconnection and never counts toward the app's
+    /// recoveries. An app made [`with_client`](Self::with_client) answers on that client, and
+    /// keeps that exposure: such a message costs it a recovery, as one on a mount's subject
+    /// does. `$SRV` floods are bounded (see [`Service`]).
+    ///
+    /// [`start`](Self::start) refuses with [`StartError::Service`], before it connects, a
+    /// service whose name or version breaks the protocol's rules, one past
+    /// [`MAX_SERVICE_NAME_BYTES`](crate::MAX_SERVICE_NAME_BYTES),
+    /// [`MAX_SERVICE_DESCRIPTION_BYTES`](crate::MAX_SERVICE_DESCRIPTION_BYTES) or
+    /// [`MAX_SERVICE_METADATA_BYTES`](crate::MAX_SERVICE_METADATA_BYTES), and an endpoint
+    /// whose mount name breaks the protocol's rule for endpoint names.
     #[must_use]
     pub fn service(mut self, service: Service) -> Self {
         self.service = Some(service);
@@ -503,7 +515,7 @@ impl<R: Runtime> App<R> {
             return Err(StartError::Service(problem));
         }
         let mut declared = validate(self.mounts)?;
-        discovery::mark_endpoints(self.service.as_ref(), &mut declared);
+        discovery::mark_endpoints(self.service.as_ref(), &mut declared)?;
         if let (Some(capacity), Connect::Url { options, .. }) =
             (self.subscription_capacity, &mut self.connect)
         {
@@ -523,12 +535,23 @@ impl<R: Runtime> App<R> {
                 declare(&js, stream).await?;
             }
         }
-        // Before the mounts subscribe: start-up's round trip after theirs covers these too.
+        // Before the mounts subscribe; `subscribe` waits for the server's round trip, so that
+        // once `start` returns `$SRV` requests are answered. The responder answers on a client of its own when the app can make one (see
+        // `discovery::Source`), so that `$SRV` traffic never costs the mounts their client.
         let service = match self.service.take() {
             Some(service) => {
                 let id = discovery::instance_id();
-                let requests = discovery::subscribe(&client, service.name(), &id).await?;
-                Some((service, id, requests))
+                let own = match &reconnect {
+                    Some((url, options)) => {
+                        let options = discovery::own_options(options.clone());
+                        let own = startup::connect_url(url, options.clone()).await?;
+                        Some((url.clone(), options, own))
+                    }
+                    None => None,
+                };
+                let answering = own.as_ref().map_or(&client, |(_, _, own)| own);
+                let requests = discovery::subscribe(answering, service.name(), &id).await?;
+                Some((service, id, requests, own))
             }
             None => None,
         };
@@ -590,13 +613,21 @@ impl<R: Runtime> App<R> {
             .await;
             let _ = lost_tx.send(lost);
         });
-        if let Some((service, id, requests)) = service {
+        if let Some((service, id, requests, own)) = service {
             let discovery = discovery::Discovery::new(service, id, &declared, &records);
+            let source = match own {
+                Some((url, options, client)) => discovery::Source::Own {
+                    url,
+                    options: Box::new(options),
+                    client,
+                },
+                None => discovery::Source::Shared(clients.subscribe()),
+            };
             // Detached: it ends when shutdown begins (or the app is dropped).
             let _ = R::spawn_next_to(
                 &reactor,
                 LoopThread::Connection,
-                discovery.serve(requests, clients.subscribe(), shutdown_rx.clone()),
+                discovery.serve::<R>(requests, source, shutdown_rx.clone()),
             );
         }
         let supervisor = Supervisor::<R> {

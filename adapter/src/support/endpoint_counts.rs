@@ -63,14 +63,15 @@ impl EndpointCounts {
             });
     }
 
-    /// A run counted by [`request`](Self::request) ended in error, with this text.
+    /// A run counted by [`request`](Self::request) ended in error, with this text: kept cut
+    /// to [`MAX_LAST_ERROR_BYTES`](crate::MAX_LAST_ERROR_BYTES) ([`bounded`]).
     #[cold]
     pub(crate) fn failed(&self, error: &str) {
         self.errors.fetch_add(1, Ordering::Relaxed);
         *self
             .last_error
             .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(Box::from(error));
+            .unwrap_or_else(PoisonError::into_inner) = Some(bounded(error));
     }
 
     /// The counts now. Each is read on its own: a run ending meanwhile may be in one and not
@@ -89,9 +90,42 @@ impl EndpointCounts {
     }
 }
 
+/// `error`, cut to its first [`MAX_LAST_ERROR_BYTES`](crate::MAX_LAST_ERROR_BYTES) bytes on
+/// a character boundary with `…` after it when it is longer.
+pub(crate) fn bounded(error: &str) -> Box<str> {
+    let max = crate::api::service::MAX_LAST_ERROR_BYTES;
+    if error.len() <= max {
+        return Box::from(error);
+    }
+    let mut cut = max;
+    while !error.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &error[..cut]).into_boxed_str()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_last_error_is_cut_on_a_character_boundary() {
+        let max = crate::api::service::MAX_LAST_ERROR_BYTES;
+        assert_eq!(&*bounded("short"), "short");
+        let exact = "a".repeat(max);
+        assert_eq!(*bounded(&exact), *exact);
+        let long = "a".repeat(max + 1);
+        assert_eq!(*bounded(&long), format!("{}…", "a".repeat(max)));
+        // A two-byte character across the limit is left out whole.
+        let across = format!("{}é", "a".repeat(max - 1));
+        assert_eq!(*bounded(&across), format!("{}…", "a".repeat(max - 1)));
+        let counts = EndpointCounts::default();
+        counts.failed(&"x".repeat(1_000_000));
+        assert_eq!(
+            counts.totals().last_error.map(|e| e.len()),
+            Some(max + "…".len())
+        );
+    }
 
     #[test]
     fn counts_add_up_and_keep_the_last_error() {

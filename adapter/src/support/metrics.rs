@@ -203,12 +203,16 @@ impl MountMetrics {
 
     /// A handler run ended in error (an `Err`, a panic, the time limit), or the delivery could
     /// not be given to its handler (a payload that does not decode): for an endpoint, one
-    /// request and one error, with this text.
+    /// request and one error, with this text (cut to
+    /// [`MAX_LAST_ERROR_BYTES`](crate::MAX_LAST_ERROR_BYTES) for `last_error`).
     #[cold]
     pub(crate) fn run_failed(&self, error: &dyn std::fmt::Display) {
         if let Some(endpoint) = &self.endpoint {
             endpoint.request();
-            endpoint.failed(&error.to_string());
+            // Written no further than the cut needs: an error's text may be megabytes.
+            let mut text = Prefix(String::new());
+            let _ = std::fmt::Write::write_fmt(&mut text, format_args!("{error}"));
+            endpoint.failed(&text.0);
         }
     }
 
@@ -319,4 +323,26 @@ fn describe() {
         describe_gauge!("ruststream_delayed_copies", Unit::Count, "Core copies waiting for their retry_after delay.");
         describe_histogram!("ruststream_batch_size", Unit::Count, "Members of each batch a batch mount's handler ran on.");
     });
+}
+
+/// A text that keeps what is written to it up to a little past
+/// [`MAX_LAST_ERROR_BYTES`](crate::MAX_LAST_ERROR_BYTES) (enough for the cut and its `…`), and
+/// drops the rest.
+struct Prefix(String);
+
+impl std::fmt::Write for Prefix {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let room = (crate::api::service::MAX_LAST_ERROR_BYTES + 4).saturating_sub(self.0.len());
+        if room == 0 {
+            return Ok(());
+        }
+        let mut end = s.len().min(room);
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        // At least MAX + 1 bytes are kept of a longer text (a char is at most 4 bytes): enough
+        // to tell that it was cut.
+        self.0.push_str(&s[..end]);
+        Ok(())
+    }
 }
