@@ -48,8 +48,8 @@ pub use api::mount::{
 };
 pub use api::reports::{AppFailed, CoreLosses, Recovery, Settled, ShutdownReport};
 pub use api::service::{
-    DEFAULT_SERVICE_QUEUE_GROUP, MAX_LAST_ERROR_BYTES, MAX_SERVICE_DESCRIPTION_BYTES,
-    MAX_SERVICE_METADATA_BYTES, MAX_SERVICE_NAME_BYTES, Service,
+    DEFAULT_SERVICE_QUEUE_GROUP, MAX_SERVICE_DESCRIPTION_BYTES, MAX_SERVICE_METADATA_BYTES,
+    MAX_SERVICE_NAME_BYTES, Service,
 };
 pub use api::typed::{IntoJsonHandler, IntoTypedHandler, Json, Typed};
 pub use app::asyncapi::ASYNCAPI_VERSION;
@@ -71,6 +71,7 @@ pub use ruststream_settlement::{
 /// Deliberate bugs, for measuring the explorer: their names in every build, the switch that
 /// turns one on only with the `deliberate-bugs` feature (never in a user's build).
 pub use support::deliberate;
+pub use support::endpoint_counts::MAX_LAST_ERROR_BYTES;
 
 /// Dead-letter streams: list, show, replay and delete their dead letters, as `ruststream dlq`
 /// does. The reading of provenance and the restoring of a dead letter as it was are the

@@ -24,14 +24,8 @@ pub const MAX_SERVICE_DESCRIPTION_BYTES: usize = 4096;
 /// together, in bytes: 65,536 (64 KiB). The metadata is in every `$SRV` answer, `PING`
 /// included; with the other limits, what the service answers stays far below the server's
 /// default `max_payload` of 1 MB (the endpoints' subjects and names are bounded by the
-/// server's control line, and `last_error` by [`MAX_LAST_ERROR_BYTES`]).
+/// server's control line, and `last_error` by [`MAX_LAST_ERROR_BYTES`](crate::MAX_LAST_ERROR_BYTES)).
 pub const MAX_SERVICE_METADATA_BYTES: usize = 65_536;
-
-/// How much of an endpoint's last error `$SRV.STATS` shows, in bytes: 1024. A longer text
-/// is cut on a character boundary, with `…` after it; the log keeps the whole. For a payload
-/// that does not decode it is `payload does not decode`, without the codec's message, which
-/// can quote the payload (the log line has it).
-pub const MAX_LAST_ERROR_BYTES: usize = 1024;
 
 /// An app declared as a NATS service (the micro protocol, ADR-32), given to
 /// [`App::service`](crate::App::service): discovery tools (`nats micro ls`, `nats micro info`,

@@ -6,6 +6,12 @@ use std::sync::PoisonError;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+/// How much of an endpoint's last error `$SRV.STATS` shows, in bytes: 1024. A longer text
+/// is cut on a character boundary, with `…` after it; the log keeps the whole. For a payload
+/// that does not decode it is `payload does not decode`, without the codec's message, which
+/// can quote the payload (the log line has it).
+pub const MAX_LAST_ERROR_BYTES: usize = 1024;
+
 /// One endpoint's counts since the app started: relaxed atomics on the path of every delivery,
 /// and a lock only on the error path (its last error's text).
 #[derive(Debug, Default)]
@@ -93,7 +99,7 @@ impl EndpointCounts {
 /// `error`, cut to its first [`MAX_LAST_ERROR_BYTES`](crate::MAX_LAST_ERROR_BYTES) bytes on
 /// a character boundary with `…` after it when it is longer.
 pub(crate) fn bounded(error: &str) -> Box<str> {
-    let max = crate::api::service::MAX_LAST_ERROR_BYTES;
+    let max = MAX_LAST_ERROR_BYTES;
     if error.len() <= max {
         return Box::from(error);
     }
@@ -110,7 +116,7 @@ mod tests {
 
     #[test]
     fn a_last_error_is_cut_on_a_character_boundary() {
-        let max = crate::api::service::MAX_LAST_ERROR_BYTES;
+        let max = MAX_LAST_ERROR_BYTES;
         assert_eq!(&*bounded("short"), "short");
         let exact = "a".repeat(max);
         assert_eq!(*bounded(&exact), *exact);

@@ -332,7 +332,7 @@ struct Prefix(String);
 
 impl std::fmt::Write for Prefix {
     fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        let room = (crate::api::service::MAX_LAST_ERROR_BYTES + 4).saturating_sub(self.0.len());
+        let room = (super::endpoint_counts::MAX_LAST_ERROR_BYTES + 4).saturating_sub(self.0.len());
         if room == 0 {
             return Ok(());
         }
