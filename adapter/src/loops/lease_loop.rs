@@ -45,12 +45,18 @@ pub(crate) async fn lease_loop<R: Runtime>(
                 for due in due {
                     match due {
                         LeaseDue::Renew(key) => {
-                            let io = room.lock().get(key).and_then(|io| Some((io.reply.clone()?, io.metrics.clone())));
+                            // Handed to the client under the lock: a handler that ends takes
+                            // it first (`LeaseRoom::end`), so its result is published after
+                            // any renewal of its lease, never before one (a `+WPI` after the
+                            // `+ACK` was seen once on smol under a loaded CI run). The
+                            // publish only queues the message in the client (`renew`).
+                            let mut leases = room.lock();
+                            let io = leases.get(key).and_then(|io| Some((io.reply.clone()?, io.metrics.clone())));
                             let Some((reply, metrics)) = io else { continue };
                             // Handed to the client: the lease is renewed from now.
                             if deliberate::active(Bug::DropLeaseRenewal) || renew(&clients, reply) {
                                 metrics.wire(Wire::Wpi);
-                                room.lock().handle_renewed(key, R::now());
+                                leases.handle_renewed(key, R::now());
                             }
                         }
                         LeaseDue::TimeLimit(key) => {
