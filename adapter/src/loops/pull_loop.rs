@@ -397,9 +397,17 @@ fn no_answer(ctx: &MountContext, unanswered: Duration) -> Duration {
     if unanswered.is_zero() {
         tracing::warn!(mount = %ctx.name,
             "no JetStream server answers the mount's pull requests (503 no responders: JetStream is off, or the stream has no leader); asking again after a pause that grows to 2 s");
-        return Duration::from_millis(50);
     }
-    (unanswered * 2).min(Duration::from_secs(2))
+    next_pause(unanswered)
+}
+
+/// The pause before the next request after one that was not served, `unanswered` the last
+/// pause (zero: none yet): 50 ms, doubling up to 2 s.
+fn next_pause(unanswered: Duration) -> Duration {
+    match unanswered.is_zero() {
+        true => Duration::from_millis(50),
+        false => (unanswered * 2).min(Duration::from_secs(2)),
+    }
 }
 
 /// The `refusals`th pull request in a row answered `400 Bad Request` (`description`, the
@@ -417,10 +425,7 @@ fn refused(
             "the server refuses the mount's pull requests (400 bad request: its consumer was changed under it, or the mount's priority group is not the consumer's); nothing is delivered to it; asking again after a pause that grows to 2 s");
     }
     ctx.health.refused(ctx.index, true);
-    if unanswered.is_zero() {
-        return Duration::from_millis(50);
-    }
-    (unanswered * 2).min(Duration::from_secs(2))
+    next_pause(unanswered)
 }
 
 /// A pinned mount's pin id ([`PriorityPolicy::Pinned`]): the one the server gave with the
