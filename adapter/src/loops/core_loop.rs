@@ -283,6 +283,11 @@ async fn consume<R: Runtime, S: Subscriptions>(
 /// The subscriptions end when shutdown begins, not when the delivery holding the mount's loop
 /// does: what the server sent meanwhile was neither handled nor counted (the explorer's seed
 /// 686).
+///
+/// Not counted, as it is never seen: a message the server sends while the `UNSUB` is on its
+/// way, which arrives after async-nats has removed the drained subscription (at its connection
+/// task's next turn, before the server's `PONG`) and is dropped there. The contract's rule 21
+/// names this window (the explorer's seeds 6993712 and 501526).
 async fn unsubscribe_and_count<R: Runtime, S: Subscriptions>(
     ctx: &MountContext,
     messages: &mut Buffered<S>,

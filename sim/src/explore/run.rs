@@ -108,6 +108,10 @@ pub struct Trace {
     /// When each graceful shutdown ended (virtual time since the start), by app: a handler
     /// it reported abandoned runs on unrenewed after it.
     pub shutdown_ends: Vec<(usize, Duration)>,
+    /// When each graceful shutdown of a restart (or of an app the operator took) began
+    /// (virtual time since the start), by app: a Core message sent to it at that very instant
+    /// may cross its mounts' `UNSUB` on the wire (rule 21's window).
+    pub shutdown_starts: Vec<(usize, Duration)>,
     /// The apps that were dropped without a shutdown.
     pub dropped: Vec<usize>,
     /// The messages published.
@@ -593,6 +597,7 @@ async fn run_on(sim: &Sim, scenario: Scenario) -> Trace {
         observed: Vec::new(),
         reports: Vec::new(),
         shutdown_ends: Vec::new(),
+        shutdown_starts: Vec::new(),
         dropped: Vec::new(),
         sent: Vec::new(),
         poisons: Vec::new(),
@@ -645,6 +650,7 @@ async fn run_on(sim: &Sim, scenario: Scenario) -> Trace {
     trace.observed = record.observed;
     trace.reports = played.reports;
     trace.shutdown_ends = played.shutdown_ends;
+    trace.shutdown_starts = played.shutdown_starts;
     trace.dropped = played.dropped;
     trace.stored_poisons = played.stored_poisoned.clone();
     trace.poisons = played
@@ -842,6 +848,8 @@ pub(crate) struct Played {
     pub(crate) reports: Vec<(usize, ShutdownReport)>,
     /// When each graceful shutdown ended, by app.
     pub(crate) shutdown_ends: Vec<(usize, Duration)>,
+    /// When each graceful shutdown beside the world began, by app.
+    pub(crate) shutdown_starts: Vec<(usize, Duration)>,
     /// The apps dropped without a shutdown.
     pub(crate) dropped: Vec<usize>,
     /// Whether everything settled before the time ran out.
@@ -867,6 +875,7 @@ pub(crate) async fn play(
         stored_poisoned: Vec::new(),
         reports: Vec::new(),
         shutdown_ends: Vec::new(),
+        shutdown_starts: Vec::new(),
         dropped: Vec::new(),
         settled: false,
         trouble: Vec::new(),
@@ -1015,6 +1024,7 @@ pub(crate) async fn play(
                 if let Some(stopping) = running.take() {
                     match graceful {
                         true => {
+                            played.shutdown_starts.push((app, sim.elapsed()));
                             stopping_shutdown = Some((
                                 app,
                                 tokio::spawn(async move {
@@ -1155,6 +1165,7 @@ fn operate(
     let Some(failed) = running.take() else {
         return false;
     };
+    played.shutdown_starts.push((app, sim.elapsed()));
     *stopping = Some((
         app,
         tokio::spawn(async move {
