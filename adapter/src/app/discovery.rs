@@ -26,6 +26,7 @@ use super::startup::{StartError, connect_url};
 use crate::api::service::{DEFAULT_SERVICE_QUEUE_GROUP, Service, is_protocol_name};
 use crate::runtime::Runtime;
 use crate::state::record::MountRecord;
+use crate::support::backoff::Backoff;
 use crate::support::endpoint_counts::EndpointCounts;
 
 /// The subjects' first token.
@@ -388,7 +389,7 @@ impl Discovery {
         shutdown: &mut watch::Receiver<bool>,
     ) -> Option<(Client, Requests)> {
         let name = self.service.name();
-        let mut pause = Duration::from_millis(100);
+        let mut backoff = Backoff::new(Duration::from_millis(100));
         loop {
             let made = R::timeout(PATIENCE, async {
                 let client = connect_url(url, options.clone()).await?;
@@ -409,13 +410,12 @@ impl Discovery {
                 ),
             }
             tokio::select! {
-                () = R::sleep_until(R::now() + pause) => {}
+                () = R::sleep_until(R::now() + backoff.failed()) => {}
                 _ = shutdown.changed() => return None,
             }
             if *shutdown.borrow() {
                 return None;
             }
-            pause = (pause * 2).min(Duration::from_secs(2));
         }
     }
 

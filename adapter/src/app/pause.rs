@@ -13,6 +13,7 @@ use super::running::Running;
 use crate::api::health::HealthBoard;
 use crate::runtime::{Reactor, Runtime};
 use crate::state::record::MountRecord;
+use crate::support::js_api::api_request;
 
 /// How long a pause or resume request waits for the server's answer.
 const PAUSE_PATIENCE: Duration = Duration::from_secs(5);
@@ -199,25 +200,12 @@ impl<R: Runtime> PauseHandle<R> {
             }
             None => serde_json::json!({}),
         };
-        let js = async_nats::jetstream::new(client);
         let subject = format!("CONSUMER.PAUSE.{stream}.{consumer}");
-        let request = async move {
-            let answer: Result<async_nats::jetstream::response::Response<PauseAnswer>, _> =
-                js.request(subject, &body).await;
-            answer
-        };
-        let answer = self
+        let answer: PauseAnswer = self
             .reactor
-            .enter(R::timeout(PAUSE_PATIENCE, request))
+            .enter(api_request::<R, _>(client, subject, body, PAUSE_PATIENCE))
             .await
-            .ok_or_else(|| server(format!("no answer within {} s", PAUSE_PATIENCE.as_secs())))?
             .map_err(|e| server(e.to_string()))?;
-        let answer = match answer {
-            async_nats::jetstream::response::Response::Ok(answer) => answer,
-            async_nats::jetstream::response::Response::Err { error } => {
-                return Err(server(error.to_string()));
-            }
-        };
         let state = PauseState {
             paused: answer.paused,
             remaining: Duration::from_nanos(answer.pause_remaining),

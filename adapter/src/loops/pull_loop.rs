@@ -14,7 +14,9 @@ use crate::handling::flow::{Starts, start_delivery};
 use crate::handling::read::read_jetstream;
 use crate::runtime::Runtime;
 use crate::state::mount_context::MountContext;
+use crate::support::backoff::Backoff;
 use crate::support::incoming::Incoming;
+use crate::support::js_api::api_request;
 use crate::support::liveness::{Liveness, liveness};
 use crate::support::stop::asked_to_stop;
 
@@ -77,11 +79,12 @@ pub(crate) async fn pull_loop<R: Runtime>(
     // Where each delivery's handler runs first (see `Handler::slot`), and where those that
     // wait are gathered (a batch mount's, rule 23): flushed before every wait below.
     let mut starts = Starts::new(&ctx);
-    let mut backoff = Duration::from_millis(50);
+    // A request that could not be sent: the pause before the next try.
+    let mut backoff = Backoff::new(FIRST_PAUSE);
     // A request answered `503 No Responders` (JetStream off, or no server of the stream's
-    // answers): the pause before the next one, growing like `backoff`; zero while JetStream
-    // answers.
-    let mut unanswered = Duration::ZERO;
+    // answers) or refused (`400`): the pause before the next one; clear while JetStream
+    // serves the requests.
+    let mut unanswered = Backoff::new(FIRST_PAUSE);
     // Until when no request goes out after such an answer. The inbox is read meanwhile: a
     // message an earlier request brings must not wait unread (and unrenewed) through a pause
     // (found by the explorer, seed 412).
@@ -168,7 +171,7 @@ pub(crate) async fn pull_loop<R: Runtime>(
                 Ok(()) => {
                     pulls.handle_requested(request, R::now());
                     held.add(permits);
-                    backoff = Duration::from_millis(50);
+                    backoff.succeeded();
                 }
                 Err(e) => {
                     drop(permits);
@@ -186,10 +189,9 @@ pub(crate) async fn pull_loop<R: Runtime>(
                     }
                     tracing::warn!(mount = %ctx.name, error = %e, "pull request failed; retrying");
                     tokio::select! {
-                        _ = R::sleep_until(R::now() + backoff) => {}
+                        _ = R::sleep_until(R::now() + backoff.failed()) => {}
                         _ = shutdown.changed() => {}
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
                     continue;
                 }
             }
@@ -258,9 +260,8 @@ pub(crate) async fn pull_loop<R: Runtime>(
             match msg.status {
                 None | Some(StatusCode::OK) => {
                     pin.take_from(&ctx, msg.headers.as_ref());
-                    if !unanswered.is_zero() {
+                    if unanswered.succeeded() {
                         answered_again(&ctx, &mut refusals);
-                        unanswered = Duration::ZERO;
                     }
                     let reserved = match pulls.handle_message() {
                         Receipt::Reserved => held.take_one(),
@@ -308,20 +309,18 @@ pub(crate) async fn pull_loop<R: Runtime>(
                 Some(StatusCode::IDLE_HEARTBEAT) => {}
                 Some(status) => {
                     if status == StatusCode::NO_RESPONDERS {
-                        unanswered = no_answer(&ctx, unanswered);
-                        paused_until = Some(R::now() + unanswered);
+                        paused_until = Some(R::now() + no_answer(&ctx, &mut unanswered));
                     } else if status.as_u16() == 400 {
                         // Refused as it stands (a priority group the consumer no longer has,
                         // say): asking again at once would be refused again, without end.
                         refusals += 1;
-                        unanswered =
-                            refused(&ctx, unanswered, refusals, msg.description.as_deref());
-                        paused_until = Some(R::now() + unanswered);
+                        let pause =
+                            refused(&ctx, &mut unanswered, refusals, msg.description.as_deref());
+                        paused_until = Some(R::now() + pause);
                     } else if status == StatusCode::PIN_ID_MISMATCH {
                         pin.lost(&ctx);
-                    } else if !unanswered.is_zero() {
+                    } else if unanswered.succeeded() {
                         answered_again(&ctx, &mut refusals);
-                        unanswered = Duration::ZERO;
                     }
                     // The request ended (expired, or terminated by the server): free the
                     // slots of the messages it will not bring.
@@ -390,25 +389,19 @@ fn inbox_closed(ctx: &MountContext, shutdown: &watch::Receiver<bool>) {
 }
 
 /// A pull request answered `503 No Responders`: nothing serves the consumer (JetStream is off,
-/// or the stream has no server that answers). The pause before the next request, after
-/// `unanswered` (zero: the first): 50 ms, doubling up to 2 s; the first is logged at warn
-/// level.
-fn no_answer(ctx: &MountContext, unanswered: Duration) -> Duration {
-    if unanswered.is_zero() {
+/// or the stream has no server that answers). The pause before the next request,
+/// `unanswered`'s next: [`FIRST_PAUSE`], doubling up to 2 s; the first of a run is logged at
+/// warn level.
+fn no_answer(ctx: &MountContext, unanswered: &mut Backoff) -> Duration {
+    if unanswered.is_clear() {
         tracing::warn!(mount = %ctx.name,
             "no JetStream server answers the mount's pull requests (503 no responders: JetStream is off, or the stream has no leader); asking again after a pause that grows to 2 s");
     }
-    next_pause(unanswered)
+    unanswered.failed()
 }
 
-/// The pause before the next request after one that was not served, `unanswered` the last
-/// pause (zero: none yet): 50 ms, doubling up to 2 s.
-fn next_pause(unanswered: Duration) -> Duration {
-    match unanswered.is_zero() {
-        true => Duration::from_millis(50),
-        false => (unanswered * 2).min(Duration::from_secs(2)),
-    }
-}
+/// The first pause before a pull request after one that failed or was not served: 50 ms.
+const FIRST_PAUSE: Duration = Duration::from_millis(50);
 
 /// The `refusals`th pull request in a row answered `400 Bad Request` (`description`, the
 /// server's reason): the pause before the next request, as [`no_answer`]'s. The mount's
@@ -416,7 +409,7 @@ fn next_pause(unanswered: Duration) -> Duration {
 /// first, and one in 15 after it (every 30 s at the longest pause), is logged at error level.
 fn refused(
     ctx: &MountContext,
-    unanswered: Duration,
+    unanswered: &mut Backoff,
     refusals: u32,
     description: Option<&str>,
 ) -> Duration {
@@ -425,7 +418,7 @@ fn refused(
             "the server refuses the mount's pull requests (400 bad request: its consumer was changed under it, or the mount's priority group is not the consumer's); nothing is delivered to it; asking again after a pause that grows to 2 s");
     }
     ctx.health.refused(ctx.index, true);
-    next_pause(unanswered)
+    unanswered.failed()
 }
 
 /// A pinned mount's pin id ([`PriorityPolicy::Pinned`]): the one the server gave with the
@@ -508,27 +501,16 @@ impl Pin {
             return;
         }
         let info = consumer.cached_info();
-        let js = async_nats::jetstream::new(ctx.client.clone());
         let subject = format!("CONSUMER.UNPIN.{}.{}", info.stream_name, info.name);
         let body = serde_json::json!({ "group": group });
-        let unpinned = R::timeout(UNPIN_PATIENCE, async {
-            let answer: Result<async_nats::jetstream::response::Response<serde_json::Value>, _> =
-                js.request(subject, &body).await;
-            answer
-        })
-        .await;
-        match unpinned {
-            Some(Ok(async_nats::jetstream::response::Response::Ok(_))) => {
+        match api_request::<R, serde_json::Value>(ctx.client.clone(), subject, body, UNPIN_PATIENCE)
+            .await
+        {
+            Ok(_) => {
                 tracing::info!(mount = %ctx.name, "shutdown: the pin is given up, a standby takes over at its next request");
             }
-            Some(Ok(async_nats::jetstream::response::Response::Err { error })) => {
-                tracing::warn!(mount = %ctx.name, error = %error, "shutdown: the pin could not be given up; a standby takes over after priority_timeout");
-            }
-            Some(Err(e)) => {
+            Err(e) => {
                 tracing::warn!(mount = %ctx.name, error = %e, "shutdown: the pin could not be given up; a standby takes over after priority_timeout");
-            }
-            None => {
-                tracing::warn!(mount = %ctx.name, "shutdown: no answer to giving up the pin; a standby takes over after priority_timeout");
             }
         }
     }

@@ -49,6 +49,7 @@ use crate::api::reports::{CoreLosses, Recovery};
 use crate::loops::launch::{Ended, Launcher};
 use crate::runtime::Runtime;
 use crate::state::record::MountRecord;
+use crate::support::backoff::Backoff;
 use crate::support::liveness::{Liveness, liveness};
 
 /// How long the supervisor waits, after a mount's subscription ended, for the others that end
@@ -239,9 +240,10 @@ impl<R: Runtime> Supervisor<R> {
             self.count_loss(watch, &names)?;
         }
         let deadline = started + RECOVERY_LIMIT;
-        let mut pause = Duration::from_millis(100);
+        let mut backoff = Backoff::new(Duration::from_millis(100));
         let mut client_died = std::mem::take(&mut watch.replaced);
         loop {
+            let pause = backoff.failed();
             match self.resubscribe(&indices, &mut client_died).await {
                 Ok(()) => break,
                 Err(Retry::Never(e)) => return Err(format!("mounts {names:?}: {e}")),
@@ -251,7 +253,6 @@ impl<R: Runtime> Supervisor<R> {
                         () = R::sleep_until(R::now() + pause) => {}
                         _ = self.shutdown.changed() => return Ok(()),
                     }
-                    pause = (pause * 2).min(Duration::from_secs(2));
                 }
                 Err(Retry::Later(e)) => {
                     return Err(format!(
