@@ -264,6 +264,18 @@ impl<T> Leases<T> {
         self.messages.len()
     }
 
+    /// How many leases of mount `mount`'s JetStream messages are held beyond one per message:
+    /// the runs (or waits) of earlier deliveries of a message still going beside a newer
+    /// one's (see [`handle_delivered`](Self::handle_delivered)). What a count of a mount's
+    /// running deliveries counts twice for one message. One pass over the messages held.
+    pub fn extra_holds(&self, mount: usize) -> usize {
+        self.messages
+            .iter()
+            .filter(|((m, _), _)| *m == mount)
+            .map(|(_, holders)| holders.more.len())
+            .sum()
+    }
+
     /// How many renewals and time limits are scheduled: at most two per lease held. Counted
     /// over the leases held (for tests and diagnostics).
     pub fn scheduled(&self) -> usize {
@@ -729,6 +741,37 @@ mod tests {
         // Only its time limit is left.
         assert_eq!(leases.scheduled(), 1);
         assert_eq!(leases.poll_timeout(), Some(t0 + 300 * SECOND));
+    }
+
+    #[test]
+    fn extra_holds_count_the_leases_beyond_one_per_message_of_a_mount() {
+        let t0 = Instant::now();
+        let mut leases = Leases::new();
+        let first = leases.handle_start(delivery_terms(1, 1), (), t0);
+        leases.handle_start(delivery_terms(2, 1), (), t0);
+        assert_eq!(leases.extra_holds(0), 0);
+        // Sequence 1 delivered again while its first run goes on: two runs, one message.
+        let second = leases.handle_start(delivery_terms(1, 2), (), t0);
+        let third = leases.handle_start(delivery_terms(1, 3), (), t0);
+        let elsewhere = LeaseTerms {
+            delivery: Some(LeasedDelivery {
+                mount: 1,
+                ..delivered(1, 4)
+            }),
+            ..terms(Some(10), true, 300)
+        };
+        leases.handle_start(elsewhere, (), t0);
+        assert_eq!(leases.extra_holds(0), 2);
+        assert_eq!(
+            leases.extra_holds(1),
+            0,
+            "another mount's message is its own"
+        );
+        leases.handle_end(first, t0 + SECOND);
+        assert_eq!(leases.extra_holds(0), 1);
+        leases.handle_end(third, t0 + SECOND);
+        leases.handle_end(second, t0 + SECOND);
+        assert_eq!(leases.extra_holds(0), 0);
     }
 
     #[test]

@@ -702,3 +702,21 @@ fn seeds_6993712_and_501526_a_core_message_crossing_the_unsub_at_shutdown_is_in_
         }
     }
 }
+
+/// Seed 8110272 (a random start): a JetStream handler that outlives its consumer's
+/// `ack_wait` (leases off) ran again on each redelivery of its message, beside the run before;
+/// a stored poison brought the client down each time. After each loss the supervisor compared
+/// the consumer's unacknowledged messages (the slow one and the poison: 2) with the mount's
+/// running deliveries (two runs of the slow one: 2), took every waiting message for one the
+/// mount holds, and never counted the poison: the app ended on the generic "lost 6 times"
+/// instead of naming the poison's stream sequence (rule 20). A message held by several runs
+/// now counts once.
+#[test]
+fn seed_8110272_a_message_run_twice_does_not_hide_a_poison() {
+    let checked = within_limit("seed 8110272", || {
+        let scenario = ruststream_sim::explore::Scenario::of_seed(8110272);
+        ruststream_sim::explore::check_scenario(8110272, &scenario)
+    });
+    assert!(checked.violations.is_empty(), "{:?}", checked.violations);
+    assert_eq!(checked.poisons_removed, 1, "the poison named and removed");
+}

@@ -83,6 +83,16 @@ impl LeaseRoom {
         self.lock().handle_delivered(delivery);
     }
 
+    /// How many leases of mount `mount`'s messages are held beyond one per message
+    /// ([`Leases::extra_holds`]): none, at one atomic load, while no JetStream delivery is
+    /// under a lease.
+    pub(crate) fn extra_holds(&self, mount: usize) -> usize {
+        if self.messages.load(Ordering::Acquire) == 0 {
+            return 0;
+        }
+        self.lock().extra_holds(mount)
+    }
+
     /// Resolves when a lease starts whose first instant is the earliest: the lease loop looks
     /// at its next instant again.
     pub(crate) async fn started(&self) {

@@ -44,8 +44,15 @@ impl<R: Runtime> Supervisor<R> {
             // unacknowledged): none brought the client down. The server does not list which messages above the ack
             // floor are acknowledged, so without this count a message an earlier process (or
             // another one sharing the durable) acknowledged there, which this process never
-            // received, would be taken for one.
-            if info.num_ack_pending <= self.records[index].in_flight.count() {
+            // received, would be taken for one. A message delivered again while its earlier
+            // delivery's run goes on (a handler that outlives `ack_wait`) runs twice and counts
+            // once: counted twice, it hid a poison behind it, whose losses were then never
+            // counted (the explorer's seed 8110272).
+            let held = self.records[index]
+                .in_flight
+                .count()
+                .saturating_sub(self.launcher.leases.extra_holds(index));
+            if info.num_ack_pending <= held {
                 watch.suspects.remove(&index);
                 self.records[index].careful.clear();
                 continue;
