@@ -264,16 +264,23 @@ impl<T> Leases<T> {
         self.messages.len()
     }
 
-    /// How many leases of mount `mount`'s JetStream messages are held beyond one per message:
-    /// the runs (or waits) of earlier deliveries of a message still going beside a newer
-    /// one's (see [`handle_delivered`](Self::handle_delivered)). What a count of a mount's
-    /// running deliveries counts twice for one message. One pass over the messages held.
-    pub fn extra_holds(&self, mount: usize) -> usize {
+    /// How many of mount `mount`'s JetStream messages are held under a lease that no later
+    /// delivery superseded: the messages the mount is still running (or waiting to run) for
+    /// the server, each once however many of its deliveries run (see
+    /// [`handle_delivered`](Self::handle_delivered)). A message whose every lease was
+    /// superseded is not counted: a newer delivery of it has settled it, or will. One pass over
+    /// the messages held.
+    pub fn current_messages(&self, mount: usize) -> usize {
         self.messages
             .iter()
-            .filter(|((m, _), _)| *m == mount)
-            .map(|(_, holders)| holders.more.len())
-            .sum()
+            .filter(|((m, _), holders)| {
+                *m == mount
+                    && holders
+                        .keys()
+                        .filter_map(|key| self.lease(key))
+                        .any(|lease| lease.superseded.is_none())
+            })
+            .count()
     }
 
     /// How many renewals and time limits are scheduled: at most two per lease held. Counted
@@ -744,15 +751,14 @@ mod tests {
     }
 
     #[test]
-    fn extra_holds_count_the_leases_beyond_one_per_message_of_a_mount() {
+    fn current_messages_count_each_message_once_and_none_whose_leases_are_all_superseded() {
         let t0 = Instant::now();
         let mut leases = Leases::new();
         let first = leases.handle_start(delivery_terms(1, 1), (), t0);
         leases.handle_start(delivery_terms(2, 1), (), t0);
-        assert_eq!(leases.extra_holds(0), 0);
+        assert_eq!(leases.current_messages(0), 2);
         // Sequence 1 delivered again while its first run goes on: two runs, one message.
         let second = leases.handle_start(delivery_terms(1, 2), (), t0);
-        let third = leases.handle_start(delivery_terms(1, 3), (), t0);
         let elsewhere = LeaseTerms {
             delivery: Some(LeasedDelivery {
                 mount: 1,
@@ -761,17 +767,21 @@ mod tests {
             ..terms(Some(10), true, 300)
         };
         leases.handle_start(elsewhere, (), t0);
-        assert_eq!(leases.extra_holds(0), 2);
+        assert_eq!(leases.current_messages(0), 2);
         assert_eq!(
-            leases.extra_holds(1),
-            0,
+            leases.current_messages(1),
+            1,
             "another mount's message is its own"
         );
-        leases.handle_end(first, t0 + SECOND);
-        assert_eq!(leases.extra_holds(0), 1);
-        leases.handle_end(third, t0 + SECOND);
+        // The newer run ends (its +ACK went out); the older one, superseded, still runs: the
+        // message is no longer the mount's to settle.
         leases.handle_end(second, t0 + SECOND);
-        assert_eq!(leases.extra_holds(0), 0);
+        assert_eq!(leases.current_messages(0), 1);
+        // Delivered again while nothing runs for it: superseded, not counted.
+        assert_eq!(leases.handle_delivered(delivered(2, 2)), 1);
+        assert_eq!(leases.current_messages(0), 0);
+        leases.handle_end(first, t0 + SECOND);
+        assert_eq!(leases.current_messages(0), 0);
     }
 
     #[test]

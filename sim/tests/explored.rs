@@ -720,3 +720,19 @@ fn seed_8110272_a_message_run_twice_does_not_hide_a_poison() {
     assert!(checked.violations.is_empty(), "{:?}", checked.violations);
     assert_eq!(checked.poisons_removed, 1, "the poison named and removed");
 }
+
+/// Seed 9759629 (a random start, after the fix for seed 8110272): as there, the supervisor
+/// took the poison's mount for one holding every message its consumer waited for, here
+/// because a handler still ran for a message a newer delivery had settled (one pending, the
+/// poison; one running delivery). Its losses went uncounted, and the app ended blaming
+/// another mount's good message, one that was lost with the dying client each time (rule 20:
+/// only a poison is blamed). Only messages under a lease no newer delivery superseded count
+/// as held now.
+#[test]
+fn seed_9759629_a_run_whose_message_was_settled_again_does_not_hide_a_poison() {
+    let checked = within_limit("seed 9759629", || {
+        let scenario = ruststream_sim::explore::Scenario::of_seed(9759629);
+        ruststream_sim::explore::check_scenario(9759629, &scenario)
+    });
+    assert!(checked.violations.is_empty(), "{:?}", checked.violations);
+}

@@ -83,14 +83,14 @@ impl LeaseRoom {
         self.lock().handle_delivered(delivery);
     }
 
-    /// How many leases of mount `mount`'s messages are held beyond one per message
-    /// ([`Leases::extra_holds`]): none, at one atomic load, while no JetStream delivery is
-    /// under a lease.
-    pub(crate) fn extra_holds(&self, mount: usize) -> usize {
+    /// How many of mount `mount`'s messages are held under a lease no later delivery
+    /// superseded ([`Leases::current_messages`]): none, at one atomic load, while no JetStream
+    /// delivery is under a lease.
+    pub(crate) fn current_messages(&self, mount: usize) -> usize {
         if self.messages.load(Ordering::Acquire) == 0 {
             return 0;
         }
-        self.lock().extra_holds(mount)
+        self.lock().current_messages(mount)
     }
 
     /// Resolves when a lease starts whose first instant is the earliest: the lease loop looks

@@ -40,19 +40,18 @@ impl<R: Runtime> Supervisor<R> {
                 }
             };
             // Nothing waited for, or every message the consumer waits for is one this mount
-            // holds (handled, waiting for a slot, or for its dead letter's confirmation; each
-            // unacknowledged): none brought the client down. The server does not list which messages above the ack
-            // floor are acknowledged, so without this count a message an earlier process (or
-            // another one sharing the durable) acknowledged there, which this process never
-            // received, would be taken for one. A message delivered again while its earlier
-            // delivery's run goes on (a handler that outlives `ack_wait`) runs twice and counts
-            // once: counted twice, it hid a poison behind it, whose losses were then never
-            // counted (the explorer's seed 8110272).
-            let held = self.records[index]
-                .in_flight
-                .count()
-                .saturating_sub(self.launcher.leases.extra_holds(index));
-            if info.num_ack_pending <= held {
+            // holds (running, or waiting to run, under a lease): none brought the client down.
+            // The server does not list which messages above the ack floor are acknowledged, so
+            // without this count a message an earlier process (or another one sharing the
+            // durable) acknowledged there, which this process never received, would be taken
+            // for one. Each message counts once, and only while no newer delivery of it
+            // superseded its runs: counting the mount's running deliveries instead counted a
+            // message run twice (delivered again while a handler that outlives `ack_wait` ran)
+            // twice, and a run whose message a newer delivery had settled, and so hid a poison
+            // behind them (the explorer's seeds 8110272 and 9759629). A delivery that holds no
+            // lease (a dead letter waiting for its confirmation) is not counted: the search
+            // below then skips it as received.
+            if info.num_ack_pending <= self.launcher.leases.current_messages(index) {
                 watch.suspects.remove(&index);
                 self.records[index].careful.clear();
                 continue;
