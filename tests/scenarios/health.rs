@@ -134,3 +134,71 @@ fn health_follows_a_dying_subscription_and_an_app_that_gives_up() {
         let _ = app.until_signal().await;
     });
 }
+
+/// An operator deletes the consumer under a running JetStream mount: the mount says so
+/// (refused: not ready, an error naming it and its consumer), nothing is delivered meanwhile,
+/// and once the consumer is made again it consumes again and is ready. (It stayed "consuming"
+/// and ready while nothing could reach it: noted and left at issue 42.)
+#[test]
+fn a_mount_whose_consumer_is_deleted_is_not_ready_until_the_consumer_exists_again() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = js_setup(&server).await;
+        let r = runs();
+        let app = start(&server, &events(), |a| {
+            a.consumer_reread(Duration::from_millis(300))
+                .mount(js_mount("gone"), scripted(&r, |_, _| Outcome::Ack))
+        })
+        .await;
+        tc.js_publish("orders.1", HeaderMap::new(), b"0").await;
+        eventually("one handled", || {
+            (r.lock().unwrap().len() == 1).then_some(())
+        })
+        .await;
+        let stream = tc.js.get_stream("ORDERS").await.unwrap();
+        stream.delete_consumer("worker").await.unwrap();
+        let mut health = app.health();
+        let refused = tokio::time::timeout(
+            Duration::from_secs(10),
+            health.wait_for(|h| h.mount("gone") == Some(MountState::Refused)),
+        )
+        .await
+        .expect("the mount is refused")
+        .unwrap();
+        assert!(!refused.ready(), "{refused:?}");
+        logged(&["mount=gone", "the mount's consumer no longer exists"]).await;
+        tc.js_publish("orders.2", HeaderMap::new(), b"1").await;
+        quiet(500).await;
+        assert_eq!(
+            r.lock().unwrap().len(),
+            1,
+            "nothing delivered without a consumer"
+        );
+        assert_eq!(app.health().get().mount("gone"), Some(MountState::Refused));
+        // Made again by hand, as a restart of the app would make it.
+        stream
+            .create_consumer(adapter::async_nats::jetstream::consumer::pull::Config {
+                durable_name: Some("worker".into()),
+                ack_policy: adapter::async_nats::jetstream::consumer::AckPolicy::Explicit,
+                ack_wait: Duration::from_millis(700),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(10), health.wait_for(|h| h.ready()))
+            .await
+            .expect("ready again")
+            .unwrap();
+        logged(&["mount=gone", "the mount's consumer exists again"]).await;
+        // The new consumer delivers the stream from its start.
+        eventually("the message published without a consumer handled", || {
+            r.lock()
+                .unwrap()
+                .iter()
+                .any(|(_, p, _)| p == "1")
+                .then_some(())
+        })
+        .await;
+        app.shutdown().await;
+    });
+}

@@ -23,10 +23,13 @@ pub enum MountState {
     /// Its subscription or connection ended; it is being subscribed again (rule 20).
     Reconnecting,
     /// The server refuses its pull requests (`400 Bad Request`): its consumer was changed
-    /// under it (its priority groups, say) so that the mount's requests no longer fit. It asks
-    /// again every 2 s, and consumes again once the server serves it; the error is logged
+    /// under it (its priority groups, say) so that the mount's requests no longer fit; or its
+    /// consumer is gone (deleted, or its stream was), as the supervisor's re-read of it finds
+    /// (every [`CONSUMER_REREAD`](crate::CONSUMER_REREAD)). It asks again every 2 s, and
+    /// consumes again once the server serves it (a consumer made again); the error is logged
     /// every 30 s meanwhile. Not ready, and not live after [`LIVENESS_LIMIT`]: a restart then
-    /// meets start-up's checks (rule 11), which name what differs.
+    /// meets start-up's checks (rule 11), which name what differs, or creates the missing
+    /// consumer.
     Refused,
     /// Its app is shutting down.
     Stopping,

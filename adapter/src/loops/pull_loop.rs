@@ -389,13 +389,14 @@ fn inbox_closed(ctx: &MountContext, shutdown: &watch::Receiver<bool>) {
 }
 
 /// A pull request answered `503 No Responders`: nothing serves the consumer (JetStream is off,
-/// or the stream has no server that answers). The pause before the next request,
+/// the stream has no server that answers, or the consumer is gone: the supervisor's re-read of
+/// the consumer then makes the mount refused). The pause before the next request,
 /// `unanswered`'s next: [`FIRST_PAUSE`], doubling up to 2 s; the first of a run is logged at
 /// warn level.
 fn no_answer(ctx: &MountContext, unanswered: &mut Backoff) -> Duration {
     if unanswered.is_clear() {
         tracing::warn!(mount = %ctx.name,
-            "no JetStream server answers the mount's pull requests (503 no responders: JetStream is off, or the stream has no leader); asking again after a pause that grows to 2 s");
+            "no JetStream server answers the mount's pull requests (503 no responders: JetStream is off, the stream has no leader, or the consumer was deleted); asking again after a pause that grows to 2 s");
     }
     unanswered.failed()
 }

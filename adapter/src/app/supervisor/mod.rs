@@ -126,6 +126,9 @@ struct Watch {
     down_logged: Option<Instant>,
     /// Each mount's Core losses as last logged, and when.
     losses_logged: Vec<(CoreLosses, Option<Instant>)>,
+    /// The JetStream mounts whose consumer the server said is gone, and when that was last
+    /// logged.
+    gone: HashMap<usize, Instant>,
 }
 
 impl<R: Runtime> Supervisor<R> {
@@ -149,6 +152,7 @@ impl<R: Runtime> Supervisor<R> {
                     (none, None)
                 })
                 .collect(),
+            gone: HashMap::new(),
         };
         self.watch_until_stopped(&mut watch).await;
         self.log_losses(&mut watch, true);
@@ -174,7 +178,7 @@ impl<R: Runtime> Supervisor<R> {
                     }
                     () = R::sleep_until(reread) => {
                         reread = ruststream_settlement::deadline(R::now(), self.consumer_reread);
-                        self.reread_consumers().await;
+                        self.reread_consumers(watch).await;
                         Some(Ok(()))
                     }
                     else => None,
