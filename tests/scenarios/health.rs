@@ -202,3 +202,118 @@ fn a_mount_whose_consumer_is_deleted_is_not_ready_until_the_consumer_exists_agai
         app.shutdown().await;
     });
 }
+
+/// A consumer made again under a running mount's name that no longer fits it (another filter
+/// subject, here) keeps the mount refused, naming what differs, as start-up would refuse it:
+/// the mount must not handle messages outside what it declares (a breaker's finding: it went
+/// back to consuming and handled `orders.b` on a mount filtered to `orders.a`). Made to fit
+/// again, it consumes again.
+#[test]
+fn a_consumer_made_again_that_does_not_fit_the_mount_keeps_it_refused() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = js_setup(&server).await;
+        let r = runs();
+        let app = start(&server, &events(), |a| {
+            a.consumer_reread(Duration::from_millis(300)).mount(
+                js_mount("fits").filter_subject("orders.a"),
+                scripted(&r, |_, _| Outcome::Ack),
+            )
+        })
+        .await;
+        let stream = tc.js.get_stream("ORDERS").await.unwrap();
+        let consumer = |filter: &str| adapter::async_nats::jetstream::consumer::pull::Config {
+            durable_name: Some("worker".into()),
+            ack_policy: adapter::async_nats::jetstream::consumer::AckPolicy::Explicit,
+            ack_wait: Duration::from_millis(700),
+            filter_subject: filter.into(),
+            ..Default::default()
+        };
+        stream.delete_consumer("worker").await.unwrap();
+        let mut health = app.health();
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            health.wait_for(|h| h.mount("fits") == Some(MountState::Refused)),
+        )
+        .await
+        .expect("the mount is refused")
+        .unwrap();
+        stream.create_consumer(consumer("orders.b")).await.unwrap();
+        logged(&["mount=fits", "no longer fits the mount", "orders.b"]).await;
+        tc.js_publish("orders.b", HeaderMap::new(), b"B").await;
+        quiet(1000).await;
+        assert_eq!(app.health().get().mount("fits"), Some(MountState::Refused));
+        assert!(
+            r.lock().unwrap().is_empty(),
+            "a message outside the mount's filter was handled"
+        );
+        stream.delete_consumer("worker").await.unwrap();
+        stream.create_consumer(consumer("orders.a")).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(10), health.wait_for(|h| h.ready()))
+            .await
+            .expect("ready again")
+            .unwrap();
+        tc.js_publish("orders.a", HeaderMap::new(), b"A").await;
+        eventually("the mount's own message handled", || {
+            r.lock()
+                .unwrap()
+                .iter()
+                .any(|(_, p, _)| p == "A")
+                .then_some(())
+        })
+        .await;
+        assert!(r.lock().unwrap().iter().all(|(_, p, _)| p == "A"));
+        app.shutdown().await;
+    });
+}
+
+on_real_server! {
+/// A push consumer made under a running mount's name (the simulator models no push
+/// consumers): the server answers each pull request `409 Consumer is push based` at once. The
+/// mount is refused and asks again only after a pause, not thousands of times a second (a
+/// breaker counted 8,762 requests in 3 s on 2.15.1), and the supervisor's re-read names it.
+#[test]
+fn a_push_consumer_made_under_the_mount_s_name_refuses_it_without_a_flood_of_requests() {
+    run(async {
+        let server = NatsServer::start();
+        let tc = js_setup(&server).await;
+        let r = runs();
+        let app = start(&server, &events(), |a| {
+            a.consumer_reread(Duration::from_millis(300))
+                .mount(js_mount("pushed"), scripted(&r, |_, _| Outcome::Ack))
+        })
+        .await;
+        let stream = tc.js.get_stream("ORDERS").await.unwrap();
+        stream.delete_consumer("worker").await.unwrap();
+        let mut health = app.health();
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            health.wait_for(|h| h.mount("pushed") == Some(MountState::Refused)),
+        )
+        .await
+        .expect("the mount is refused")
+        .unwrap();
+        let next = ruststream_tests::Wire::watch(
+            &tc.client,
+            "$JS.API.CONSUMER.MSG.NEXT.ORDERS.worker",
+        )
+        .await;
+        stream
+            .create_consumer(adapter::async_nats::jetstream::consumer::push::Config {
+                durable_name: Some("worker".into()),
+                deliver_subject: "elsewhere.push".into(),
+                ack_policy: adapter::async_nats::jetstream::consumer::AckPolicy::Explicit,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        logged(&["mount=pushed", "no longer fits the mount"]).await;
+        quiet(3000).await;
+        let requests = next.all().len();
+        assert!(requests < 40, "{requests} pull requests in about 3 s");
+        assert_eq!(app.health().get().mount("pushed"), Some(MountState::Refused));
+        assert!(r.lock().unwrap().is_empty());
+        app.shutdown().await;
+    });
+}
+}

@@ -23,11 +23,15 @@ pub enum MountState {
     /// Its subscription or connection ended; it is being subscribed again (rule 20).
     Reconnecting,
     /// The server refuses its pull requests (`400 Bad Request`): its consumer was changed
-    /// under it (its priority groups, say) so that the mount's requests no longer fit; or its
-    /// consumer is gone (deleted, or its stream was), as the supervisor's re-read of it finds
-    /// (every [`CONSUMER_REREAD`](crate::CONSUMER_REREAD)). It asks again every 2 s, and
-    /// consumes again once the server serves it (a consumer made again); the error is logged
-    /// every 30 s meanwhile. Not ready, and not live after [`LIVENESS_LIMIT`]: a restart then
+    /// under it (its priority groups, say) so that the mount's requests no longer fit, or it
+    /// is a push consumer (`409`); or its consumer is gone (deleted, or its stream was), or
+    /// no longer fits the mount (another filter subject, ack policy or priority group: what
+    /// start-up refuses), as the supervisor's re-read of it finds (every
+    /// [`CONSUMER_REREAD`](crate::CONSUMER_REREAD)). It asks again every 2 s (one that does not
+    /// fit asks nothing, and leaves unhandled and unacknowledged what a request sent before
+    /// brings), and consumes again once the server serves it (a consumer made again, and
+    /// fitting); the error is logged at once and every 30 s meanwhile. Between a consumer
+    /// made again unfit and the next re-read, its requests may bring messages it handles. Not ready, and not live after [`LIVENESS_LIMIT`]: a restart then
     /// meets start-up's checks (rule 11), which name what differs, or creates the missing
     /// consumer.
     Refused,
@@ -202,7 +206,21 @@ pub struct HealthClosed;
 /// times come from `clock`, the runtime's (`Runtime::now`): the system clock on tokio and smol,
 /// the virtual one on the simulator.
 #[derive(Clone)]
-pub(crate) struct HealthBoard(Arc<watch::Sender<Health>>, fn() -> Instant);
+pub(crate) struct HealthBoard(
+    Arc<watch::Sender<Health>>,
+    fn() -> Instant,
+    /// Per mount, who says it is refused (a mask of [`Refusal`]s).
+    Arc<std::sync::Mutex<Vec<u8>>>,
+);
+
+/// Who says a mount is [`MountState::Refused`]: it stays refused while either does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// The server refuses its pull requests (the pull loop: `400`, or a push consumer's `409`).
+    Requests = 1,
+    /// Its consumer is gone, or no longer fits the mount (the supervisor's re-read).
+    Consumer = 2,
+}
 
 impl HealthBoard {
     pub(crate) fn new(clock: fn() -> Instant) -> Self {
@@ -213,6 +231,7 @@ impl HealthBoard {
                 failure: None,
             })),
             clock,
+            Arc::default(),
         )
     }
 
@@ -264,11 +283,26 @@ impl HealthBoard {
         });
     }
 
-    /// Mount `index`'s pull requests are refused by the server (`true`), or served again
-    /// (`false`): it goes from consuming to [`MountState::Refused`] and back, and from no
-    /// other state.
-    pub(crate) fn refused(&self, index: usize, refused: bool) {
-        let (from, to) = match refused {
+    /// `by` says mount `index` is refused (`true`), or no longer (`false`): it goes from
+    /// consuming to [`MountState::Refused`] when one says so, back once none does, and from
+    /// no other state. One clearing its refusal does not undo the other's (the pull loop's
+    /// `400`s and the supervisor's re-read of the consumer each say what they see).
+    pub(crate) fn refused(&self, index: usize, by: Refusal, refused: bool) {
+        let any = {
+            let mut masks = self
+                .2
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if masks.len() <= index {
+                masks.resize(index + 1, 0);
+            }
+            match refused {
+                true => masks[index] |= by as u8,
+                false => masks[index] &= !(by as u8),
+            }
+            masks[index] != 0
+        };
+        let (from, to) = match any {
             true => (MountState::Consuming, MountState::Refused),
             false => (MountState::Refused, MountState::Consuming),
         };

@@ -227,6 +227,35 @@ async fn bind_consumer(
         Err(e) => return Err(refused(&e)),
     };
     let info = &bound.cached_info().config;
+    if let Some(wanted) = mount.priority_timeout
+        && info.priority_policy == JsPriorityPolicy::PinnedClient
+        && info.priority_timeout != wanted
+    {
+        tracing::warn!(mount = %name, consumer, stream, has = ?info.priority_timeout, ?wanted,
+            "the consumer exists with another priority_timeout, which it keeps (an existing consumer is never changed): the failover time is the consumer's");
+    }
+    for warning in check_consumer_fits(mount, policy, stream, consumer, info)? {
+        tracing::warn!("{warning}");
+    }
+    Ok(bound)
+}
+
+/// Whether the consumer `consumer` of `stream`, configured as `info`, fits the mount (rule 11):
+/// its filter subject (when the mount declares one), its priority policy and groups, its ack
+/// policy. Start-up refuses a mount on a consumer that does not fit; the supervisor's re-read
+/// finds one changed or made again under a running mount, and makes the mount refused. The
+/// warnings of a consumer that fits (for the log), or why it does not.
+///
+/// # Errors
+/// [`StartError::Setting`] naming the mount and what differs.
+pub(crate) fn check_consumer_fits(
+    mount: &Mount,
+    policy: &MountPolicy,
+    stream: &str,
+    consumer: &str,
+    info: &async_nats::jetstream::consumer::Config,
+) -> Result<Vec<String>, StartError> {
+    let name = mount.name();
     if let Some(wanted) = &mount.filter_subject
         && info.filter_subject != *wanted
     {
@@ -240,13 +269,6 @@ async fn bind_consumer(
                 "consumer `{consumer}` on stream `{stream}` exists with {has}, not the mount's `{wanted}`: an existing consumer is never changed, and it would deliver other messages than the mount declares; change the mount's filter_subject, or the consumer"
             ),
         });
-    }
-    if let Some(wanted) = mount.priority_timeout
-        && info.priority_policy == JsPriorityPolicy::PinnedClient
-        && info.priority_timeout != wanted
-    {
-        tracing::warn!(mount = %name, consumer, stream, has = ?info.priority_timeout, ?wanted,
-            "the consumer exists with another priority_timeout, which it keeps (an existing consumer is never changed): the failover time is the consumer's");
     }
     let consumer_policy = priority_policy_name(&info.priority_policy);
     check_priority(
@@ -265,10 +287,11 @@ async fn bind_consumer(
         max_deliver: info.max_deliver,
         backoff: !info.backoff.is_empty(),
     };
-    for warning in policy.check_consumer(&facts)? {
-        tracing::warn!("{warning}");
-    }
-    Ok(bound)
+    Ok(policy
+        .check_consumer(&facts)?
+        .into_iter()
+        .map(|w| w.to_string())
+        .collect())
 }
 
 /// A consumer's priority policy as the server names it (`none`, `overflow`,

@@ -104,6 +104,7 @@ impl<R: Runtime> Launcher<R> {
             losses: record.losses.clone(),
             received: record.received.clone(),
             careful: record.careful.clone(),
+            unfit: record.unfit.clone(),
             warned_retry: record.warned_retry.clone(),
             metrics: record.metrics.clone(),
             on_error: mount.on_error.clone(),

@@ -10,6 +10,7 @@ use ruststream_settlement::{PENDING_MESSAGES_HEADER, PriorityPolicy, PullAccount
 use tokio::sync::{Semaphore, watch};
 
 use super::prefetch::{Held, Prefetched, prefetch_deadline, start_waiting, wait};
+use crate::api::health::Refusal;
 use crate::handling::flow::{Starts, start_delivery};
 use crate::handling::read::read_jetstream;
 use crate::runtime::Runtime;
@@ -126,6 +127,14 @@ pub(crate) async fn pull_loop<R: Runtime>(
         // without end.
         if paused_until.is_some_and(|until| now >= until || pulls.is_stopping()) {
             paused_until = None;
+        }
+        // Its consumer no longer fits the mount: no request until it does again (looked at
+        // again after a pause).
+        if paused_until.is_none()
+            && !pulls.is_stopping()
+            && ctx.unfit.load(std::sync::atomic::Ordering::Acquire)
+        {
+            paused_until = Some(now + UNFIT_PAUSE);
         }
         let careful = ctx.careful.at(now);
         let free = |available: usize| if careful { available.min(1) } else { available };
@@ -269,50 +278,61 @@ pub(crate) async fn pull_loop<R: Runtime>(
                         // if there is one and nothing waits before it; never dropped.
                         Receipt::Prefetched | Receipt::Unrequested => None,
                     };
-                    let permit = reserved.or_else(|| {
-                        waiting
-                            .is_empty()
-                            .then(|| slots.clone().try_acquire_owned().ok())
-                            .flatten()
-                    });
-                    let msg = Incoming::from(msg);
-                    match permit {
-                        // In order: a message that waits goes first, this one waits behind.
-                        Some(permit) if !waiting.is_empty() => {
-                            waiting.push_back(wait::<R>(&ctx, msg));
-                            if let Some(first) = waiting.pop_front() {
-                                start_waiting::<R>(
-                                    &ctx,
-                                    &mut pulls,
-                                    &busy,
-                                    first,
+                    if ctx.unfit.load(std::sync::atomic::Ordering::Acquire) {
+                        // Brought by a request sent before the consumer was found unfit: not
+                        // the mount's to handle (another filter subject, say). Left
+                        // unacknowledged, the consumer delivers it again after its ack_wait.
+                        drop(reserved);
+                        tracing::warn!(mount = %ctx.name, subject = %msg.subject,
+                            "a message from a consumer that no longer fits the mount: not handled, not acknowledged (the consumer delivers it again after its ack_wait)");
+                    } else {
+                        let permit = reserved.or_else(|| {
+                            waiting
+                                .is_empty()
+                                .then(|| slots.clone().try_acquire_owned().ok())
+                                .flatten()
+                        });
+                        let msg = Incoming::from(msg);
+                        match permit {
+                            // In order: a message that waits goes first, this one waits behind.
+                            Some(permit) if !waiting.is_empty() => {
+                                waiting.push_back(wait::<R>(&ctx, msg));
+                                if let Some(first) = waiting.pop_front() {
+                                    start_waiting::<R>(
+                                        &ctx,
+                                        &mut pulls,
+                                        &busy,
+                                        first,
+                                        permit,
+                                        &mut starts,
+                                    )
+                                    .await;
+                                }
+                            }
+                            Some(permit) => {
+                                pulls.handle_started(R::now(), busy(pulls.held()));
+                                start_delivery::<R>(
+                                    ctx.clone(),
+                                    read_jetstream,
+                                    msg,
                                     permit,
                                     &mut starts,
                                 )
                                 .await;
                             }
+                            None => waiting.push_back(wait::<R>(&ctx, msg)),
                         }
-                        Some(permit) => {
-                            pulls.handle_started(R::now(), busy(pulls.held()));
-                            start_delivery::<R>(
-                                ctx.clone(),
-                                read_jetstream,
-                                msg,
-                                permit,
-                                &mut starts,
-                            )
-                            .await;
-                        }
-                        None => waiting.push_back(wait::<R>(&ctx, msg)),
                     }
                 }
                 Some(StatusCode::IDLE_HEARTBEAT) => {}
                 Some(status) => {
                     if status == StatusCode::NO_RESPONDERS {
                         paused_until = Some(R::now() + no_answer(&ctx, &mut unanswered));
-                    } else if status.as_u16() == 400 {
+                    } else if status.as_u16() == 400 || refused_as_push(status, &msg) {
                         // Refused as it stands (a priority group the consumer no longer has,
-                        // say): asking again at once would be refused again, without end.
+                        // say, or a push consumer made under the mount's name): asking again
+                        // at once would be refused again, without end (a breaker saw 2,900
+                        // requests a second at a push consumer).
                         refusals += 1;
                         let pause =
                             refused(&ctx, &mut unanswered, refusals, msg.description.as_deref());
@@ -401,11 +421,14 @@ fn no_answer(ctx: &MountContext, unanswered: &mut Backoff) -> Duration {
     unanswered.failed()
 }
 
+/// How often a mount whose consumer no longer fits it looks again whether it may pull: 250 ms.
+const UNFIT_PAUSE: Duration = Duration::from_millis(250);
+
 /// The first pause before a pull request after one that failed or was not served: 50 ms.
 const FIRST_PAUSE: Duration = Duration::from_millis(50);
 
-/// The `refusals`th pull request in a row answered `400 Bad Request` (`description`, the
-/// server's reason): the pause before the next request, as [`no_answer`]'s. The mount's
+/// The `refusals`th pull request in a row answered `400 Bad Request`, or `409 Consumer is push
+/// based` (`description`, the server's reason): the pause before the next request, as [`no_answer`]'s. The mount's
 /// health says [`MountState::Refused`](crate::MountState::Refused) from the first; the
 /// first, and one in 15 after it (every 30 s at the longest pause), is logged at error level.
 fn refused(
@@ -418,7 +441,7 @@ fn refused(
         tracing::error!(mount = %ctx.name, reason = description.unwrap_or(""), refusals,
             "the server refuses the mount's pull requests (400 bad request: its consumer was changed under it, or the mount's priority group is not the consumer's); nothing is delivered to it; asking again after a pause that grows to 2 s");
     }
-    ctx.health.refused(ctx.index, true);
+    ctx.health.refused(ctx.index, Refusal::Requests, true);
     unanswered.failed()
 }
 
@@ -527,6 +550,17 @@ const PIN_ID_HEADER: &str = "Nats-Pin-Id";
 fn answered_again(ctx: &MountContext, refusals: &mut u32) {
     tracing::info!(mount = %ctx.name, "JetStream answers the mount's pull requests again");
     if std::mem::take(refusals) > 0 {
-        ctx.health.refused(ctx.index, false);
+        ctx.health.refused(ctx.index, Refusal::Requests, false);
     }
+}
+
+/// Whether a status that ends a request is the server refusing it because the consumer is a
+/// push consumer (`409 Consumer is push based`: one made again under the mount's name), which
+/// it says at once to every request.
+fn refused_as_push(status: async_nats::StatusCode, msg: &async_nats::Message) -> bool {
+    status.as_u16() == 409
+        && msg
+            .description
+            .as_deref()
+            .is_some_and(|d| d.to_ascii_lowercase().contains("push based"))
 }

@@ -66,6 +66,10 @@ pub(crate) struct MountContext {
     pub(crate) received: Arc<Received>,
     /// Until when its pull loop fetches one message at a time (rule 20).
     pub(crate) careful: Arc<Careful>,
+    /// Whether its consumer no longer fits it (changed or made again under it, as the
+    /// supervisor's re-read finds): its pull loop sends no request meanwhile, so that it
+    /// handles nothing its declaration does not (another filter subject, say).
+    pub(crate) unfit: Arc<std::sync::atomic::AtomicBool>,
     /// Whether it warned of a Core `retry` that does nothing (rule 22: once per mount).
     pub(crate) warned_retry: Arc<AtomicBool>,
     /// What its handlers publish with.

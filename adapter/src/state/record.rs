@@ -29,6 +29,9 @@ pub(crate) struct MountRecord {
     pub(crate) received: Arc<Received>,
     /// Until when it pulls one message at a time (rule 20).
     pub(crate) careful: Arc<Careful>,
+    /// Whether its consumer no longer fits it (the supervisor's re-read): its pull loop sends
+    /// no request meanwhile.
+    pub(crate) unfit: Arc<std::sync::atomic::AtomicBool>,
     /// Whether it warned of a Core `retry` that does nothing (rule 22: once per mount).
     pub(crate) warned_retry: Arc<AtomicBool>,
     /// Its metrics, registered when the app starts.
@@ -56,6 +59,7 @@ impl MountRecord {
                 Source::JetStream(_)
             ))),
             careful: Arc::default(),
+            unfit: Arc::default(),
             warned_retry: Arc::default(),
             metrics,
             placement: Arc::new(Placement::new(name)),

@@ -126,9 +126,9 @@ struct Watch {
     down_logged: Option<Instant>,
     /// Each mount's Core losses as last logged, and when.
     losses_logged: Vec<(CoreLosses, Option<Instant>)>,
-    /// The JetStream mounts whose consumer the server said is gone, and when that was last
-    /// logged.
-    gone: HashMap<usize, Instant>,
+    /// The JetStream mounts whose consumer is gone or does not fit them, when that was last
+    /// logged, and whether it did not fit (`false`: gone).
+    gone: HashMap<usize, (Instant, bool)>,
 }
 
 impl<R: Runtime> Supervisor<R> {

@@ -8,6 +8,8 @@ use async_nats::jetstream::consumer::pull;
 use ruststream_settlement::Descriptor;
 
 use super::{PATIENCE, Supervisor, Watch};
+use crate::api::health::Refusal;
+use crate::app::mount_checks::check_consumer_fits;
 use crate::app::pause::paused_until;
 use crate::runtime::Runtime;
 use crate::state::lease_room::LeaseSettings;
@@ -23,6 +25,9 @@ pub(super) enum InfoError {
     /// The server says the consumer, or its stream, does not exist (JetStream error codes
     /// 10014 and 10059): deleted under the running mount.
     Gone(String),
+    /// It exists, but no longer fits the mount (changed, or made again, under it): what
+    /// start-up would refuse, or a push consumer under the mount's name.
+    Unfit(String),
     /// Anything else (no answer, JetStream off, a request that failed): it may come back.
     Other(String),
 }
@@ -30,7 +35,7 @@ pub(super) enum InfoError {
 impl std::fmt::Display for InfoError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Gone(e) | Self::Other(e) => f.write_str(e),
+            Self::Gone(e) | Self::Unfit(e) | Self::Other(e) => f.write_str(e),
         }
     }
 }
@@ -54,6 +59,8 @@ pub(super) async fn consumer_info<R: Runtime>(
             {
                 InfoError::Gone(e.to_string())
             }
+            // A push consumer made under the mount's name (its deliver subject set).
+            ConsumerErrorKind::InvalidConsumerType => InfoError::Unfit(e.to_string()),
             _ => InfoError::Other(e.to_string()),
         }),
         None => Err(InfoError::Other(format!(
@@ -75,17 +82,28 @@ impl<R: Runtime> Supervisor<R> {
     /// the mount consumes again, and says so.
     pub(super) async fn reread_consumers(&self, watch: &mut Watch) {
         let js = async_nats::jetstream::new(self.client());
-        for (index, (_, _, policy)) in self.declared.iter().enumerate() {
+        for (index, (mount, _, policy)) in self.declared.iter().enumerate() {
             let Descriptor::JetStream { stream, consumer } = policy.descriptor() else {
                 continue;
             };
             let record = &self.records[index];
-            let config = match consumer_info::<R>(&js, stream, consumer).await {
+            let read = consumer_info::<R>(&js, stream, consumer)
+                .await
+                .and_then(|info| {
+                    match check_consumer_fits(mount, policy, stream, consumer, &info.config) {
+                        Ok(_) => Ok(info),
+                        Err(e) => Err(InfoError::Unfit(e.to_string())),
+                    }
+                });
+            let config = match read {
                 Ok(info) => {
+                    record
+                        .unfit
+                        .store(false, std::sync::atomic::Ordering::Release);
                     if watch.gone.remove(&index).is_some() {
-                        self.health.refused(index, false);
+                        self.health.refused(index, Refusal::Consumer, false);
                         tracing::warn!(mount = %record.name, stream, consumer,
-                            "the mount's consumer exists again: the mount consumes again");
+                            "the mount's consumer exists again and fits the mount: the mount consumes again");
                     }
                     // A pause made here or elsewhere, or one that ran out.
                     let remaining = info.pause_remaining.unwrap_or_default();
@@ -93,21 +111,39 @@ impl<R: Runtime> Supervisor<R> {
                         .paused(index, paused_until::<R>(info.paused, remaining));
                     info.config
                 }
-                Err(InfoError::Gone(e)) => {
-                    self.health.refused(index, true);
-                    let now = R::now();
-                    let due = watch.gone.get(&index).is_none_or(|logged| {
-                        now.saturating_duration_since(*logged) >= GONE_LOGGED_EVERY
-                    });
-                    if due {
-                        watch.gone.insert(index, now);
-                        tracing::error!(mount = %record.name, stream, consumer, error = %e,
-                            "the mount's consumer no longer exists (deleted, or its stream was): nothing is delivered to the mount, which is not ready, and not live after LIVENESS_LIMIT; a restart creates the consumer again (or make it again by hand)");
-                    }
-                    continue;
-                }
                 Err(InfoError::Other(e)) => {
                     tracing::debug!(mount = %record.name, error = %e, "cannot read the consumer again; its lease settings stay");
+                    continue;
+                }
+                Err(refusal) => {
+                    self.health.refused(index, Refusal::Consumer, true);
+                    // Gone: its requests go unanswered, and it consumes again once the consumer
+                    // is made again. Unfit: it must not pull what it does not declare.
+                    record.unfit.store(
+                        matches!(refusal, InfoError::Unfit(_)),
+                        std::sync::atomic::Ordering::Release,
+                    );
+                    let now = R::now();
+                    // At once, when the reason changes (gone, then made again unfit), and every
+                    // 30 s.
+                    let unfit = matches!(refusal, InfoError::Unfit(_));
+                    let due = watch.gone.get(&index).is_none_or(|(logged, was_unfit)| {
+                        *was_unfit != unfit
+                            || now.saturating_duration_since(*logged) >= GONE_LOGGED_EVERY
+                    });
+                    if due {
+                        watch.gone.insert(index, (now, unfit));
+                        match refusal {
+                            InfoError::Gone(e) => {
+                                tracing::error!(mount = %record.name, stream, consumer, error = %e,
+                                "the mount's consumer no longer exists (deleted, or its stream was): nothing is delivered to the mount, which is not ready, and not live after LIVENESS_LIMIT; a restart creates the consumer again (and its stream, if the app declares it; if not, start-up names the missing stream), or make it again by hand")
+                            }
+                            _ => {
+                                tracing::error!(mount = %record.name, stream, consumer, reason = %refusal,
+                                "the mount's consumer was changed or made again so that it no longer fits the mount (start-up would refuse it): the mount is not ready, and not live after LIVENESS_LIMIT; a restart names what differs; make the consumer fit again, or change the mount")
+                            }
+                        }
+                    }
                     continue;
                 }
             };
