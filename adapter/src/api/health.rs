@@ -441,4 +441,23 @@ mod tests {
         failed.failure = Some("gave up".to_owned());
         assert!(!failed.live_at(now));
     }
+
+    #[test]
+    fn a_mount_stays_refused_while_either_the_pull_loop_or_the_supervisor_says_so() {
+        let board = HealthBoard::new(Instant::now);
+        board.starting(["m".to_owned()]);
+        board.mounts(None, MountState::Consuming);
+        let state = || board.watch().get().mount("m");
+        board.refused(0, Refusal::Requests, true);
+        assert_eq!(state(), Some(MountState::Refused));
+        board.refused(0, Refusal::Consumer, true);
+        // The supervisor finds the consumer fits again: the server still refuses the requests.
+        board.refused(0, Refusal::Consumer, false);
+        assert_eq!(state(), Some(MountState::Refused));
+        board.refused(0, Refusal::Requests, false);
+        assert_eq!(state(), Some(MountState::Consuming));
+        // Clearing what was never set changes nothing.
+        board.refused(0, Refusal::Consumer, false);
+        assert_eq!(state(), Some(MountState::Consuming));
+    }
 }
