@@ -119,14 +119,13 @@ impl<R: Runtime> Supervisor<R> {
                     self.health.refused(index, Refusal::Consumer, true);
                     // Gone: its requests go unanswered, and it consumes again once the consumer
                     // is made again. Unfit: it must not pull what it does not declare.
-                    record.unfit.store(
-                        matches!(refusal, InfoError::Unfit(_)),
-                        std::sync::atomic::Ordering::Release,
-                    );
+                    let unfit = matches!(refusal, InfoError::Unfit(_));
+                    record
+                        .unfit
+                        .store(unfit, std::sync::atomic::Ordering::Release);
                     let now = R::now();
                     // At once, when the reason changes (gone, then made again unfit), and every
                     // 30 s.
-                    let unfit = matches!(refusal, InfoError::Unfit(_));
                     let due = watch.gone.get(&index).is_none_or(|(logged, was_unfit)| {
                         *was_unfit != unfit
                             || now.saturating_duration_since(*logged) >= GONE_LOGGED_EVERY
